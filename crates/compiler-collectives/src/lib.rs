@@ -1,0 +1,22 @@
+//! # compiler-collectives
+//!
+//! The facade crate: everything of [`compiler_collectives_core`] at the top
+//! level, and the backends behind additive features as they land.
+//!
+//! | feature | backend | status |
+//! |---|---|---|
+//! | *(none)* | in-process (threads), for tests and simulations | available |
+//! | `gloo` | Gloo over TCP, CPU | planned |
+//! | `nccl` | NCCL via cudarc, GPU | planned |
+//! | `tch` | libtorch c10d process groups | planned |
+//!
+//! ```
+//! use compiler_collectives::{Channel, InProcessGroup, join::AnyVote};
+//! let t = InProcessGroup::new(1)?.pop().unwrap();
+//! let mut ch = Channel::new(t)?;
+//! assert!(ch.exchange("f", "", &AnyVote(true))?.merged().0);
+//! # Ok::<(), compiler_collectives::Error>(())
+//! ```
+#![forbid(unsafe_code)]
+
+pub use compiler_collectives_core::*;

@@ -1,0 +1,447 @@
+//! The reference compile cache (DESIGN §6): a small driver a JIT front-end
+//! can use as is.
+//!
+//! A [`CompileCache`] stands for one compiled function (one frame). It holds
+//! compiled entries with guards; [`CompileCache::call`] looks up an entry
+//! for the current inputs and, on a miss, runs the protocol — preflight
+//! (record this call's inputs, everything static) → one exchange →
+//! decisions from (persisted state ⊔ every rank's observations) — and
+//! compiles through a user callback. The joined state is what every rank
+//! persists, so all ranks keep identical state.
+//!
+//! Guards follow PyTorch Dynamo's defaults, each a knob of [`CacheOptions`]:
+//! - a static size / int must equal the value compiled for;
+//! - a dynamic size / int is free, except that sizes 0 and 1 stay
+//!   specialised (`specialize_zero_one`): a dimension decided dynamic but
+//!   seen as 0 or 1 is compiled static, and a dynamic symbol only matches
+//!   values ≥ 2;
+//! - duck sizing (`duck_sizing`): dynamic sizes equal at compile time share a
+//!   symbol, and must stay equal to match;
+//! - after `recompile_limit` (8) compiles the function runs uncompiled.
+//!
+//! # Which local rules make a rank miss alone
+//! With collectives on and guard votes off, only compiles exchange, so every
+//! rank must miss at the same calls. A rank misses alone when its inputs
+//! change where the others' do not (different data), when a dimension decided
+//! dynamic is 0 or 1 on that rank only (0/1 specialisation), when duck-sized
+//! dimensions become unequal on one rank, or when one rank hits the recompile
+//! limit first. Then the ranks that missed wait at an exchange the others
+//! never enter and fail with [`Error::Timeout`](crate::Error::Timeout) (or
+//! [`Error::PeerLost`](crate::Error::PeerLost) once a peer shuts down) naming
+//! them. Turn guard votes on (`guard_collectives`) to make every rank
+//! recompile whenever any rank misses; it costs one small exchange per call.
+
+use crate::error::{Error, Result};
+use crate::join::{AnyVote, Join};
+use crate::lattice::{canonical_strides, Stride};
+use crate::protocol::Channel;
+use crate::shapes::{decide, overrides_text, FrameState, Observation, Override, SourceDecision};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// One call's inputs: source name → what was passed.
+pub type Inputs = BTreeMap<String, Observation>;
+
+/// Knobs of a [`CompileCache`]. Defaults are PyTorch's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CacheOptions {
+    /// Exchange observations at every compile (compiler collectives). Default on.
+    pub collectives: bool,
+    /// Vote at every call: any rank's miss makes every rank recompile. Default off.
+    pub guard_collectives: bool,
+    /// Compiles after which the function runs uncompiled. Default 8.
+    pub recompile_limit: u32,
+    /// Sizes (and ints) 0 and 1 stay specialised. Default on.
+    pub specialize_zero_one: bool,
+    /// Equal dynamic sizes share a symbol. Default on.
+    pub duck_sizing: bool,
+    /// Per-source overrides; every rank must hold the same ones.
+    pub overrides: BTreeMap<String, Override>,
+}
+
+impl Default for CacheOptions {
+    fn default() -> Self {
+        CacheOptions {
+            collectives: true,
+            guard_collectives: false,
+            recompile_limit: 8,
+            specialize_zero_one: true,
+            duck_sizing: true,
+            overrides: BTreeMap::new(),
+        }
+    }
+}
+
+impl CacheOptions {
+    /// Canonical text of the options every rank must share (sent as the
+    /// exchange configuration).
+    pub fn config_text(&self) -> String {
+        format!(
+            "votes={} limit={} spec01={} duck={} overrides={{{}}}",
+            u8::from(self.guard_collectives),
+            self.recompile_limit,
+            u8::from(self.specialize_zero_one),
+            u8::from(self.duck_sizing),
+            overrides_text(&self.overrides)
+        )
+    }
+}
+
+/// The guard on one size or int.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DimGuard {
+    /// Must equal this value.
+    Static(i128),
+    /// Symbol `n`: free (≥ 2 under 0/1 specialisation); equal symbols must
+    /// bind equal values.
+    Symbol(u32),
+}
+
+/// The guard on one source.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SourceGuard {
+    /// Must be `None`.
+    None,
+    /// Must be an int.
+    Int(DimGuard),
+    /// Must be a tensor of this many dimensions, with these sizes and
+    /// canonical strides (`None` = free).
+    Tensor {
+        /// One guard per dimension.
+        sizes: Vec<DimGuard>,
+        /// Canonical stride per dimension; `None` where the stride is dynamic.
+        strides: Vec<Option<Stride>>,
+    },
+}
+
+/// One compiled entry: its guards and what was decided.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CompiledFrame {
+    /// 0-based compile number of this frame on this rank.
+    pub index: u32,
+    /// Guards per source (every source the function saw at this compile).
+    pub guards: BTreeMap<String, SourceGuard>,
+    /// The group's decision per source, before 0/1 specialisation.
+    pub decisions: BTreeMap<String, SourceDecision>,
+    /// Realised dynamic size dimensions per tensor source (sorted).
+    pub dynamic_dims: BTreeMap<String, Vec<usize>>,
+    /// Int sources compiled symbolically.
+    pub dynamic_scalars: BTreeSet<String>,
+    /// For tensors whose sizes are all static, the dims whose stride is dynamic.
+    pub dynamic_strides: BTreeMap<String, Vec<usize>>,
+    /// Whether the exchange of this compile took the digest fast path.
+    pub fast_path: Option<bool>,
+}
+
+impl CompiledFrame {
+    /// Whether `inputs` satisfy this entry's guards.
+    pub fn matches(&self, inputs: &Inputs, specialize_zero_one: bool) -> bool {
+        // A source the entry never saw must be None now.
+        if inputs
+            .iter()
+            .any(|(s, o)| !matches!(o, Observation::None) && !self.guards.contains_key(s))
+        {
+            return false;
+        }
+        let mut bindings: HashMap<u32, i128> = HashMap::new();
+        let mut dim_ok = |g: &DimGuard, v: i128| match *g {
+            DimGuard::Static(want) => v == want,
+            DimGuard::Symbol(sym) => {
+                if specialize_zero_one && (v == 0 || v == 1) {
+                    return false;
+                }
+                *bindings.entry(sym).or_insert(v) == v
+            }
+        };
+        for (source, guard) in &self.guards {
+            let obs = inputs.get(source).unwrap_or(&Observation::None);
+            let ok = match (guard, obs) {
+                (SourceGuard::None, Observation::None) => true,
+                (SourceGuard::Int(g), Observation::Int(v)) => dim_ok(g, i128::from(*v)),
+                (SourceGuard::Tensor { sizes, strides }, Observation::Tensor { sizes: s, .. }) => {
+                    if sizes.len() != s.len() {
+                        false
+                    } else {
+                        let st = obs.strides().unwrap_or_default();
+                        let canon = canonical_strides(s, &st);
+                        sizes.iter().zip(s).all(|(g, v)| dim_ok(g, i128::from(*v)))
+                            && strides
+                                .iter()
+                                .zip(&canon)
+                                .all(|(g, c)| g.as_ref().is_none_or(|g| g == c))
+                    }
+                }
+                _ => false,
+            };
+            if !ok {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// What one [`CompileCache::call`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// An existing entry matched (index into [`CompileCache::frames`]).
+    Hit(usize),
+    /// A new entry was compiled (index into [`CompileCache::frames`]).
+    Compiled(usize),
+    /// The recompile limit was reached; the function runs uncompiled.
+    Uncompiled,
+}
+
+/// The reference compile cache of one function. `A` is the compiled artifact.
+#[derive(Debug)]
+pub struct CompileCache<A> {
+    key: String,
+    options: CacheOptions,
+    state: FrameState,
+    hints: FrameState,
+    frames: Vec<CompiledFrame>,
+    artifacts: Vec<A>,
+    compile_calls: Vec<u64>,
+    calls: u64,
+}
+
+impl<A> CompileCache<A> {
+    /// A cache for the function with compile key `key` (canonical and equal
+    /// on every rank, e.g. `"train_step@model.rs:88"`).
+    pub fn new(key: impl Into<String>, options: CacheOptions) -> Self {
+        CompileCache {
+            key: key.into(),
+            options,
+            state: FrameState::new(),
+            hints: FrameState::new(),
+            frames: Vec::new(),
+            artifacts: Vec::new(),
+            compile_calls: Vec::new(),
+            calls: 0,
+        }
+    }
+
+    /// Starts from a persisted state (a profile), as if earlier compiles had
+    /// seen it.
+    #[must_use]
+    pub fn with_state(mut self, state: FrameState) -> Self {
+        self.state = state;
+        self
+    }
+
+    /// Marks dimension `dim` of tensor source `source` (with `ndim`
+    /// dimensions) dynamic on this rank. The hint is sent at every compile,
+    /// so it propagates to every rank.
+    pub fn mark_dynamic(&mut self, source: &str, ndim: usize, dim: usize) {
+        self.hints
+            .record_entry(source, &crate::lattice::SizeEntry::mark_dynamic(ndim, dim));
+    }
+
+    /// The options.
+    pub fn options(&self) -> &CacheOptions {
+        &self.options
+    }
+
+    /// The compile key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The persisted state (identical on every rank with collectives on).
+    pub fn state(&self) -> &FrameState {
+        &self.state
+    }
+
+    /// Compiled entries, oldest first.
+    pub fn frames(&self) -> &[CompiledFrame] {
+        &self.frames
+    }
+
+    /// The artifact of entry `i`.
+    pub fn artifact(&self, i: usize) -> Option<&A> {
+        self.artifacts.get(i)
+    }
+
+    /// Number of frame compiles so far.
+    pub fn compiles(&self) -> usize {
+        self.frames.len()
+    }
+
+    /// The 0-based call numbers at which compiles happened.
+    pub fn compile_calls(&self) -> &[u64] {
+        &self.compile_calls
+    }
+
+    fn lookup(&self, inputs: &Inputs) -> Option<usize> {
+        // Newest entry first, as Dynamo does.
+        (0..self.frames.len())
+            .rev()
+            .find(|&i| self.frames[i].matches(inputs, self.options.specialize_zero_one))
+    }
+
+    /// Runs one call of the function: guard lookup, optional guard vote, and
+    /// on a miss a compile (with one exchange when collectives are on).
+    ///
+    /// `channel` is needed when `collectives` or `guard_collectives` is on.
+    /// `compile` receives the new entry and returns the artifact.
+    ///
+    /// Cost: with guard votes, one exchange per call (an [`AnyVote`]); with
+    /// collectives, one exchange per compile (a [`FrameState`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if a channel is needed and missing, or an
+    /// input is malformed (strides of another length than sizes); the
+    /// channel's errors ([`Error::Timeout`], [`Error::Desync`], …) otherwise.
+    pub fn call<F>(&mut self, inputs: &Inputs, mut channel: Option<&mut Channel>, compile: F) -> Result<Outcome>
+    where
+        F: FnOnce(&CompiledFrame) -> A,
+    {
+        let call_no = self.calls;
+        self.calls += 1;
+        for (source, obs) in inputs {
+            if let Observation::Tensor {
+                sizes,
+                strides: Some(st),
+            } = obs
+            {
+                if st.len() != sizes.len() {
+                    return Err(Error::InvalidArgument(format!(
+                        "source '{source}': {} strides for {} sizes",
+                        st.len(),
+                        sizes.len()
+                    )));
+                }
+            }
+        }
+        let needs_channel = self.options.collectives || self.options.guard_collectives;
+        if needs_channel && channel.is_none() {
+            return Err(Error::InvalidArgument(
+                "this cache exchanges (collectives or guard votes are on) but no channel was given".into(),
+            ));
+        }
+        let config = self.options.config_text();
+        let mut hit = self.lookup(inputs);
+        if self.options.guard_collectives {
+            if let Some(ch) = channel.as_deref_mut() {
+                let vote = ch.exchange(&self.key, &config, &AnyVote(hit.is_none()))?;
+                if vote.merged().0 {
+                    hit = None;
+                }
+            }
+        }
+        if let Some(i) = hit {
+            return Ok(Outcome::Hit(i));
+        }
+        if self.frames.len() >= self.options.recompile_limit as usize {
+            return Ok(Outcome::Uncompiled);
+        }
+        // Preflight: this call's inputs, everything static, plus hints.
+        let mut local = FrameState::from_inputs(inputs);
+        local.join(&self.hints);
+        let mut fast_path = None;
+        let merged = if self.options.collectives {
+            match channel.as_deref_mut() {
+                Some(ch) => {
+                    let g = ch.exchange(&self.key, &config, &local)?;
+                    fast_path = Some(g.fast_path());
+                    g.into_merged()
+                }
+                None => local,
+            }
+        } else {
+            local
+        };
+        self.state.join(&merged);
+        let mut frame = self.build_frame(inputs);
+        frame.fast_path = fast_path;
+        let artifact = compile(&frame);
+        self.frames.push(frame);
+        self.artifacts.push(artifact);
+        self.compile_calls.push(call_no);
+        Ok(Outcome::Compiled(self.frames.len() - 1))
+    }
+
+    fn build_frame(&self, inputs: &Inputs) -> CompiledFrame {
+        let o = &self.options;
+        let mut frame = CompiledFrame {
+            index: u32::try_from(self.frames.len()).unwrap_or(u32::MAX),
+            guards: BTreeMap::new(),
+            decisions: BTreeMap::new(),
+            dynamic_dims: BTreeMap::new(),
+            dynamic_scalars: BTreeSet::new(),
+            dynamic_strides: BTreeMap::new(),
+            fast_path: None,
+        };
+        let mut next_symbol: u32 = 0;
+        let mut size_symbols: HashMap<u64, u32> = HashMap::new();
+        let zero_one = |v: i128| o.specialize_zero_one && (v == 0 || v == 1);
+        for (source, obs) in inputs {
+            let entry = self.state.get(source);
+            let decision = decide(&entry, obs, o.overrides.get(source).copied());
+            let guard = match (&decision, obs) {
+                (SourceDecision::Int { dynamic }, Observation::Int(v)) => {
+                    if *dynamic && !zero_one(i128::from(*v)) {
+                        frame.dynamic_scalars.insert(source.clone());
+                        let sym = next_symbol;
+                        next_symbol += 1;
+                        SourceGuard::Int(DimGuard::Symbol(sym))
+                    } else {
+                        SourceGuard::Int(DimGuard::Static(i128::from(*v)))
+                    }
+                }
+                (
+                    SourceDecision::Tensor {
+                        dynamic_sizes,
+                        dynamic_strides,
+                    },
+                    Observation::Tensor { sizes, .. },
+                ) => {
+                    let strides = obs.strides().unwrap_or_default();
+                    let canon = canonical_strides(sizes, &strides);
+                    let mut dims = Vec::new();
+                    let mut size_guards = Vec::with_capacity(sizes.len());
+                    for (i, (&v, &dynamic)) in sizes.iter().zip(dynamic_sizes).enumerate() {
+                        if dynamic && !zero_one(i128::from(v)) {
+                            dims.push(i);
+                            let sym = if o.duck_sizing {
+                                *size_symbols.entry(v).or_insert_with(|| {
+                                    next_symbol += 1;
+                                    next_symbol - 1
+                                })
+                            } else {
+                                next_symbol += 1;
+                                next_symbol - 1
+                            };
+                            size_guards.push(DimGuard::Symbol(sym));
+                        } else {
+                            size_guards.push(DimGuard::Static(i128::from(v)));
+                        }
+                    }
+                    let mut stride_dims = Vec::new();
+                    let mut stride_guards = Vec::with_capacity(sizes.len());
+                    for (i, (&dynamic, c)) in dynamic_strides.iter().zip(&canon).enumerate() {
+                        if dynamic && !zero_one(i128::from(strides[i])) {
+                            stride_dims.push(i);
+                            stride_guards.push(None);
+                        } else {
+                            stride_guards.push(Some(*c));
+                        }
+                    }
+                    if !dims.is_empty() {
+                        frame.dynamic_dims.insert(source.clone(), dims);
+                    } else if !stride_dims.is_empty() {
+                        frame.dynamic_strides.insert(source.clone(), stride_dims);
+                    }
+                    SourceGuard::Tensor {
+                        sizes: size_guards,
+                        strides: stride_guards,
+                    }
+                }
+                _ => SourceGuard::None,
+            };
+            frame.guards.insert(source.clone(), guard);
+            frame.decisions.insert(source.clone(), decision);
+        }
+        frame
+    }
+}

@@ -1,0 +1,346 @@
+//! The wire format: a versioned envelope with a fixed header, and the
+//! fixed-size digest message of the fast path. Decoding is strict and
+//! bounded by [`Limits`].
+//!
+//! ```text
+//! envelope (message type 1), little-endian:
+//!   0  magic        4 bytes  "CCOL"
+//!   4  version      u16      WIRE_VERSION
+//!   6  msg type     u16      1
+//!   8  seq          u64      exchange sequence number
+//!  16  kind len     u32      decision kind, UTF-8
+//!  20  key len      u32      compile key, UTF-8
+//!  24  config len   u32      configuration that must agree, UTF-8
+//!  28  payload len  u32      postcard encoding of the decision value
+//!  32  kind, key, config, payload — exactly the announced lengths, nothing after
+//!
+//! digest (message type 2), 32 bytes:
+//!   0  magic 4, version u16, msg type u16 = 2, seq u64,
+//!  16  first 16 bytes of BLAKE3 over the whole envelope
+//! ```
+//!
+//! Magic and version keep their place in every version, so two versions can
+//! always tell each other apart and report the mismatch.
+
+use crate::error::DecodeError;
+
+/// The four magic bytes that start every message.
+pub const MAGIC: [u8; 4] = *b"CCOL";
+/// The wire version this build speaks.
+pub const WIRE_VERSION: u16 = 1;
+/// Length of the fixed envelope header, in bytes.
+pub const HEADER_LEN: usize = 32;
+/// Length of a digest message, in bytes.
+pub const DIGEST_MSG_LEN: usize = 32;
+
+const MSG_ENVELOPE: u16 = 1;
+const MSG_DIGEST: u16 = 2;
+
+/// Upper bounds on what a peer's message may make this rank accept or
+/// allocate. All in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest whole message accepted from a peer (default 64 MiB). The
+    /// transport refuses longer ones before allocating them.
+    pub max_message_bytes: usize,
+    /// Largest compile key (default 4 KiB).
+    pub max_key_bytes: usize,
+    /// Largest decision-kind name (default 128 bytes).
+    pub max_kind_bytes: usize,
+    /// Largest configuration string (default 1 MiB).
+    pub max_config_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_message_bytes: 64 << 20,
+            max_key_bytes: 4 << 10,
+            max_kind_bytes: 128,
+            max_config_bytes: 1 << 20,
+        }
+    }
+}
+
+/// One rank's contribution to one exchange.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Envelope {
+    /// Wire version ([`WIRE_VERSION`] for envelopes this build makes).
+    pub version: u16,
+    /// Exchange sequence number on the channel.
+    pub seq: u64,
+    /// Decision kind ([`crate::Join::KIND`]).
+    pub kind: String,
+    /// Compile key, e.g. `"train_step@model.rs:88"`.
+    pub key: String,
+    /// Canonical text of the configuration every rank must share
+    /// (per-source overrides, options that shape decisions).
+    pub config: String,
+    /// Canonical encoding of the decision value.
+    pub payload: Vec<u8>,
+}
+
+fn u32_len(len: usize, field: &'static str) -> Result<u32, DecodeError> {
+    u32::try_from(len).map_err(|_| DecodeError::TooLarge {
+        field,
+        len: len as u64,
+        limit: u64::from(u32::MAX),
+    })
+}
+
+impl Envelope {
+    /// Encodes the envelope (header, then the four fields).
+    ///
+    /// # Errors
+    /// [`DecodeError::TooLarge`] if a field exceeds `limits` (so a rank never
+    /// sends what its peers would refuse).
+    pub fn encode(&self, limits: &Limits) -> Result<Vec<u8>, DecodeError> {
+        check_len("kind", self.kind.len(), limits.max_kind_bytes)?;
+        check_len("key", self.key.len(), limits.max_key_bytes)?;
+        check_len("config", self.config.len(), limits.max_config_bytes)?;
+        let total = HEADER_LEN + self.kind.len() + self.key.len() + self.config.len() + self.payload.len();
+        check_len("message", total, limits.max_message_bytes)?;
+        let mut out = Vec::with_capacity(total);
+        out.extend_from_slice(&MAGIC);
+        out.extend_from_slice(&self.version.to_le_bytes());
+        out.extend_from_slice(&MSG_ENVELOPE.to_le_bytes());
+        out.extend_from_slice(&self.seq.to_le_bytes());
+        for (len, field) in [
+            (self.kind.len(), "kind"),
+            (self.key.len(), "key"),
+            (self.config.len(), "config"),
+            (self.payload.len(), "payload"),
+        ] {
+            out.extend_from_slice(&u32_len(len, field)?.to_le_bytes());
+        }
+        out.extend_from_slice(self.kind.as_bytes());
+        out.extend_from_slice(self.key.as_bytes());
+        out.extend_from_slice(self.config.as_bytes());
+        out.extend_from_slice(&self.payload);
+        Ok(out)
+    }
+
+    /// Decodes an envelope of this build's wire version.
+    ///
+    /// Allocates at most `bytes.len()` bytes, which the caller has already
+    /// bounded by [`Limits::max_message_bytes`].
+    ///
+    /// # Errors
+    /// Every malformation is a [`DecodeError`]: truncation, trailing bytes,
+    /// bad magic, another version or message type, a field over `limits`,
+    /// text that is not UTF-8.
+    pub fn decode(bytes: &[u8], limits: &Limits) -> Result<Self, DecodeError> {
+        check_len("message", bytes.len(), limits.max_message_bytes)?;
+        let (version, msg_type) = peek_header(bytes)?;
+        if version != WIRE_VERSION {
+            return Err(DecodeError::Invalid {
+                field: "version",
+                detail: format!("wire version {version}, this build speaks {WIRE_VERSION}"),
+            });
+        }
+        if msg_type != MSG_ENVELOPE {
+            return Err(DecodeError::Invalid {
+                field: "message type",
+                detail: format!("{msg_type}, expected {MSG_ENVELOPE} (envelope)"),
+            });
+        }
+        if bytes.len() < HEADER_LEN {
+            return Err(DecodeError::Truncated {
+                needed: HEADER_LEN,
+                got: bytes.len(),
+            });
+        }
+        let seq = read_u64(bytes, 8);
+        let lens = [
+            read_u32(bytes, 16) as usize,
+            read_u32(bytes, 20) as usize,
+            read_u32(bytes, 24) as usize,
+            read_u32(bytes, 28) as usize,
+        ];
+        check_len("kind", lens[0], limits.max_kind_bytes)?;
+        check_len("key", lens[1], limits.max_key_bytes)?;
+        check_len("config", lens[2], limits.max_config_bytes)?;
+        check_len("payload", lens[3], limits.max_message_bytes)?;
+        // Each length is at most 4 GiB, so the sum cannot overflow u64/usize on 64-bit;
+        // use checked arithmetic anyway for 32-bit targets.
+        let needed = lens
+            .iter()
+            .try_fold(HEADER_LEN, |acc, &l| acc.checked_add(l))
+            .ok_or(DecodeError::TooLarge {
+                field: "message",
+                len: u64::MAX,
+                limit: limits.max_message_bytes as u64,
+            })?;
+        if bytes.len() < needed {
+            return Err(DecodeError::Truncated {
+                needed,
+                got: bytes.len(),
+            });
+        }
+        if bytes.len() > needed {
+            return Err(DecodeError::Trailing {
+                extra: bytes.len() - needed,
+            });
+        }
+        let mut at = HEADER_LEN;
+        let mut take = |len: usize| {
+            let s = &bytes[at..at + len];
+            at += len;
+            s
+        };
+        let kind = utf8(take(lens[0]), "kind")?;
+        let key = utf8(take(lens[1]), "key")?;
+        let config = utf8(take(lens[2]), "config")?;
+        let payload = take(lens[3]).to_vec();
+        Ok(Envelope {
+            version,
+            seq,
+            kind,
+            key,
+            config,
+            payload,
+        })
+    }
+}
+
+fn utf8(b: &[u8], field: &'static str) -> Result<String, DecodeError> {
+    String::from_utf8(b.to_vec()).map_err(|e| DecodeError::Invalid {
+        field,
+        detail: format!("not UTF-8 ({e})"),
+    })
+}
+
+fn check_len(field: &'static str, len: usize, limit: usize) -> Result<(), DecodeError> {
+    if len > limit {
+        Err(DecodeError::TooLarge {
+            field,
+            len: len as u64,
+            limit: limit as u64,
+        })
+    } else {
+        Ok(())
+    }
+}
+
+fn read_u16(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+
+fn read_u32(b: &[u8], at: usize) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[at..at + 4]);
+    u32::from_le_bytes(a)
+}
+
+fn read_u64(b: &[u8], at: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(a)
+}
+
+/// Reads magic, wire version and message type: the part of the header that
+/// every version keeps. Returns `(version, message type)`.
+///
+/// # Errors
+/// [`DecodeError::Truncated`] under 8 bytes, [`DecodeError::BadMagic`].
+pub fn peek_header(bytes: &[u8]) -> Result<(u16, u16), DecodeError> {
+    if bytes.len() < 8 {
+        return Err(DecodeError::Truncated {
+            needed: 8,
+            got: bytes.len(),
+        });
+    }
+    let mut magic = [0u8; 4];
+    magic.copy_from_slice(&bytes[..4]);
+    if magic != MAGIC {
+        return Err(DecodeError::BadMagic { found: magic });
+    }
+    Ok((read_u16(bytes, 4), read_u16(bytes, 6)))
+}
+
+/// The 128-bit digest of an encoded envelope (BLAKE3, first 16 bytes).
+pub fn digest(encoded_envelope: &[u8]) -> [u8; 16] {
+    let h = blake3::hash(encoded_envelope);
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&h.as_bytes()[..16]);
+    out
+}
+
+/// Builds the fixed-size digest message of the fast path.
+pub fn encode_digest_msg(version: u16, seq: u64, digest: &[u8; 16]) -> [u8; DIGEST_MSG_LEN] {
+    let mut out = [0u8; DIGEST_MSG_LEN];
+    out[..4].copy_from_slice(&MAGIC);
+    out[4..6].copy_from_slice(&version.to_le_bytes());
+    out[6..8].copy_from_slice(&MSG_DIGEST.to_le_bytes());
+    out[8..16].copy_from_slice(&seq.to_le_bytes());
+    out[16..].copy_from_slice(digest);
+    out
+}
+
+/// A decoded digest message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DigestMsg {
+    /// The sender's wire version.
+    pub version: u16,
+    /// The sender's sequence number.
+    pub seq: u64,
+    /// The sender's envelope digest.
+    pub digest: [u8; 16],
+}
+
+/// Decodes a digest message. A message of another version decodes as far as
+/// its version (the caller reports the mismatch); its other fields are then
+/// zero.
+///
+/// # Errors
+/// Wrong length, bad magic, wrong message type.
+pub fn decode_digest_msg(bytes: &[u8]) -> Result<DigestMsg, DecodeError> {
+    let (version, msg_type) = peek_header(bytes)?;
+    if version != WIRE_VERSION {
+        return Ok(DigestMsg {
+            version,
+            seq: 0,
+            digest: [0; 16],
+        });
+    }
+    if bytes.len() != DIGEST_MSG_LEN {
+        return Err(DecodeError::Invalid {
+            field: "digest message",
+            detail: format!("{} bytes, expected {DIGEST_MSG_LEN}", bytes.len()),
+        });
+    }
+    if msg_type != MSG_DIGEST {
+        return Err(DecodeError::Invalid {
+            field: "message type",
+            detail: format!("{msg_type}, expected {MSG_DIGEST} (digest)"),
+        });
+    }
+    let mut digest = [0u8; 16];
+    digest.copy_from_slice(&bytes[16..32]);
+    Ok(DigestMsg {
+        version,
+        seq: read_u64(bytes, 8),
+        digest,
+    })
+}
+
+/// Decodes a payload with postcard, requiring every byte to be consumed.
+///
+/// postcard reads lengths from the input and each element consumes at least
+/// one input byte, so allocation stays bounded by the payload's length.
+///
+/// # Errors
+/// [`DecodeError::Payload`] for malformed or trailing bytes.
+pub fn decode_payload<T: serde::de::DeserializeOwned>(kind: &str, payload: &[u8]) -> Result<T, DecodeError> {
+    match postcard::take_from_bytes::<T>(payload) {
+        Ok((v, rest)) if rest.is_empty() => Ok(v),
+        Ok((_, rest)) => Err(DecodeError::Payload {
+            kind: kind.to_owned(),
+            detail: format!("{} trailing bytes", rest.len()),
+        }),
+        Err(e) => Err(DecodeError::Payload {
+            kind: kind.to_owned(),
+            detail: e.to_string(),
+        }),
+    }
+}

@@ -1,0 +1,334 @@
+//! The one error type of the library.
+//!
+//! Every transport and every exchange returns [`Error`]. Backends keep their
+//! own error types and convert them into [`Error::Backend`], keeping the
+//! engine's native code and text.
+
+use std::fmt;
+use std::time::Duration;
+
+/// Where an error happened in the exchange protocol.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExchangeInfo {
+    /// Sequence number of the exchange that failed (0-based per channel).
+    pub seq: u64,
+    /// Compile key this rank was exchanging under.
+    pub key: String,
+    /// The last exchange every rank completed on this channel, if any.
+    pub last_completed: Option<u64>,
+}
+
+impl fmt::Display for ExchangeInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "exchange #{} '{}'", self.seq, self.key)?;
+        match self.last_completed {
+            Some(s) => write!(f, " (last exchange completed with every rank: #{s})"),
+            None => write!(f, " (no exchange had completed on this channel)"),
+        }
+    }
+}
+
+/// How a peer was lost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PeerLoss {
+    /// The peer shut its channel down cleanly (it has no more exchanges).
+    Shutdown,
+    /// The peer's connection dropped or its process died.
+    Disconnected,
+}
+
+impl fmt::Display for PeerLoss {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            PeerLoss::Shutdown => "shut its channel down (it has no more exchanges)",
+            PeerLoss::Disconnected => "disconnected",
+        })
+    }
+}
+
+/// A set of ranks that did the same thing, and what that was.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RankGroup {
+    /// The ranks, ascending.
+    pub ranks: Vec<u32>,
+    /// What they were doing or holding, e.g. `#42 'train_step@model.rs:88'`.
+    pub what: String,
+}
+
+/// Formats groups as `ranks [0,1,3] at #42 'a'; rank [2] at #42 'b'`.
+fn fmt_groups(f: &mut fmt::Formatter<'_>, groups: &[RankGroup], sep: &str) -> fmt::Result {
+    for (i, g) in groups.iter().enumerate() {
+        if i > 0 {
+            f.write_str("; ")?;
+        }
+        let word = if g.ranks.len() == 1 { "rank" } else { "ranks" };
+        write!(f, "{word} {}{sep}{}", RankList(&g.ranks), g.what)?;
+    }
+    Ok(())
+}
+
+/// Displays a rank list as `[0,1,3]`.
+#[derive(Debug)]
+pub struct RankList<'a>(pub &'a [u32]);
+
+impl fmt::Display for RankList<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[")?;
+        for (i, r) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{r}")?;
+        }
+        f.write_str("]")
+    }
+}
+
+/// Groups `(rank, value)` pairs by value, ranks ascending, groups ordered by
+/// their first rank.
+pub fn group_ranks<T: fmt::Display>(items: impl IntoIterator<Item = (u32, T)>) -> Vec<RankGroup> {
+    let mut groups: Vec<RankGroup> = Vec::new();
+    for (rank, value) in items {
+        let what = value.to_string();
+        match groups.iter_mut().find(|g| g.what == what) {
+            Some(g) => g.ranks.push(rank),
+            None => groups.push(RankGroup {
+                ranks: vec![rank],
+                what,
+            }),
+        }
+    }
+    for g in &mut groups {
+        g.ranks.sort_unstable();
+    }
+    groups.sort_by_key(|g| g.ranks.first().copied());
+    groups
+}
+
+/// A strict decoder's complaint about bytes a peer sent or a file held.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecodeError {
+    /// Fewer bytes than the fixed header or than the header announces.
+    #[error("truncated: {needed} bytes needed, {got} present")]
+    Truncated {
+        /// Bytes the header requires.
+        needed: usize,
+        /// Bytes present.
+        got: usize,
+    },
+    /// More bytes than the header announces.
+    #[error("{extra} trailing bytes after the message")]
+    Trailing {
+        /// Bytes left over.
+        extra: usize,
+    },
+    /// The first four bytes are not this protocol's magic.
+    #[error("bad magic {found:02x?} (not a compiler-collectives message)")]
+    BadMagic {
+        /// The bytes found.
+        found: [u8; 4],
+    },
+    /// A field or the whole message is larger than the configured limit.
+    #[error("{field} is {len} bytes, over the limit of {limit} bytes")]
+    TooLarge {
+        /// Which field.
+        field: &'static str,
+        /// Announced length in bytes.
+        len: u64,
+        /// Configured limit in bytes.
+        limit: u64,
+    },
+    /// A field holds a value this version does not accept.
+    #[error("invalid {field}: {detail}")]
+    Invalid {
+        /// Which field.
+        field: &'static str,
+        /// What is wrong.
+        detail: String,
+    },
+    /// The payload does not decode as the decision kind's type.
+    #[error("payload of kind '{kind}' does not decode: {detail}")]
+    Payload {
+        /// The decision kind.
+        kind: String,
+        /// The decoder's message.
+        detail: String,
+    },
+}
+
+/// Everything that can go wrong in compiler-collectives.
+///
+/// Errors marked *fatal* ([`Error::is_fatal`]) leave the channel unusable:
+/// ranks may be at different points of the protocol, so the only safe next
+/// step is to abort the channel (and, usually, the job).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Some ranks did not arrive before the deadline. Fatal.
+    #[error("timed out after {} ms waiting for {} {}{}; the channel is unusable: abort it", waited.as_millis(), if missing_ranks.len() == 1 { "rank" } else { "ranks" }, RankList(missing_ranks), fmt_during(during))]
+    Timeout {
+        /// Ranks that had not arrived, ascending. Empty when the engine
+        /// cannot tell which.
+        missing_ranks: Vec<u32>,
+        /// How long this rank waited.
+        waited: Duration,
+        /// The exchange that timed out, when it happened in one.
+        during: Option<ExchangeInfo>,
+    },
+    /// A peer left: it shut its channel down or its connection dropped. Fatal.
+    #[error("lost {} {}: {reason}{}{}; the channel is unusable: abort it", if ranks.len() == 1 { "rank" } else { "ranks" }, RankList(ranks), if detail.is_empty() { String::new() } else { format!(" ({detail})") }, fmt_during(during))]
+    PeerLost {
+        /// The ranks that left, ascending.
+        ranks: Vec<u32>,
+        /// How they left.
+        reason: PeerLoss,
+        /// Engine detail (e.g. the socket error), may be empty.
+        detail: String,
+        /// The exchange it happened in, when it happened in one.
+        during: Option<ExchangeInfo>,
+    },
+    /// Ranks are at different exchanges (sequence number, compile key or
+    /// decision kind differ). Every rank gets the same groups. Fatal.
+    #[error("desync: {}; the channel is unusable: abort it", DisplayGroups(groups, " at "))]
+    Desync {
+        /// Each group of ranks with what they were doing, e.g.
+        /// `#42 'train_step@model.rs:88'`.
+        groups: Vec<RankGroup>,
+    },
+    /// Ranks speak different wire versions of the protocol. Fatal.
+    #[error("wire version mismatch: {}; the channel is unusable: abort it", DisplayGroups(groups, " speak "))]
+    VersionMismatch {
+        /// Each group of ranks with its wire version, e.g. `v1`.
+        groups: Vec<RankGroup>,
+    },
+    /// Ranks hold different values of something they must agree on
+    /// (per-source overrides, configuration, fingerprints). Fatal.
+    #[error("ranks disagree on {what}: {}; the channel is unusable: abort it", DisplayGroups(groups, " have "))]
+    Disagreement {
+        /// What must agree.
+        what: String,
+        /// Each distinct value with its ranks.
+        groups: Vec<RankGroup>,
+    },
+    /// A message (from `rank`, when known) or a file failed strict decoding.
+    /// Fatal when it came from a peer.
+    #[error("cannot decode {}: {source}", match rank { Some(r) => format!("the message from rank {r}"), None => "input".to_string() })]
+    Decode {
+        /// The rank that sent the bytes, if they came from a peer.
+        rank: Option<u32>,
+        /// What is wrong with them.
+        #[source]
+        source: DecodeError,
+    },
+    /// The engine (Gloo, NCCL, c10d, …) reported an error. Fatal.
+    #[error("{backend} error: {message}; the channel is unusable: abort it")]
+    Backend {
+        /// Which backend, e.g. `"gloo"`.
+        backend: &'static str,
+        /// The engine's own code and text.
+        message: String,
+        /// The backend's typed error, when it has one.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    },
+    /// An argument (or a file, or a variable) is out of range. Nothing was sent.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// The transport cannot do this.
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+    /// The channel failed earlier and can no longer be used.
+    #[error("the channel is unusable after an earlier error ({cause}); abort it and rebuild the process group")]
+    ChannelUnusable {
+        /// The first error's message.
+        cause: String,
+    },
+}
+
+struct DisplayGroups<'a>(&'a [RankGroup], &'a str);
+
+impl fmt::Display for DisplayGroups<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt_groups(f, self.0, self.1)
+    }
+}
+
+fn fmt_during(during: &Option<ExchangeInfo>) -> String {
+    match during {
+        Some(info) => format!(" in {info}"),
+        None => String::new(),
+    }
+}
+
+impl Error {
+    /// Whether the channel that returned this error is unusable afterwards.
+    pub fn is_fatal(&self) -> bool {
+        !matches!(
+            self,
+            Error::InvalidArgument(_) | Error::Unsupported(_) | Error::Decode { rank: None, .. }
+        )
+    }
+
+    /// A short machine-readable name of the variant: `"timeout"`,
+    /// `"peer_lost"`, `"desync"`, `"version_mismatch"`, `"disagreement"`,
+    /// `"decode"`, `"backend"`, `"invalid_argument"`, `"unsupported"`,
+    /// `"channel_unusable"`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::Timeout { .. } => "timeout",
+            Error::PeerLost { .. } => "peer_lost",
+            Error::Desync { .. } => "desync",
+            Error::VersionMismatch { .. } => "version_mismatch",
+            Error::Disagreement { .. } => "disagreement",
+            Error::Decode { .. } => "decode",
+            Error::Backend { .. } => "backend",
+            Error::InvalidArgument(_) => "invalid_argument",
+            Error::Unsupported(_) => "unsupported",
+            Error::ChannelUnusable { .. } => "channel_unusable",
+        }
+    }
+
+    /// The ranks this error names as missing or lost (empty for others).
+    pub fn missing_ranks(&self) -> &[u32] {
+        match self {
+            Error::Timeout { missing_ranks, .. } => missing_ranks,
+            Error::PeerLost { ranks, .. } => ranks,
+            _ => &[],
+        }
+    }
+
+    /// The exchange the error happened in, for timeouts and lost peers.
+    pub fn exchange(&self) -> Option<&ExchangeInfo> {
+        match self {
+            Error::Timeout { during, .. } | Error::PeerLost { during, .. } => during.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// Attaches the exchange context to a timeout or lost-peer error that has none.
+    #[must_use]
+    pub fn during(mut self, info: ExchangeInfo) -> Self {
+        if let Error::Timeout { during, .. } | Error::PeerLost { during, .. } = &mut self {
+            if during.is_none() {
+                *during = Some(info);
+            }
+        }
+        self
+    }
+
+    /// Wraps a backend's error, keeping its text.
+    pub fn backend<E>(backend: &'static str, err: E) -> Self
+    where
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        Error::Backend {
+            backend,
+            message: err.to_string(),
+            source: Some(Box::new(err)),
+        }
+    }
+}
+
+/// `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

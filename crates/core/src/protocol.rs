@@ -1,0 +1,490 @@
+//! The exchange protocol: one [`Channel`] per communicator, one
+//! [`Channel::exchange`] per decision point.
+//!
+//! An exchange:
+//! 1. encodes this rank's value as an [`Envelope`] (version, sequence number,
+//!    compile key, decision kind, configuration, payload);
+//! 2. fast path: gathers one fixed-size 32-byte digest message from every
+//!    rank; if every digest equals this rank's, every envelope is identical
+//!    and the result is this rank's own value (joins are idempotent);
+//! 3. otherwise gathers the envelopes, checks version, sequence number,
+//!    compile key and kind (→ [`Error::Desync`] grouping the ranks), then the
+//!    configuration (→ [`Error::Disagreement`]), decodes every payload
+//!    (→ [`Error::Decode`] naming the rank) and joins them in rank order.
+//!
+//! Every rank sees the same gathered bytes and so takes the same branch and
+//! returns the same result or the same error. Exchanges pair by sequence
+//! number: the `k`-th exchange of each rank meets the `k`-th of every other,
+//! whatever compile key each rank passes (the key is checked, not used to
+//! pair).
+//!
+//! Deadlines: [`DEFAULT_TIMEOUT`] (300 s), replaced by the `CCOL_TIMEOUT_S`
+//! environment variable (seconds, fractions allowed), replaced by
+//! [`ChannelOptions::timeout`], replaced by a per-call
+//! [`ExchangeOptions::timeout`]. One deadline covers both rounds of an
+//! exchange.
+//!
+//! After a fatal error ([`Error::is_fatal`]) the channel refuses further
+//! exchanges with [`Error::ChannelUnusable`]; call [`Channel::abort`].
+
+use crate::envelope::{self, Envelope, Limits, DIGEST_MSG_LEN, WIRE_VERSION};
+use crate::error::{group_ranks, DecodeError, Error, ExchangeInfo, Result};
+use crate::join::Join;
+use crate::transport::{Deadline, Transport};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The library's default exchange deadline: 300 s, because ranks may
+/// legitimately be minutes apart while compiling.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Name of the environment variable that replaces [`DEFAULT_TIMEOUT`]
+/// (seconds, e.g. `"30"` or `"2.5"`).
+pub const TIMEOUT_ENV: &str = "CCOL_TIMEOUT_S";
+
+/// Parses a timeout in seconds as `CCOL_TIMEOUT_S` and `--timeout` take it.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for text that is not a finite, positive number
+/// of seconds of at most ten years.
+pub fn parse_timeout_secs(text: &str) -> Result<Duration> {
+    let secs: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| Error::InvalidArgument(format!("timeout '{text}' is not a number of seconds")))?;
+    if !secs.is_finite() || secs <= 0.0 || secs > 10.0 * 365.0 * 86400.0 {
+        return Err(Error::InvalidArgument(format!(
+            "timeout '{text}' must be a positive number of seconds (at most ten years)"
+        )));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// Reads `CCOL_TIMEOUT_S`, if set.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] naming the variable when it is set but not a
+/// valid number of seconds.
+pub fn timeout_from_env() -> Result<Option<Duration>> {
+    match std::env::var(TIMEOUT_ENV) {
+        Ok(v) => parse_timeout_secs(&v)
+            .map(Some)
+            .map_err(|e| Error::InvalidArgument(format!("{TIMEOUT_ENV}: {e}"))),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => {
+            Err(Error::InvalidArgument(format!("{TIMEOUT_ENV} is not valid UTF-8")))
+        }
+    }
+}
+
+/// Knobs of a [`Channel`]. New knobs are added as fields with defaults.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct ChannelOptions {
+    /// Deadline of each exchange; `None` = `CCOL_TIMEOUT_S`, else 300 s.
+    pub timeout: Option<Duration>,
+    /// Bounds on what peers may send.
+    pub limits: Limits,
+    /// Use the identical-envelope fast path (default on).
+    pub fast_path: bool,
+}
+
+impl Default for ChannelOptions {
+    fn default() -> Self {
+        ChannelOptions {
+            timeout: None,
+            limits: Limits::default(),
+            fast_path: true,
+        }
+    }
+}
+
+impl ChannelOptions {
+    /// Sets the exchange deadline.
+    #[must_use]
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Sets the decode limits.
+    #[must_use]
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Turns the digest fast path on or off.
+    #[must_use]
+    pub fn with_fast_path(mut self, on: bool) -> Self {
+        self.fast_path = on;
+        self
+    }
+}
+
+/// Per-call knobs of [`Channel::exchange_with`].
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct ExchangeOptions {
+    /// Replaces the channel's deadline for this exchange.
+    pub timeout: Option<Duration>,
+}
+
+impl ExchangeOptions {
+    /// With a deadline for this exchange.
+    #[must_use]
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+}
+
+/// The result of one exchange.
+#[derive(Clone, Debug)]
+pub struct Gathered<J> {
+    merged: J,
+    per_rank: Option<Vec<J>>,
+    seq: u64,
+}
+
+impl<J> Gathered<J> {
+    /// The join of every rank's value (the same on every rank).
+    pub fn merged(&self) -> &J {
+        &self.merged
+    }
+
+    /// Consumes the result, returning the join.
+    pub fn into_merged(self) -> J {
+        self.merged
+    }
+
+    /// Every rank's value, index = rank; `None` when the fast path showed
+    /// that every rank sent exactly what this rank sent.
+    pub fn per_rank(&self) -> Option<&[J]> {
+        self.per_rank.as_deref()
+    }
+
+    /// Whether the digest fast path applied (all envelopes identical).
+    pub fn fast_path(&self) -> bool {
+        self.per_rank.is_none()
+    }
+
+    /// The sequence number of this exchange.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+}
+
+/// One rank's handle on one exchange channel.
+///
+/// Calls are serialised by `&mut self`; a compiler that compiles on several
+/// threads shares one channel behind a lock, so that the `k`-th exchange of
+/// every rank is the same decision point.
+#[derive(Debug)]
+pub struct Channel {
+    transport: Arc<dyn Transport>,
+    timeout: Duration,
+    limits: Limits,
+    fast_path: bool,
+    seq: u64,
+    last_completed: Option<u64>,
+    failed: Option<String>,
+}
+
+impl Channel {
+    /// A channel over `transport` with default options.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if `CCOL_TIMEOUT_S` is set but invalid.
+    pub fn new<T: Transport + 'static>(transport: T) -> Result<Self> {
+        Self::with_options(Arc::new(transport), ChannelOptions::default())
+    }
+
+    /// A channel over a shared transport.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if `CCOL_TIMEOUT_S` is read (no timeout in
+    /// `options`) and invalid.
+    pub fn with_options(transport: Arc<dyn Transport>, options: ChannelOptions) -> Result<Self> {
+        let timeout = match options.timeout {
+            Some(t) => t,
+            None => timeout_from_env()?.unwrap_or(DEFAULT_TIMEOUT),
+        };
+        Ok(Channel {
+            transport,
+            timeout,
+            limits: options.limits,
+            fast_path: options.fast_path,
+            seq: 0,
+            last_completed: None,
+            failed: None,
+        })
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> u32 {
+        self.transport.rank()
+    }
+
+    /// Number of ranks.
+    pub fn world_size(&self) -> u32 {
+        self.transport.world_size()
+    }
+
+    /// The transport underneath.
+    pub fn transport(&self) -> &Arc<dyn Transport> {
+        &self.transport
+    }
+
+    /// The deadline each exchange gets unless a call says otherwise.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Sequence number the next exchange will carry.
+    pub fn next_seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// The last exchange every rank completed, if any.
+    pub fn last_completed(&self) -> Option<u64> {
+        self.last_completed
+    }
+
+    /// The first fatal error's message, once the channel is unusable.
+    pub fn failure(&self) -> Option<&str> {
+        self.failed.as_deref()
+    }
+
+    /// Exchanges `local` with every rank under compile key `key` and returns
+    /// the join of every rank's value. `config` is the canonical text of
+    /// whatever configuration shapes this decision and must be equal on every
+    /// rank (per-source overrides, options).
+    ///
+    /// Cost: one all_gather of 32 bytes per rank when every rank's envelope
+    /// is identical; otherwise that plus one variable-length all_gather of
+    /// the envelopes. A world of one issues nothing.
+    ///
+    /// # Errors
+    /// - [`Error::InvalidArgument`] (not fatal) if `key` or `config` exceed the limits;
+    /// - [`Error::Timeout`] naming the ranks that did not arrive, with the
+    ///   exchange and the last exchange completed;
+    /// - [`Error::PeerLost`] when a rank shut down or disconnected;
+    /// - [`Error::Desync`], [`Error::VersionMismatch`], [`Error::Disagreement`],
+    ///   [`Error::Decode`] — the same on every rank;
+    /// - [`Error::ChannelUnusable`] after an earlier fatal error.
+    pub fn exchange<J: Join>(&mut self, key: &str, config: &str, local: &J) -> Result<Gathered<J>> {
+        self.exchange_with(key, config, local, &ExchangeOptions::default())
+    }
+
+    /// [`Channel::exchange`] with per-call options.
+    ///
+    /// # Errors
+    /// As [`Channel::exchange`].
+    pub fn exchange_with<J: Join>(
+        &mut self,
+        key: &str,
+        config: &str,
+        local: &J,
+        options: &ExchangeOptions,
+    ) -> Result<Gathered<J>> {
+        if let Some(cause) = &self.failed {
+            return Err(Error::ChannelUnusable { cause: cause.clone() });
+        }
+        let payload = postcard::to_allocvec(local)
+            .map_err(|e| Error::InvalidArgument(format!("cannot encode the value of kind {}: {e}", J::KIND)))?;
+        let env = Envelope {
+            version: WIRE_VERSION,
+            seq: self.seq,
+            kind: J::KIND.to_owned(),
+            key: key.to_owned(),
+            config: config.to_owned(),
+            payload,
+        };
+        let encoded = env
+            .encode(&self.limits)
+            .map_err(|e| Error::InvalidArgument(format!("this rank's own envelope: {e}")))?;
+        let deadline = Deadline::after(options.timeout.unwrap_or(self.timeout));
+        let seq = self.seq;
+        match self.run(&env, &encoded, local, deadline) {
+            Ok(per_rank) => {
+                self.last_completed = Some(seq);
+                self.seq += 1;
+                let merged = match &per_rank {
+                    None => local.clone(),
+                    Some(values) => join_all(values),
+                };
+                Ok(Gathered { merged, per_rank, seq })
+            }
+            Err(e) => {
+                let e = e.during(ExchangeInfo {
+                    seq,
+                    key: key.to_owned(),
+                    last_completed: self.last_completed,
+                });
+                if e.is_fatal() {
+                    self.failed = Some(e.to_string());
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn run<J: Join>(&self, env: &Envelope, encoded: &[u8], local: &J, deadline: Deadline) -> Result<Option<Vec<J>>> {
+        let t = &*self.transport;
+        if t.world_size() == 1 {
+            return Ok(None);
+        }
+        if self.fast_path {
+            let mine = envelope::encode_digest_msg(WIRE_VERSION, env.seq, &envelope::digest(encoded));
+            let all = t.all_gather_fixed(&mine, deadline)?;
+            let mut same = true;
+            let mut versions = Vec::with_capacity(t.world_size() as usize);
+            for (rank, chunk) in (0u32..).zip(all.chunks(DIGEST_MSG_LEN)) {
+                let msg = envelope::decode_digest_msg(chunk).map_err(|source| Error::Decode {
+                    rank: Some(rank),
+                    source,
+                })?;
+                versions.push((rank, msg.version));
+                same &= msg.version == WIRE_VERSION && chunk == mine.as_slice();
+            }
+            check_versions(&versions)?;
+            if same {
+                return Ok(None);
+            }
+        }
+        let all = t.all_gather(encoded, self.limits.max_message_bytes, deadline)?;
+        let mut versions = Vec::with_capacity(all.len());
+        for (rank, bytes) in (0u32..).zip(&all) {
+            let (version, _) = envelope::peek_header(bytes).map_err(|source| Error::Decode {
+                rank: Some(rank),
+                source,
+            })?;
+            versions.push((rank, version));
+        }
+        check_versions(&versions)?;
+        let mut envs = Vec::with_capacity(all.len());
+        for (rank, bytes) in (0u32..).zip(&all) {
+            envs.push(Envelope::decode(bytes, &self.limits).map_err(|source| Error::Decode {
+                rank: Some(rank),
+                source,
+            })?);
+        }
+        drop(all);
+        let positions = group_ranks((0u32..).zip(envs.iter().map(|e| Position(e, &envs[0]))));
+        if positions.len() > 1 {
+            return Err(Error::Desync { groups: positions });
+        }
+        let configs = group_ranks((0u32..).zip(envs.iter().map(|e| ConfigText(&e.config))));
+        if configs.len() > 1 {
+            return Err(Error::Disagreement {
+                what: "the configuration that shapes this decision (overrides, options)".into(),
+                groups: configs,
+            });
+        }
+        let me = t.rank() as usize;
+        let mut values = Vec::with_capacity(envs.len());
+        for (rank, e) in (0u32..).zip(&envs) {
+            if rank as usize == me {
+                values.push(local.clone());
+                continue;
+            }
+            values.push(envelope::decode_payload::<J>(&e.kind, &e.payload).map_err(|source| Error::Decode {
+                rank: Some(rank),
+                source,
+            })?);
+        }
+        Ok(Some(values))
+    }
+
+    /// Shuts the channel down cleanly: peers waiting for this rank fail at
+    /// once with [`Error::PeerLost`] (reason `Shutdown`). Later exchanges
+    /// fail with [`Error::ChannelUnusable`].
+    ///
+    /// # Errors
+    /// The transport's error if the notice could not be sent.
+    pub fn shutdown(&mut self) -> Result<()> {
+        if self.failed.is_none() {
+            self.failed = Some("this rank shut the channel down".into());
+        }
+        self.transport.shutdown()
+    }
+
+    /// Abandons the channel after an error: marks it unusable and tells the
+    /// peers (as [`Channel::shutdown`]), ignoring transport errors.
+    pub fn abort(&mut self) {
+        if self.failed.is_none() {
+            self.failed = Some("this rank aborted the channel".into());
+        }
+        if let Err(e) = self.transport.shutdown() {
+            tracing::warn!(error = %e, "abort: could not notify peers");
+        }
+    }
+}
+
+/// Joins values in rank order (any order gives the same result).
+fn join_all<J: Join>(values: &[J]) -> J {
+    let mut it = values.iter();
+    let mut acc = it.next().cloned().expect("world_size >= 1");
+    for v in it {
+        acc.join(v);
+    }
+    acc
+}
+
+fn check_versions(versions: &[(u32, u16)]) -> Result<()> {
+    if versions.iter().any(|(_, v)| *v != WIRE_VERSION) {
+        return Err(Error::VersionMismatch {
+            groups: group_ranks(versions.iter().map(|&(r, v)| (r, format!("v{v}")))),
+        });
+    }
+    Ok(())
+}
+
+/// What a rank was doing, for desync groups: `#seq 'key'`, plus the kind
+/// when kinds differ.
+struct Position<'a>(&'a Envelope, &'a Envelope);
+
+impl std::fmt::Display for Position<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "#{} '{}'", self.0.seq, self.0.key)?;
+        if self.0.kind != self.1.kind || self.0.kind.is_empty() {
+            write!(f, " ({})", self.0.kind)?;
+        }
+        Ok(())
+    }
+}
+
+struct ConfigText<'a>(&'a str);
+
+impl std::fmt::Display for ConfigText<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const SHOWN: usize = 200;
+        if self.0.len() <= SHOWN {
+            write!(f, "'{}'", self.0)
+        } else {
+            let mut end = SHOWN;
+            while !self.0.is_char_boundary(end) {
+                end -= 1;
+            }
+            write!(f, "'{}…' ({} bytes)", &self.0[..end], self.0.len())
+        }
+    }
+}
+
+/// Encodes a value as the payload bytes an exchange would send (for tests,
+/// benchmarks and tools).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] if the value cannot be encoded.
+pub fn encode_payload<J: Join>(value: &J) -> Result<Vec<u8>> {
+    postcard::to_allocvec(value).map_err(|e| Error::InvalidArgument(format!("cannot encode {}: {e}", J::KIND)))
+}
+
+/// Decodes payload bytes strictly (all bytes consumed).
+///
+/// # Errors
+/// [`Error::Decode`] with no rank.
+pub fn decode_payload<J: Join>(bytes: &[u8]) -> Result<J> {
+    envelope::decode_payload(J::KIND, bytes).map_err(|source: DecodeError| Error::Decode { rank: None, source })
+}

@@ -1,0 +1,219 @@
+//! Shape decisions: observations of compiler inputs, the per-frame state
+//! that accumulates them, and the static/dynamic decision per dimension.
+//!
+//! A [`FrameState`] maps each source (compiler input name, e.g. `L['x']`) to
+//! a [`SizeEntry`]. It is the [`Join`] that automatic-dynamic shapes
+//! exchange: a source absent on a rank contributes nothing; a source seen
+//! differently on two ranks becomes dynamic where it differed.
+
+use crate::join::Join;
+use crate::lattice::SizeEntry;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// What one rank passes for one source at one call.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Observation {
+    /// A tensor: sizes and strides in elements (`strides: None` = contiguous).
+    Tensor {
+        /// Sizes, one per dimension.
+        sizes: Vec<u64>,
+        /// Strides, one per dimension; `None` = row-major contiguous.
+        strides: Option<Vec<u64>>,
+    },
+    /// An int input.
+    Int(i64),
+    /// The source was passed as `None` (absent on this rank).
+    None,
+}
+
+impl Observation {
+    /// A contiguous tensor of the given sizes.
+    pub fn tensor(sizes: impl Into<Vec<u64>>) -> Self {
+        Observation::Tensor {
+            sizes: sizes.into(),
+            strides: None,
+        }
+    }
+
+    /// A tensor with explicit strides (in elements).
+    pub fn strided(sizes: impl Into<Vec<u64>>, strides: impl Into<Vec<u64>>) -> Self {
+        Observation::Tensor {
+            sizes: sizes.into(),
+            strides: Some(strides.into()),
+        }
+    }
+
+    /// The size entry recorded for this observation (`None` contributes ⊥).
+    pub fn entry(&self) -> SizeEntry {
+        match self {
+            Observation::Tensor { sizes, strides } => SizeEntry::tensor(sizes, strides.as_deref()),
+            Observation::Int(v) => SizeEntry::int(*v),
+            Observation::None => SizeEntry::unset(),
+        }
+    }
+
+    /// The strides of a tensor, contiguous ones filled in.
+    pub fn strides(&self) -> Option<Vec<u64>> {
+        match self {
+            Observation::Tensor { sizes, strides } => Some(
+                strides
+                    .clone()
+                    .unwrap_or_else(|| crate::lattice::contiguous_strides(sizes)),
+            ),
+            _ => None,
+        }
+    }
+}
+
+/// A per-source rule that beats the merged result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Override {
+    /// Always compile this source static (specialised).
+    ForceStatic,
+    /// Always compile every dimension (or the int) of this source dynamic.
+    ForceDynamic,
+}
+
+impl fmt::Display for Override {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Override::ForceStatic => "force_static",
+            Override::ForceDynamic => "force_dynamic",
+        })
+    }
+}
+
+/// Everything known about the sources of one frame (one compiled function).
+///
+/// Join: per source, missing = ⊥. Its wire kind is `"shape.frame_state"`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FrameState {
+    /// Source name → entry, in name order (canonical encoding).
+    pub entries: BTreeMap<String, SizeEntry>,
+}
+
+impl Join for FrameState {
+    const KIND: &'static str = "shape.frame_state";
+    fn join(&mut self, other: &Self) {
+        for (source, entry) in &other.entries {
+            match self.entries.get_mut(source) {
+                Some(mine) => *mine = mine.join(entry),
+                None => {
+                    self.entries.insert(source.clone(), entry.clone());
+                }
+            }
+        }
+    }
+}
+
+impl FrameState {
+    /// An empty state.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records `obs` for `source` (joins it into what is there).
+    /// `Observation::None` records nothing.
+    pub fn record(&mut self, source: &str, obs: &Observation) {
+        if matches!(obs, Observation::None) {
+            return;
+        }
+        self.record_entry(source, &obs.entry());
+    }
+
+    /// Joins an entry (an observation or a mark-dynamic hint) into `source`.
+    pub fn record_entry(&mut self, source: &str, entry: &SizeEntry) {
+        match self.entries.get_mut(source) {
+            Some(mine) => *mine = mine.join(entry),
+            None => {
+                self.entries.insert(source.to_owned(), entry.clone());
+            }
+        }
+    }
+
+    /// The state of one call's inputs, everything static (the preflight pass).
+    pub fn from_inputs<'a>(inputs: impl IntoIterator<Item = (&'a String, &'a Observation)>) -> Self {
+        let mut s = FrameState::new();
+        for (source, obs) in inputs {
+            s.record(source, obs);
+        }
+        s
+    }
+
+    /// The entry of `source` (⊥ when never seen).
+    pub fn get(&self, source: &str) -> SizeEntry {
+        self.entries.get(source).cloned().unwrap_or_default()
+    }
+}
+
+/// The decision for one source, for the inputs it was made with.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SourceDecision {
+    /// A tensor: per dimension, whether its size / stride is dynamic.
+    Tensor {
+        /// `true` = compile this size symbolically.
+        dynamic_sizes: Vec<bool>,
+        /// `true` = compile this stride symbolically.
+        dynamic_strides: Vec<bool>,
+    },
+    /// An int: whether it is compiled symbolically.
+    Int {
+        /// `true` = symbolic.
+        dynamic: bool,
+    },
+    /// The source is `None` on this rank.
+    None,
+}
+
+/// Decides each dimension of `obs` from the merged `entry` (DESIGN §4.3);
+/// `ov` beats the merge.
+///
+/// - size dim `i` is dynamic iff the size tuple is `Dynamic` or its atom `i` is;
+/// - stride dim `i` is dynamic only if every size atom is concrete and the
+///   stride tuple (or its atom `i`) is `Dynamic`;
+/// - an int is dynamic iff `scalar` is `Dynamic`.
+pub fn decide(entry: &SizeEntry, obs: &Observation, ov: Option<Override>) -> SourceDecision {
+    match obs {
+        Observation::None => SourceDecision::None,
+        Observation::Int(_) => SourceDecision::Int {
+            dynamic: match ov {
+                Some(Override::ForceStatic) => false,
+                Some(Override::ForceDynamic) => true,
+                None => entry.is_scalar_dynamic(),
+            },
+        },
+        Observation::Tensor { sizes, .. } => {
+            let n = sizes.len();
+            let (dynamic_sizes, dynamic_strides) = match ov {
+                Some(Override::ForceStatic) => (vec![false; n], vec![false; n]),
+                Some(Override::ForceDynamic) => (vec![true; n], vec![false; n]),
+                None => (
+                    (0..n).map(|i| entry.is_size_dynamic(i)).collect(),
+                    (0..n).map(|i| entry.is_stride_dynamic(i)).collect(),
+                ),
+            };
+            SourceDecision::Tensor {
+                dynamic_sizes,
+                dynamic_strides,
+            }
+        }
+    }
+}
+
+/// Canonical text of a set of overrides, e.g. `x=force_dynamic,y=force_static`
+/// (sorted by source), for the configuration every rank must share.
+pub fn overrides_text(overrides: &BTreeMap<String, Override>) -> String {
+    let mut out = String::new();
+    for (i, (k, v)) in overrides.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(k);
+        out.push('=');
+        out.push_str(&v.to_string());
+    }
+    out
+}

@@ -1,0 +1,216 @@
+//! The two traits a backend implements: [`Transport`] (moves bytes between
+//! the ranks of one process group) and [`Store`] (the rendezvous key–value
+//! store).
+//!
+//! Backends only move bytes: all encoding, checking and merging happens in
+//! [`crate::protocol`], so every backend gives bit-identical decisions.
+//!
+//! Every operation takes a [`Deadline`]. An operation that cannot finish by
+//! then returns [`Error::Timeout`](crate::Error::Timeout) naming the ranks
+//! that did not arrive (when the engine can tell), never blocks past the
+//! deadline by more than a small engine-dependent margin, and leaves the
+//! transport unusable (the protocol treats it as fatal).
+
+use crate::error::Result;
+use std::fmt::Debug;
+use std::time::{Duration, Instant};
+
+/// An absolute point in time by which an operation must finish.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Deadline(Instant);
+
+impl Deadline {
+    /// `timeout` from now. Timeouts too large to represent are clamped to
+    /// about 100 years.
+    pub fn after(timeout: Duration) -> Self {
+        let now = Instant::now();
+        Deadline(
+            now.checked_add(timeout)
+                .or_else(|| now.checked_add(Duration::from_secs(100 * 365 * 24 * 3600)))
+                .unwrap_or(now),
+        )
+    }
+
+    /// At a given instant.
+    pub fn at(instant: Instant) -> Self {
+        Deadline(instant)
+    }
+
+    /// The instant.
+    pub fn instant(self) -> Instant {
+        self.0
+    }
+
+    /// Time left, zero once passed.
+    pub fn remaining(self) -> Duration {
+        self.0.saturating_duration_since(Instant::now())
+    }
+
+    /// Whether the deadline has passed.
+    pub fn expired(self) -> bool {
+        Instant::now() >= self.0
+    }
+}
+
+/// Moves bytes between the `world_size` ranks of one process group.
+///
+/// One value is one rank's end of one communicator. Collective calls
+/// ([`all_gather`](Transport::all_gather), [`broadcast`](Transport::broadcast),
+/// [`barrier`](Transport::barrier)) must be made by every rank in the same
+/// order; implementations may match them by call order. Calls on one
+/// transport are not made concurrently by the protocol (one channel = one
+/// transport), but implementations must be `Sync` so a handle can be shared.
+///
+/// The trait is object-safe: the protocol holds a `dyn Transport`.
+///
+/// Costs below are for the reference engines: a collective is one round of
+/// the engine's own algorithm (ring or tree); `max_bytes` bounds what a peer
+/// can make this rank allocate.
+pub trait Transport: Send + Sync + Debug {
+    /// This rank, in `0..world_size`.
+    fn rank(&self) -> u32;
+
+    /// Number of ranks in the group (≥ 1).
+    fn world_size(&self) -> u32;
+
+    /// A short name of the engine, e.g. `"in-process"`, `"gloo"`, `"nccl"`.
+    fn backend(&self) -> &'static str;
+
+    /// Gathers one byte string from every rank, possibly of different
+    /// lengths (empty included). Returns `world_size` buffers, index = rank.
+    ///
+    /// Cost: engines without a variable-length all_gather issue two
+    /// collectives (lengths, then padded data); the in-process engine copies
+    /// each buffer once per receiving rank.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`](crate::Error::Timeout) naming the ranks that did not
+    /// contribute by `deadline`; [`Error::PeerLost`](crate::Error::PeerLost)
+    /// when a rank left; [`Error::InvalidArgument`](crate::Error::InvalidArgument)
+    /// when `data` or a peer's buffer is longer than `max_bytes`;
+    /// [`Error::Backend`](crate::Error::Backend) for engine failures.
+    fn all_gather(&self, data: &[u8], max_bytes: usize, deadline: Deadline) -> Result<Vec<Vec<u8>>>;
+
+    /// Gathers `data.len()` bytes from every rank, where every rank passes
+    /// the same length. Returns the concatenation, rank 0 first
+    /// (`world_size * data.len()` bytes).
+    ///
+    /// Cost: one collective round (the digest round of the fast path uses
+    /// it). The default implementation calls [`all_gather`](Transport::all_gather).
+    ///
+    /// # Errors
+    /// As [`all_gather`](Transport::all_gather); a peer that passed another
+    /// length gives [`Error::Backend`](crate::Error::Backend) or, with the
+    /// default implementation, [`Error::Decode`](crate::Error::Decode) naming it.
+    fn all_gather_fixed(&self, data: &[u8], deadline: Deadline) -> Result<Vec<u8>> {
+        let parts = self.all_gather(data, data.len(), deadline)?;
+        let mut out = Vec::with_capacity(data.len().saturating_mul(parts.len()));
+        for (rank, p) in parts.iter().enumerate() {
+            if p.len() != data.len() {
+                return Err(crate::Error::Decode {
+                    rank: u32::try_from(rank).ok(),
+                    source: crate::DecodeError::Invalid {
+                        field: "fixed-size contribution",
+                        detail: format!("{} bytes, expected {}", p.len(), data.len()),
+                    },
+                });
+            }
+            out.extend_from_slice(p);
+        }
+        Ok(out)
+    }
+
+    /// Broadcasts `root`'s buffer to every rank. `data` is read on `root`
+    /// only; every rank (root included) gets root's bytes back.
+    ///
+    /// Cost: one or two collectives (length, then data).
+    ///
+    /// # Errors
+    /// As [`all_gather`](Transport::all_gather);
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) if `root`
+    /// is not a rank.
+    fn broadcast(&self, data: &[u8], root: u32, max_bytes: usize, deadline: Deadline) -> Result<Vec<u8>>;
+
+    /// Waits until every rank has entered the barrier.
+    ///
+    /// Cost: one collective with no payload.
+    ///
+    /// # Errors
+    /// As [`all_gather`](Transport::all_gather).
+    fn barrier(&self, deadline: Deadline) -> Result<()>;
+
+    /// Sends `data` to `peer` under `tag`. Messages between one pair of ranks
+    /// with one tag arrive in order. May return before the peer received it.
+    ///
+    /// Cost: one point-to-point message.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) if `peer` is
+    /// not a rank or is this rank; [`Error::PeerLost`](crate::Error::PeerLost),
+    /// [`Error::Timeout`](crate::Error::Timeout), [`Error::Backend`](crate::Error::Backend).
+    fn send(&self, peer: u32, tag: u32, data: &[u8], deadline: Deadline) -> Result<()>;
+
+    /// Receives the next message from `peer` under `tag`.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`](crate::Error::Timeout) naming `peer`;
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) if the
+    /// message is longer than `max_bytes`; otherwise as [`send`](Transport::send).
+    fn recv(&self, peer: u32, tag: u32, max_bytes: usize, deadline: Deadline) -> Result<Vec<u8>>;
+
+    /// Tells every peer that this rank will make no more calls, so that a
+    /// peer waiting for it fails at once with
+    /// [`Error::PeerLost`](crate::Error::PeerLost) (reason `Shutdown`)
+    /// instead of at its deadline. Idempotent; later calls on this transport
+    /// fail.
+    ///
+    /// # Errors
+    /// [`Error::Backend`](crate::Error::Backend) if the notice could not be sent.
+    fn shutdown(&self) -> Result<()>;
+}
+
+/// The rendezvous key–value store (c10d's `Store`, Gloo's `Store`):
+/// `set`/`get`/`add`/`wait`, each bounded by a deadline.
+///
+/// The protocol does not use the store per exchange; backends use it to
+/// bootstrap communicators (e.g. NCCL's unique id, Gloo's addresses).
+pub trait Store: Send + Sync + Debug {
+    /// Sets `key` to `value`, replacing any earlier value.
+    ///
+    /// Cost: one round trip to the store.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`](crate::Error::Timeout) (no ranks named) or
+    /// [`Error::Backend`](crate::Error::Backend).
+    fn set(&self, key: &str, value: &[u8], deadline: Deadline) -> Result<()>;
+
+    /// Returns the value of `key`, waiting until it is set.
+    ///
+    /// Cost: one round trip, then waiting.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`](crate::Error::Timeout) if the key is still unset at
+    /// `deadline`; [`Error::Backend`](crate::Error::Backend).
+    fn get(&self, key: &str, deadline: Deadline) -> Result<Vec<u8>>;
+
+    /// Adds `delta` to the integer at `key` (missing = 0) and returns the new
+    /// value. Atomic across all clients.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) if the key
+    /// holds a value that is not a counter; otherwise as [`set`](Store::set).
+    fn add(&self, key: &str, delta: i64, deadline: Deadline) -> Result<i64>;
+
+    /// Waits until every key in `keys` is set.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`](crate::Error::Timeout) if some are still unset at
+    /// `deadline`; [`Error::Backend`](crate::Error::Backend).
+    fn wait(&self, keys: &[&str], deadline: Deadline) -> Result<()>;
+
+    /// Deletes `key`; returns whether it existed.
+    ///
+    /// # Errors
+    /// As [`set`](Store::set).
+    fn delete(&self, key: &str, deadline: Deadline) -> Result<bool>;
+}
