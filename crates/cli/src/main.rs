@@ -1,1 +1,320 @@
-fn main() {}
+//! `ccol`: the command-line tool of compiler-collectives.
+//!
+//! - `ccol scenario run FILE` runs one scenario file over in-process ranks
+//!   (one thread per rank) and prints what each rank compiled.
+//! - `ccol scenario check [FILE|DIR]...` runs every mode each file has an
+//!   expectation for and compares (the embedded corpus when no path is given).
+//! - `ccol scenario schema` prints the JSON Schema of scenario files.
+//!
+//! Exit codes: 0 success; 1 an expectation did not hold; 2 a malformed file
+//! or bad arguments; 3 a rank failed (timeout, desync, lost peer).
+
+use anyhow::Context as _;
+use clap::{Args, Parser, Subcommand};
+use compiler_collectives::protocol::{parse_timeout_secs, timeout_from_env};
+use compiler_collectives::scenario::{
+    check_expectation, run_in_process, Mode, RunReport, Scenario, ScenarioLimits, RUNNER_TIMEOUT,
+};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+mod embedded {
+    include!(concat!(env!("OUT_DIR"), "/embedded.rs"));
+}
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "ccol",
+    version,
+    about = "compiler-collectives: make every rank's JIT compiler take the same decisions"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Scenario files: one multi-rank job each (DESIGN §7).
+    #[command(subcommand)]
+    Scenario(ScenarioCmd),
+}
+
+#[derive(Subcommand, Debug)]
+enum ScenarioCmd {
+    /// Run one scenario over in-process ranks and print each rank's compiles.
+    Run(RunArgs),
+    /// Run every mode a file has an expectation for, and compare.
+    Check(CheckArgs),
+    /// Print the JSON Schema of scenario files.
+    Schema,
+}
+
+#[derive(Args, Debug)]
+struct ModeFlags {
+    /// Compiler collectives on (overrides the file).
+    #[arg(long, overrides_with = "no_collectives")]
+    collectives: bool,
+    /// Compiler collectives off (overrides the file).
+    #[arg(long, overrides_with = "collectives")]
+    no_collectives: bool,
+    /// Guard votes on: any rank's miss makes every rank recompile.
+    #[arg(long, overrides_with = "no_guard_collectives")]
+    guard_collectives: bool,
+    /// Guard votes off.
+    #[arg(long, overrides_with = "guard_collectives")]
+    no_guard_collectives: bool,
+}
+
+#[derive(Args, Debug)]
+struct RunArgs {
+    /// The scenario file (JSON).
+    file: PathBuf,
+    #[command(flatten)]
+    mode: ModeFlags,
+    /// Deadline of each exchange, in seconds (default: CCOL_TIMEOUT_S, else 10).
+    #[arg(long, value_name = "S")]
+    timeout: Option<String>,
+    /// Print one line of JSON (keys sorted) instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+struct CheckArgs {
+    /// Scenario files or directories of them; none = the corpus built into ccol.
+    paths: Vec<PathBuf>,
+    /// Deadline of each exchange, in seconds (default: CCOL_TIMEOUT_S, else 10).
+    #[arg(long, value_name = "S")]
+    timeout: Option<String>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Scenario(ScenarioCmd::Run(args)) => run(&args),
+        Command::Scenario(ScenarioCmd::Check(args)) => check(&args),
+        Command::Scenario(ScenarioCmd::Schema) => {
+            println!("{}", embedded::SCHEMA.trim_end());
+            ExitCode::SUCCESS
+        }
+    }
+}
+
+/// Exit code of a malformed file or bad arguments.
+const EXIT_MALFORMED: u8 = 2;
+/// Exit code of a run in which a rank failed.
+const EXIT_RANK_FAILED: u8 = 3;
+
+fn runner_timeout(flag: Option<&str>) -> anyhow::Result<Duration> {
+    if let Some(t) = flag {
+        return parse_timeout_secs(t).context("--timeout");
+    }
+    Ok(timeout_from_env()?.unwrap_or(RUNNER_TIMEOUT))
+}
+
+fn run(args: &RunArgs) -> ExitCode {
+    let timeout = match runner_timeout(args.timeout.as_deref()) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("ccol: {e:#}");
+            return ExitCode::from(EXIT_MALFORMED);
+        }
+    };
+    let scenario = match Scenario::from_file(&args.file, &ScenarioLimits::default()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("ccol: {e}");
+            return ExitCode::from(EXIT_MALFORMED);
+        }
+    };
+    let (mut collectives, mut votes) = scenario.default_mode().flags();
+    if args.mode.collectives {
+        collectives = true;
+    }
+    if args.mode.no_collectives {
+        collectives = false;
+    }
+    if args.mode.guard_collectives {
+        votes = true;
+    }
+    if args.mode.no_guard_collectives {
+        votes = false;
+    }
+    let mode = Mode::from_flags(collectives, votes);
+    let report = match run_in_process(&scenario, mode, timeout) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("ccol: {e}");
+            return ExitCode::from(EXIT_RANK_FAILED);
+        }
+    };
+    if args.json {
+        println!("{}", report.to_json());
+    } else {
+        print_table(&scenario, &report);
+    }
+    if report.failed() {
+        ExitCode::from(EXIT_RANK_FAILED)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn print_table(scenario: &Scenario, report: &RunReport) {
+    println!(
+        "scenario '{}': {} ranks, {} steps, mode {}",
+        scenario.name,
+        scenario.world_size,
+        scenario.steps.len(),
+        report.mode
+    );
+    println!(
+        "{:>5}  {:>8}  {:<16}  {:<24}  {:<16}  error",
+        "rank", "compiles", "compile steps", "dynamic", "dynamic strides"
+    );
+    for r in &report.ranks {
+        let mut dynamic: Vec<String> = r
+            .dynamic_dims
+            .iter()
+            .map(|(s, d)| format!("{s}{d:?}"))
+            .collect();
+        dynamic.extend(r.dynamic_scalars.iter().map(|s| format!("{s}:scalar")));
+        let strides: Vec<String> = r
+            .dynamic_strides
+            .iter()
+            .map(|(s, d)| format!("{s}{d:?}"))
+            .collect();
+        let or_dash = |v: Vec<String>| {
+            if v.is_empty() {
+                "-".to_string()
+            } else {
+                v.join(" ")
+            }
+        };
+        println!(
+            "{:>5}  {:>8}  {:<16}  {:<24}  {:<16}  {}",
+            r.rank,
+            r.compile_steps.len(),
+            format!("{:?}", r.compile_steps),
+            or_dash(dynamic),
+            or_dash(strides),
+            r.error
+                .as_ref()
+                .map_or("-".to_string(), |e| e.message.clone())
+        );
+    }
+}
+
+/// One scenario to check: where it came from, and its text.
+struct Source {
+    label: String,
+    text: Vec<u8>,
+}
+
+fn collect_sources(paths: &[PathBuf]) -> anyhow::Result<Vec<Source>> {
+    if paths.is_empty() {
+        return Ok(embedded::SCENARIOS
+            .iter()
+            .map(|(name, text)| Source {
+                label: format!("<built-in>/{name}"),
+                text: text.as_bytes().to_vec(),
+            })
+            .collect());
+    }
+    let mut files = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            let mut in_dir: Vec<PathBuf> = std::fs::read_dir(p)
+                .with_context(|| format!("{}: cannot list", p.display()))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|f| is_scenario_file(f))
+                .collect();
+            in_dir.sort();
+            files.extend(in_dir);
+        } else {
+            files.push(p.clone());
+        }
+    }
+    files
+        .into_iter()
+        .map(|f| {
+            let text =
+                std::fs::read(&f).with_context(|| format!("{}: cannot read", f.display()))?;
+            Ok(Source {
+                label: f.display().to_string(),
+                text,
+            })
+        })
+        .collect()
+}
+
+fn is_scenario_file(p: &Path) -> bool {
+    p.extension().is_some_and(|x| x == "json")
+        && !p
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().ends_with(".schema.json"))
+}
+
+fn check(args: &CheckArgs) -> ExitCode {
+    let timeout = match runner_timeout(args.timeout.as_deref()) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("ccol: {e:#}");
+            return ExitCode::from(EXIT_MALFORMED);
+        }
+    };
+    let sources = match collect_sources(&args.paths) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("ccol: {e:#}");
+            return ExitCode::from(EXIT_MALFORMED);
+        }
+    };
+    let limits = ScenarioLimits::default();
+    let (mut passed, mut failed, mut malformed) = (0u32, 0u32, 0u32);
+    for src in &sources {
+        let scenario = match Scenario::from_slice(&src.text, &src.label, &limits) {
+            Ok(s) => s,
+            Err(e) => {
+                println!("MALFORMED {e}");
+                malformed += 1;
+                continue;
+            }
+        };
+        if scenario.expect.is_empty() {
+            println!("SKIP {} ('{}'): no expectations", src.label, scenario.name);
+            continue;
+        }
+        for &mode in scenario.expect.keys() {
+            let outcome = run_in_process(&scenario, mode, timeout)
+                .map(|report| check_expectation(&scenario, &report).unwrap_or_default());
+            match outcome {
+                Ok(diffs) if diffs.is_empty() => {
+                    println!("ok   {:<40} {mode}", scenario.name);
+                    passed += 1;
+                }
+                Ok(diffs) => {
+                    println!("FAIL {:<40} {mode} ({})", scenario.name, src.label);
+                    for d in diffs {
+                        println!("       {d}");
+                    }
+                    failed += 1;
+                }
+                Err(e) => {
+                    println!("FAIL {:<40} {mode}: {e}", scenario.name);
+                    failed += 1;
+                }
+            }
+        }
+    }
+    println!("{passed} passed, {failed} failed");
+    if malformed > 0 {
+        ExitCode::from(EXIT_MALFORMED)
+    } else if failed > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}

@@ -12,7 +12,7 @@
 //!
 //! ```
 //! use compiler_collectives::{Channel, InProcessGroup, join::AnyVote};
-//! let t = InProcessGroup::new(1)?.pop().unwrap();
+//! let t = InProcessGroup::create(1)?.pop().unwrap();
 //! let mut ch = Channel::new(t)?;
 //! assert!(ch.exchange("f", "", &AnyVote(true))?.merged().0);
 //! # Ok::<(), compiler_collectives::Error>(())

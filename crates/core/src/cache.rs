@@ -292,7 +292,12 @@ impl<A> CompileCache<A> {
     /// [`Error::InvalidArgument`] if a channel is needed and missing, or an
     /// input is malformed (strides of another length than sizes); the
     /// channel's errors ([`Error::Timeout`], [`Error::Desync`], …) otherwise.
-    pub fn call<F>(&mut self, inputs: &Inputs, mut channel: Option<&mut Channel>, compile: F) -> Result<Outcome>
+    pub fn call<F>(
+        &mut self,
+        inputs: &Inputs,
+        mut channel: Option<&mut Channel>,
+        compile: F,
+    ) -> Result<Outcome>
     where
         F: FnOnce(&CompiledFrame) -> A,
     {
@@ -316,7 +321,8 @@ impl<A> CompileCache<A> {
         let needs_channel = self.options.collectives || self.options.guard_collectives;
         if needs_channel && channel.is_none() {
             return Err(Error::InvalidArgument(
-                "this cache exchanges (collectives or guard votes are on) but no channel was given".into(),
+                "this cache exchanges (collectives or guard votes are on) but no channel was given"
+                    .into(),
             ));
         }
         let config = self.options.config_text();
@@ -340,7 +346,7 @@ impl<A> CompileCache<A> {
         local.join(&self.hints);
         let mut fast_path = None;
         let merged = if self.options.collectives {
-            match channel.as_deref_mut() {
+            match channel {
                 Some(ch) => {
                     let g = ch.exchange(&self.key, &config, &local)?;
                     fast_path = Some(g.fast_path());

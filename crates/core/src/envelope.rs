@@ -98,7 +98,8 @@ impl Envelope {
         check_len("kind", self.kind.len(), limits.max_kind_bytes)?;
         check_len("key", self.key.len(), limits.max_key_bytes)?;
         check_len("config", self.config.len(), limits.max_config_bytes)?;
-        let total = HEADER_LEN + self.kind.len() + self.key.len() + self.config.len() + self.payload.len();
+        let total =
+            HEADER_LEN + self.kind.len() + self.key.len() + self.config.len() + self.payload.len();
         check_len("message", total, limits.max_message_bytes)?;
         let mut out = Vec::with_capacity(total);
         out.extend_from_slice(&MAGIC);
@@ -331,9 +332,12 @@ pub fn decode_digest_msg(bytes: &[u8]) -> Result<DigestMsg, DecodeError> {
 ///
 /// # Errors
 /// [`DecodeError::Payload`] for malformed or trailing bytes.
-pub fn decode_payload<T: serde::de::DeserializeOwned>(kind: &str, payload: &[u8]) -> Result<T, DecodeError> {
+pub fn decode_payload<T: serde::de::DeserializeOwned>(
+    kind: &str,
+    payload: &[u8],
+) -> Result<T, DecodeError> {
     match postcard::take_from_bytes::<T>(payload) {
-        Ok((v, rest)) if rest.is_empty() => Ok(v),
+        Ok((v, [])) => Ok(v),
         Ok((_, rest)) => Err(DecodeError::Payload {
             kind: kind.to_owned(),
             detail: format!("{} trailing bytes", rest.len()),

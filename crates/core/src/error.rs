@@ -190,21 +190,30 @@ pub enum Error {
     },
     /// Ranks are at different exchanges (sequence number, compile key or
     /// decision kind differ). Every rank gets the same groups. Fatal.
-    #[error("desync: {}; the channel is unusable: abort it", DisplayGroups(groups, " at "))]
+    #[error(
+        "desync: {}; the channel is unusable: abort it",
+        DisplayGroups(groups, " at ")
+    )]
     Desync {
         /// Each group of ranks with what they were doing, e.g.
         /// `#42 'train_step@model.rs:88'`.
         groups: Vec<RankGroup>,
     },
     /// Ranks speak different wire versions of the protocol. Fatal.
-    #[error("wire version mismatch: {}; the channel is unusable: abort it", DisplayGroups(groups, " speak "))]
+    #[error(
+        "wire version mismatch: {}; the channel is unusable: abort it",
+        DisplayGroups(groups, " speak ")
+    )]
     VersionMismatch {
         /// Each group of ranks with its wire version, e.g. `v1`.
         groups: Vec<RankGroup>,
     },
     /// Ranks hold different values of something they must agree on
     /// (per-source overrides, configuration, fingerprints). Fatal.
-    #[error("ranks disagree on {what}: {}; the channel is unusable: abort it", DisplayGroups(groups, " have "))]
+    #[error(
+        "ranks disagree on {what}: {}; the channel is unusable: abort it",
+        DisplayGroups(groups, " have ")
+    )]
     Disagreement {
         /// What must agree.
         what: String,

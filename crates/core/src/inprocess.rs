@@ -1,6 +1,6 @@
 //! The in-process engine: ranks are threads of one process.
 //!
-//! [`InProcessGroup::new`] returns one [`InProcessTransport`] per rank; hand
+//! [`InProcessGroup::create`] returns one [`InProcessTransport`] per rank; hand
 //! each to a thread. [`InProcessStore`] is a shared key–value store. Tests,
 //! simulations and `ccol scenario run` use them; a new backend is written
 //! from this one as a template.
@@ -57,7 +57,11 @@ impl Shared {
 
     /// Waits on the condition variable until `deadline`; returns the guard
     /// and whether the deadline passed.
-    fn wait<'a>(&self, guard: MutexGuard<'a, State>, deadline: Deadline) -> (MutexGuard<'a, State>, bool) {
+    fn wait<'a>(
+        &self,
+        guard: MutexGuard<'a, State>,
+        deadline: Deadline,
+    ) -> (MutexGuard<'a, State>, bool) {
         let left = deadline.remaining();
         if left.is_zero() {
             return (guard, true);
@@ -79,9 +83,11 @@ impl InProcessGroup {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] if `world_size` is 0.
-    pub fn new(world_size: u32) -> Result<Vec<InProcessTransport>> {
+    pub fn create(world_size: u32) -> Result<Vec<InProcessTransport>> {
         if world_size == 0 {
-            return Err(Error::InvalidArgument("world_size must be at least 1".into()));
+            return Err(Error::InvalidArgument(
+                "world_size must be at least 1".into(),
+            ));
         }
         let n = world_size as usize;
         let shared = Arc::new(Shared {
@@ -228,7 +234,12 @@ impl Transport for InProcessTransport {
         BACKEND
     }
 
-    fn all_gather(&self, data: &[u8], max_bytes: usize, deadline: Deadline) -> Result<Vec<Vec<u8>>> {
+    fn all_gather(
+        &self,
+        data: &[u8],
+        max_bytes: usize,
+        deadline: Deadline,
+    ) -> Result<Vec<Vec<u8>>> {
         if data.len() > max_bytes {
             return Err(Error::InvalidArgument(format!(
                 "all_gather of {} bytes exceeds max_bytes {max_bytes}",
@@ -242,7 +253,13 @@ impl Transport for InProcessTransport {
         Ok(parts.iter().map(|p| p.to_vec()).collect())
     }
 
-    fn broadcast(&self, data: &[u8], root: u32, max_bytes: usize, deadline: Deadline) -> Result<Vec<u8>> {
+    fn broadcast(
+        &self,
+        data: &[u8],
+        root: u32,
+        max_bytes: usize,
+        deadline: Deadline,
+    ) -> Result<Vec<u8>> {
         if root >= self.shared.world_size {
             return Err(Error::InvalidArgument(format!(
                 "broadcast root {root} is not a rank of a group of {}",
@@ -352,7 +369,13 @@ impl Drop for InProcessTransport {
 /// another handle to the same store.
 #[derive(Clone, Debug, Default)]
 pub struct InProcessStore {
-    inner: Arc<(Mutex<HashMap<String, Vec<u8>>>, Condvar)>,
+    inner: Arc<StoreInner>,
+}
+
+#[derive(Debug, Default)]
+struct StoreInner {
+    map: Mutex<HashMap<String, Vec<u8>>>,
+    changed: Condvar,
 }
 
 impl InProcessStore {
@@ -362,7 +385,7 @@ impl InProcessStore {
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Vec<u8>>> {
-        self.inner.0.lock().unwrap_or_else(|e| e.into_inner())
+        self.inner.map.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Number of keys currently set.
@@ -398,7 +421,7 @@ impl InProcessStore {
             }
             map = self
                 .inner
-                .1
+                .changed
                 .wait_timeout(map, left)
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
@@ -409,7 +432,7 @@ impl InProcessStore {
 impl Store for InProcessStore {
     fn set(&self, key: &str, value: &[u8], _deadline: Deadline) -> Result<()> {
         self.lock().insert(key.to_owned(), value.to_vec());
-        self.inner.1.notify_all();
+        self.inner.changed.notify_all();
         Ok(())
     }
 
@@ -424,24 +447,28 @@ impl Store for InProcessStore {
             Some(v) => std::str::from_utf8(v)
                 .ok()
                 .and_then(|s| s.parse::<i64>().ok())
-                .ok_or_else(|| Error::InvalidArgument(format!("store key '{key}' does not hold a counter")))?,
+                .ok_or_else(|| {
+                    Error::InvalidArgument(format!("store key '{key}' does not hold a counter"))
+                })?,
         };
         let new = current
             .checked_add(delta)
             .ok_or_else(|| Error::InvalidArgument(format!("counter '{key}' would overflow")))?;
         map.insert(key.to_owned(), new.to_string().into_bytes());
         drop(map);
-        self.inner.1.notify_all();
+        self.inner.changed.notify_all();
         Ok(new)
     }
 
     fn wait(&self, keys: &[&str], deadline: Deadline) -> Result<()> {
-        self.wait_for(deadline, "keys", |m| keys.iter().all(|k| m.contains_key(*k)).then_some(()))
+        self.wait_for(deadline, "keys", |m| {
+            keys.iter().all(|k| m.contains_key(*k)).then_some(())
+        })
     }
 
     fn delete(&self, key: &str, _deadline: Deadline) -> Result<bool> {
         let existed = self.lock().remove(key).is_some();
-        self.inner.1.notify_all();
+        self.inner.changed.notify_all();
         Ok(existed)
     }
 }

@@ -28,7 +28,7 @@
 //! ```
 //! use compiler_collectives_core::{Channel, InProcessGroup, shapes::{FrameState, Observation}};
 //!
-//! let ranks = InProcessGroup::new(2)?;
+//! let ranks = InProcessGroup::create(2)?;
 //! let handles: Vec<_> = ranks.into_iter().map(|t| std::thread::spawn(move || {
 //!     let batch = if t.rank() == 0 { 5 } else { 6 };
 //!     let mut channel = Channel::new(t)?;
@@ -55,7 +55,9 @@ pub mod scenario;
 pub mod shapes;
 pub mod transport;
 
-pub use error::{group_ranks, DecodeError, Error, ExchangeInfo, PeerLoss, RankGroup, RankList, Result};
+pub use error::{
+    group_ranks, DecodeError, Error, ExchangeInfo, PeerLoss, RankGroup, RankList, Result,
+};
 pub use inprocess::{InProcessGroup, InProcessStore, InProcessTransport};
 pub use join::Join;
 pub use protocol::{Channel, ChannelOptions, ExchangeOptions, Gathered};

@@ -48,10 +48,9 @@ pub const TIMEOUT_ENV: &str = "CCOL_TIMEOUT_S";
 /// [`Error::InvalidArgument`] for text that is not a finite, positive number
 /// of seconds of at most ten years.
 pub fn parse_timeout_secs(text: &str) -> Result<Duration> {
-    let secs: f64 = text
-        .trim()
-        .parse()
-        .map_err(|_| Error::InvalidArgument(format!("timeout '{text}' is not a number of seconds")))?;
+    let secs: f64 = text.trim().parse().map_err(|_| {
+        Error::InvalidArgument(format!("timeout '{text}' is not a number of seconds"))
+    })?;
     if !secs.is_finite() || secs <= 0.0 || secs > 10.0 * 365.0 * 86400.0 {
         return Err(Error::InvalidArgument(format!(
             "timeout '{text}' must be a positive number of seconds (at most ten years)"
@@ -71,9 +70,9 @@ pub fn timeout_from_env() -> Result<Option<Duration>> {
             .map(Some)
             .map_err(|e| Error::InvalidArgument(format!("{TIMEOUT_ENV}: {e}"))),
         Err(std::env::VarError::NotPresent) => Ok(None),
-        Err(std::env::VarError::NotUnicode(_)) => {
-            Err(Error::InvalidArgument(format!("{TIMEOUT_ENV} is not valid UTF-8")))
-        }
+        Err(std::env::VarError::NotUnicode(_)) => Err(Error::InvalidArgument(format!(
+            "{TIMEOUT_ENV} is not valid UTF-8"
+        ))),
     }
 }
 
@@ -289,10 +288,13 @@ impl Channel {
         options: &ExchangeOptions,
     ) -> Result<Gathered<J>> {
         if let Some(cause) = &self.failed {
-            return Err(Error::ChannelUnusable { cause: cause.clone() });
+            return Err(Error::ChannelUnusable {
+                cause: cause.clone(),
+            });
         }
-        let payload = postcard::to_allocvec(local)
-            .map_err(|e| Error::InvalidArgument(format!("cannot encode the value of kind {}: {e}", J::KIND)))?;
+        let payload = postcard::to_allocvec(local).map_err(|e| {
+            Error::InvalidArgument(format!("cannot encode the value of kind {}: {e}", J::KIND))
+        })?;
         let env = Envelope {
             version: WIRE_VERSION,
             seq: self.seq,
@@ -314,7 +316,11 @@ impl Channel {
                     None => local.clone(),
                     Some(values) => join_all(values),
                 };
-                Ok(Gathered { merged, per_rank, seq })
+                Ok(Gathered {
+                    merged,
+                    per_rank,
+                    seq,
+                })
             }
             Err(e) => {
                 let e = e.during(ExchangeInfo {
@@ -330,13 +336,20 @@ impl Channel {
         }
     }
 
-    fn run<J: Join>(&self, env: &Envelope, encoded: &[u8], local: &J, deadline: Deadline) -> Result<Option<Vec<J>>> {
+    fn run<J: Join>(
+        &self,
+        env: &Envelope,
+        encoded: &[u8],
+        local: &J,
+        deadline: Deadline,
+    ) -> Result<Option<Vec<J>>> {
         let t = &*self.transport;
         if t.world_size() == 1 {
             return Ok(None);
         }
         if self.fast_path {
-            let mine = envelope::encode_digest_msg(WIRE_VERSION, env.seq, &envelope::digest(encoded));
+            let mine =
+                envelope::encode_digest_msg(WIRE_VERSION, env.seq, &envelope::digest(encoded));
             let all = t.all_gather_fixed(&mine, deadline)?;
             let mut same = true;
             let mut versions = Vec::with_capacity(t.world_size() as usize);
@@ -365,13 +378,16 @@ impl Channel {
         check_versions(&versions)?;
         let mut envs = Vec::with_capacity(all.len());
         for (rank, bytes) in (0u32..).zip(&all) {
-            envs.push(Envelope::decode(bytes, &self.limits).map_err(|source| Error::Decode {
-                rank: Some(rank),
-                source,
-            })?);
+            envs.push(
+                Envelope::decode(bytes, &self.limits).map_err(|source| Error::Decode {
+                    rank: Some(rank),
+                    source,
+                })?,
+            );
         }
         drop(all);
-        let positions = group_ranks((0u32..).zip(envs.iter().map(|e| Position(e, &envs[0]))));
+        let kinds_differ = envs.iter().any(|e| e.kind != envs[0].kind);
+        let positions = group_ranks((0u32..).zip(envs.iter().map(|e| Position(e, kinds_differ))));
         if positions.len() > 1 {
             return Err(Error::Desync { groups: positions });
         }
@@ -389,10 +405,14 @@ impl Channel {
                 values.push(local.clone());
                 continue;
             }
-            values.push(envelope::decode_payload::<J>(&e.kind, &e.payload).map_err(|source| Error::Decode {
-                rank: Some(rank),
-                source,
-            })?);
+            values.push(
+                envelope::decode_payload::<J>(&e.kind, &e.payload).map_err(|source| {
+                    Error::Decode {
+                        rank: Some(rank),
+                        source,
+                    }
+                })?,
+            );
         }
         Ok(Some(values))
     }
@@ -442,13 +462,13 @@ fn check_versions(versions: &[(u32, u16)]) -> Result<()> {
 }
 
 /// What a rank was doing, for desync groups: `#seq 'key'`, plus the kind
-/// when kinds differ.
-struct Position<'a>(&'a Envelope, &'a Envelope);
+/// when kinds differ between ranks.
+struct Position<'a>(&'a Envelope, bool);
 
 impl std::fmt::Display for Position<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "#{} '{}'", self.0.seq, self.0.key)?;
-        if self.0.kind != self.1.kind || self.0.kind.is_empty() {
+        if self.1 {
             write!(f, " ({})", self.0.kind)?;
         }
         Ok(())
@@ -478,7 +498,8 @@ impl std::fmt::Display for ConfigText<'_> {
 /// # Errors
 /// [`Error::InvalidArgument`] if the value cannot be encoded.
 pub fn encode_payload<J: Join>(value: &J) -> Result<Vec<u8>> {
-    postcard::to_allocvec(value).map_err(|e| Error::InvalidArgument(format!("cannot encode {}: {e}", J::KIND)))
+    postcard::to_allocvec(value)
+        .map_err(|e| Error::InvalidArgument(format!("cannot encode {}: {e}", J::KIND)))
 }
 
 /// Decodes payload bytes strictly (all bytes consumed).
@@ -486,5 +507,6 @@ pub fn encode_payload<J: Join>(value: &J) -> Result<Vec<u8>> {
 /// # Errors
 /// [`Error::Decode`] with no rank.
 pub fn decode_payload<J: Join>(bytes: &[u8]) -> Result<J> {
-    envelope::decode_payload(J::KIND, bytes).map_err(|source: DecodeError| Error::Decode { rank: None, source })
+    envelope::decode_payload(J::KIND, bytes)
+        .map_err(|source: DecodeError| Error::Decode { rank: None, source })
 }

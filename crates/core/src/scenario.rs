@@ -236,7 +236,11 @@ impl Scenario {
     /// [`ScenarioError`] naming the field: bad JSON, wrong types, negative
     /// sizes or ints, stride/size length mismatch, step lists that do not
     /// match `world_size`, limits exceeded, unknown fields.
-    pub fn from_slice(bytes: &[u8], file: &str, limits: &ScenarioLimits) -> Result<Self, ScenarioError> {
+    pub fn from_slice(
+        bytes: &[u8],
+        file: &str,
+        limits: &ScenarioLimits,
+    ) -> Result<Self, ScenarioError> {
         let fail = |field: String, message: String| ScenarioError {
             file: file.to_owned(),
             field,
@@ -245,24 +249,38 @@ impl Scenario {
         if bytes.len() as u64 > limits.max_file_bytes {
             return Err(fail(
                 String::new(),
-                format!("{} bytes, over the limit of {} bytes", bytes.len(), limits.max_file_bytes),
+                format!(
+                    "{} bytes, over the limit of {} bytes",
+                    bytes.len(),
+                    limits.max_file_bytes
+                ),
             ));
         }
         let de = &mut serde_json::Deserializer::from_slice(bytes);
         let raw: RawScenario = serde_path_to_error::deserialize(de).map_err(|e| {
             let path = e.path().to_string();
-            fail(if path == "." { String::new() } else { path }, e.inner().to_string())
+            fail(
+                if path == "." { String::new() } else { path },
+                e.inner().to_string(),
+            )
         })?;
         if raw.world_size == 0 || raw.world_size > limits.max_world_size {
             return Err(fail(
                 "world_size".into(),
-                format!("{} is outside 1..={}", raw.world_size, limits.max_world_size),
+                format!(
+                    "{} is outside 1..={}",
+                    raw.world_size, limits.max_world_size
+                ),
             ));
         }
         if raw.steps.len() > limits.max_steps {
             return Err(fail(
                 "steps".into(),
-                format!("{} steps, over the limit of {}", raw.steps.len(), limits.max_steps),
+                format!(
+                    "{} steps, over the limit of {}",
+                    raw.steps.len(),
+                    limits.max_steps
+                ),
             ));
         }
         let mut options = CacheOptions::default();
@@ -286,7 +304,11 @@ impl Scenario {
             if step.len() != raw.world_size as usize {
                 return Err(fail(
                     format!("steps[{s}]"),
-                    format!("{} rank entries, world_size is {}", step.len(), raw.world_size),
+                    format!(
+                        "{} rank entries, world_size is {}",
+                        step.len(),
+                        raw.world_size
+                    ),
                 ));
             }
             for (r, inputs) in step.iter().enumerate() {
@@ -305,7 +327,11 @@ impl Scenario {
                             if size.len() > limits.max_ndim {
                                 return Err(fail(
                                     format!("{field}.size"),
-                                    format!("{} dimensions, over the limit of {}", size.len(), limits.max_ndim),
+                                    format!(
+                                        "{} dimensions, over the limit of {}",
+                                        size.len(),
+                                        limits.max_ndim
+                                    ),
                                 ));
                             }
                             if let Some(st) = stride {
@@ -325,11 +351,17 @@ impl Scenario {
                                 ));
                             }
                             if input.stride.is_some() {
-                                return Err(fail(format!("{field}.stride"), "an int has no stride".into()));
+                                return Err(fail(
+                                    format!("{field}.stride"),
+                                    "an int has no stride".into(),
+                                ));
                             }
                         }
                         (Some(_), _, Some(_)) => {
-                            return Err(fail(field, "give either `size` (a tensor) or `int`, not both".into()))
+                            return Err(fail(
+                                field,
+                                "give either `size` (a tensor) or `int`, not both".into(),
+                            ))
                         }
                         (None, _, None) => {
                             return Err(fail(
@@ -347,11 +379,18 @@ impl Scenario {
             .map(|step| {
                 step.into_iter()
                     .map(|inputs| {
-                        let mut full: Inputs = sources.iter().map(|s| (s.clone(), Observation::None)).collect();
+                        let mut full: Inputs = sources
+                            .iter()
+                            .map(|s| (s.clone(), Observation::None))
+                            .collect();
                         for (source, input) in inputs {
                             let obs = match input {
                                 None => Observation::None,
-                                Some(RawInput { size: Some(sizes), stride, .. }) => Observation::Tensor {
+                                Some(RawInput {
+                                    size: Some(sizes),
+                                    stride,
+                                    ..
+                                }) => Observation::Tensor {
                                     sizes,
                                     strides: stride,
                                 },
@@ -488,9 +527,15 @@ impl RankReport {
 /// Runs one rank of `scenario` in `mode` over `channel` (any transport), and
 /// shuts the channel down at the end so that peers still waiting fail at
 /// once. Never panics on scenario content.
-pub fn run_rank(scenario: &Scenario, mode: Mode, rank: u32, mut channel: Option<Channel>) -> RankReport {
+pub fn run_rank(
+    scenario: &Scenario,
+    mode: Mode,
+    rank: u32,
+    mut channel: Option<Channel>,
+) -> RankReport {
     let options = scenario.options_for(mode);
-    let mut cache: CompileCache<()> = CompileCache::new(format!("scenario:{}", scenario.name), options);
+    let mut cache: CompileCache<()> =
+        CompileCache::new(format!("scenario:{}", scenario.name), options);
     let mut report = RankReport {
         rank,
         compile_steps: Vec::new(),
@@ -501,7 +546,9 @@ pub fn run_rank(scenario: &Scenario, mode: Mode, rank: u32, mut channel: Option<
         error: None,
     };
     for (s, step) in scenario.steps.iter().enumerate() {
-        let Some(inputs) = step.get(rank as usize) else { break };
+        let Some(inputs) = step.get(rank as usize) else {
+            break;
+        };
         match cache.call(inputs, channel.as_mut(), |_| ()) {
             Ok(Outcome::Compiled(_)) => report.compile_steps.push(s as u64),
             Ok(Outcome::Hit(_)) => {}
@@ -561,13 +608,16 @@ impl RunReport {
 /// [`Error::InvalidArgument`] if threads cannot be started.
 pub fn run_in_process(scenario: &Scenario, mode: Mode, timeout: Duration) -> Result<RunReport> {
     let (collectives, votes) = mode.flags();
-    let transports = InProcessGroup::new(scenario.world_size)?;
+    let transports = InProcessGroup::create(scenario.world_size)?;
     let scenario = Arc::new(scenario.clone());
     let mut handles = Vec::with_capacity(transports.len());
     for t in transports {
         let rank = crate::Transport::rank(&t);
         let channel = if collectives || votes {
-            Some(Channel::with_options(Arc::new(t), ChannelOptions::default().with_timeout(timeout))?)
+            Some(Channel::with_options(
+                Arc::new(t),
+                ChannelOptions::default().with_timeout(timeout),
+            )?)
         } else {
             None
         };
@@ -576,7 +626,9 @@ pub fn run_in_process(scenario: &Scenario, mode: Mode, timeout: Duration) -> Res
             .name(format!("rank-{rank}"))
             .stack_size(512 << 10)
             .spawn(move || run_rank(&sc, mode, rank, channel))
-            .map_err(|e| Error::InvalidArgument(format!("cannot start the thread of rank {rank}: {e}")))?;
+            .map_err(|e| {
+                Error::InvalidArgument(format!("cannot start the thread of rank {rank}: {e}"))
+            })?;
         handles.push((rank, h));
     }
     let mut ranks = Vec::with_capacity(handles.len());
@@ -635,7 +687,11 @@ fn diff_values(path: &str, want: &Value, got: &Value, out: &mut Vec<String>) {
         (Value::Object(a), Value::Object(b)) => {
             let keys: BTreeSet<&String> = a.keys().chain(b.keys()).collect();
             for k in keys {
-                let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+                let p = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
                 match (a.get(k), b.get(k)) {
                     (Some(x), Some(y)) => diff_values(&p, x, y, out),
                     (Some(x), None) => out.push(format!("{p}: expected {x}, missing")),
@@ -644,7 +700,9 @@ fn diff_values(path: &str, want: &Value, got: &Value, out: &mut Vec<String>) {
                 }
             }
         }
-        (Value::Array(a), Value::Array(b)) if a.len() == b.len() && a.iter().all(Value::is_object) => {
+        (Value::Array(a), Value::Array(b))
+            if a.len() == b.len() && a.iter().all(Value::is_object) =>
+        {
             for (i, (x, y)) in a.iter().zip(b).enumerate() {
                 diff_values(&format!("{path}[{i}]"), x, y, out);
             }

@@ -135,7 +135,9 @@ impl FrameState {
     }
 
     /// The state of one call's inputs, everything static (the preflight pass).
-    pub fn from_inputs<'a>(inputs: impl IntoIterator<Item = (&'a String, &'a Observation)>) -> Self {
+    pub fn from_inputs<'a>(
+        inputs: impl IntoIterator<Item = (&'a String, &'a Observation)>,
+    ) -> Self {
         let mut s = FrameState::new();
         for (source, obs) in inputs {
             s.record(source, obs);

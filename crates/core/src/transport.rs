@@ -89,7 +89,8 @@ pub trait Transport: Send + Sync + Debug {
     /// when a rank left; [`Error::InvalidArgument`](crate::Error::InvalidArgument)
     /// when `data` or a peer's buffer is longer than `max_bytes`;
     /// [`Error::Backend`](crate::Error::Backend) for engine failures.
-    fn all_gather(&self, data: &[u8], max_bytes: usize, deadline: Deadline) -> Result<Vec<Vec<u8>>>;
+    fn all_gather(&self, data: &[u8], max_bytes: usize, deadline: Deadline)
+        -> Result<Vec<Vec<u8>>>;
 
     /// Gathers `data.len()` bytes from every rank, where every rank passes
     /// the same length. Returns the concatenation, rank 0 first
@@ -129,7 +130,13 @@ pub trait Transport: Send + Sync + Debug {
     /// As [`all_gather`](Transport::all_gather);
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) if `root`
     /// is not a rank.
-    fn broadcast(&self, data: &[u8], root: u32, max_bytes: usize, deadline: Deadline) -> Result<Vec<u8>>;
+    fn broadcast(
+        &self,
+        data: &[u8],
+        root: u32,
+        max_bytes: usize,
+        deadline: Deadline,
+    ) -> Result<Vec<u8>>;
 
     /// Waits until every rank has entered the barrier.
     ///

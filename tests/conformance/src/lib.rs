@@ -1,1 +1,701 @@
-//! conformance placeholder
+//! Behaviours every compiler-collectives transport must show, written once.
+//!
+//! A behaviour is a function that **every rank** runs with its own
+//! [`Ctx`]; it returns `Err(text)` when that rank saw something wrong. A
+//! backend runs each behaviour on all ranks of a fresh group — threads for
+//! the in-process engine, real processes for Gloo — and requires every rank
+//! to return `Ok`. Backend differences are plain arguments of [`Ctx`].
+//!
+//! [`in_process_tests!`] stamps out one `#[test]` per behaviour and world
+//! size for the in-process engine; multi-process backends look a behaviour
+//! up by name with [`find`] inside their rank processes.
+//!
+//! Behaviours whose assertions are about time ([`Behaviour::timed`]) must be
+//! run one at a time (the in-process runner holds [`TIMING_LOCK`]).
+
+use compiler_collectives_core::shapes::{FrameState, Observation};
+use compiler_collectives_core::RankGroup;
+use compiler_collectives_core::{
+    envelope, join::AnyVote, Channel, ChannelOptions, Deadline, Error, InProcessGroup, PeerLoss,
+    Transport,
+};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// What a rank gets to run a behaviour.
+#[derive(Debug, Clone)]
+pub struct Ctx {
+    /// This rank's transport (a fresh group per behaviour).
+    pub transport: Arc<dyn Transport>,
+    /// The deadline a behaviour should give operations that must succeed.
+    pub timeout: Duration,
+    /// The short deadline used by behaviours that wait for a timeout.
+    pub short_timeout: Duration,
+    /// The slack allowed past a deadline before an error must have come
+    /// (DESIGN: within the deadline plus a small margin; 1 s).
+    pub margin: Duration,
+}
+
+impl Ctx {
+    /// This rank.
+    pub fn rank(&self) -> u32 {
+        self.transport.rank()
+    }
+
+    /// The number of ranks.
+    pub fn world(&self) -> u32 {
+        self.transport.world_size()
+    }
+
+    /// A channel over this rank's transport with `timeout`.
+    pub fn channel(&self, timeout: Duration) -> Result<Channel, String> {
+        Channel::with_options(
+            Arc::clone(&self.transport),
+            ChannelOptions::default().with_timeout(timeout),
+        )
+        .map_err(|e| e.to_string())
+    }
+
+    fn deadline(&self) -> Deadline {
+        Deadline::after(self.timeout)
+    }
+}
+
+/// A behaviour: a name, the smallest world it needs, whether it asserts on
+/// time, and the per-rank body.
+#[derive(Debug, Clone, Copy)]
+pub struct Behaviour {
+    /// Unique name (used by multi-process runners to pick it).
+    pub name: &'static str,
+    /// Smallest world size it makes sense for.
+    pub min_world: u32,
+    /// Whether it asserts on elapsed time (run one at a time).
+    pub timed: bool,
+    /// The body every rank runs.
+    pub run: fn(&Ctx) -> Result<(), String>,
+}
+
+/// Every behaviour.
+pub const BEHAVIOURS: &[Behaviour] = &[
+    Behaviour {
+        name: "all_gather_varlen",
+        min_world: 1,
+        timed: false,
+        run: all_gather_varlen,
+    },
+    Behaviour {
+        name: "all_gather_empty",
+        min_world: 1,
+        timed: false,
+        run: all_gather_empty,
+    },
+    Behaviour {
+        name: "all_gather_fixed",
+        min_world: 1,
+        timed: false,
+        run: all_gather_fixed,
+    },
+    Behaviour {
+        name: "broadcast_every_root",
+        min_world: 1,
+        timed: false,
+        run: broadcast_every_root,
+    },
+    Behaviour {
+        name: "barrier_repeated",
+        min_world: 1,
+        timed: false,
+        run: barrier_repeated,
+    },
+    Behaviour {
+        name: "send_recv_ring",
+        min_world: 2,
+        timed: false,
+        run: send_recv_ring,
+    },
+    Behaviour {
+        name: "oversized_message_named",
+        min_world: 2,
+        timed: false,
+        run: oversized_message_named,
+    },
+    Behaviour {
+        name: "exchange_identical_fast_path",
+        min_world: 1,
+        timed: false,
+        run: exchange_identical_fast_path,
+    },
+    Behaviour {
+        name: "exchange_merges_differences",
+        min_world: 2,
+        timed: false,
+        run: exchange_merges_differences,
+    },
+    Behaviour {
+        name: "exchange_sequence_advances",
+        min_world: 1,
+        timed: false,
+        run: exchange_sequence_advances,
+    },
+    Behaviour {
+        name: "desync_compile_keys",
+        min_world: 2,
+        timed: false,
+        run: desync_compile_keys,
+    },
+    Behaviour {
+        name: "desync_sequence_numbers",
+        min_world: 2,
+        timed: false,
+        run: desync_sequence_numbers,
+    },
+    Behaviour {
+        name: "desync_decision_kinds",
+        min_world: 2,
+        timed: false,
+        run: desync_decision_kinds,
+    },
+    Behaviour {
+        name: "config_disagreement",
+        min_world: 2,
+        timed: false,
+        run: config_disagreement,
+    },
+    Behaviour {
+        name: "version_mismatch_named",
+        min_world: 2,
+        timed: false,
+        run: version_mismatch_named,
+    },
+    Behaviour {
+        name: "corrupt_payload_named",
+        min_world: 2,
+        timed: false,
+        run: corrupt_payload_named,
+    },
+    Behaviour {
+        name: "unusable_after_error",
+        min_world: 2,
+        timed: false,
+        run: unusable_after_error,
+    },
+    Behaviour {
+        name: "missing_rank_times_out",
+        min_world: 2,
+        timed: true,
+        run: missing_rank_times_out,
+    },
+    Behaviour {
+        name: "shutdown_fails_peers_fast",
+        min_world: 2,
+        timed: true,
+        run: shutdown_fails_peers_fast,
+    },
+];
+
+/// The behaviour called `name`.
+pub fn find(name: &str) -> Option<&'static Behaviour> {
+    BEHAVIOURS.iter().find(|b| b.name == name)
+}
+
+/// Held while a timed behaviour runs, so timing assertions are not disturbed
+/// by other tests on a 2-core machine.
+pub static TIMING_LOCK: Mutex<()> = Mutex::new(());
+
+/// Runs `behaviour` on `world` in-process ranks (threads) and returns every
+/// rank's result, index = rank.
+pub fn run_in_process(behaviour: &Behaviour, world: u32) -> Vec<Result<(), String>> {
+    let _guard = behaviour
+        .timed
+        .then(|| TIMING_LOCK.lock().unwrap_or_else(|e| e.into_inner()));
+    let transports = match InProcessGroup::create(world) {
+        Ok(t) => t,
+        Err(e) => return vec![Err(e.to_string())],
+    };
+    let handles: Vec<_> = transports
+        .into_iter()
+        .map(|t| {
+            let ctx = Ctx {
+                transport: Arc::new(t),
+                timeout: Duration::from_secs(20),
+                short_timeout: Duration::from_millis(1500),
+                margin: Duration::from_secs(1),
+            };
+            let run = behaviour.run;
+            std::thread::spawn(move || run(&ctx))
+        })
+        .collect();
+    handles
+        .into_iter()
+        .map(|h| h.join().unwrap_or_else(|_| Err("rank panicked".into())))
+        .collect()
+}
+
+/// Asserts that every rank returned `Ok`, listing each failing rank.
+///
+/// # Panics
+/// When a rank failed (this is a test helper).
+pub fn assert_all_ok(name: &str, world: u32, results: &[Result<(), String>]) {
+    let failures: Vec<String> = results
+        .iter()
+        .enumerate()
+        .filter_map(|(r, res)| res.as_ref().err().map(|e| format!("rank {r}: {e}")))
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{name} at world size {world}:\n{}",
+        failures.join("\n")
+    );
+}
+
+/// Stamps out `#[test]`s for every behaviour at world sizes 1 to 4 over the
+/// in-process engine.
+#[macro_export]
+macro_rules! in_process_tests {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                fn check(world: u32) {
+                    let b = $crate::find(stringify!($name)).expect("behaviour exists");
+                    if world < b.min_world {
+                        return;
+                    }
+                    let results = $crate::run_in_process(b, world);
+                    $crate::assert_all_ok(b.name, world, &results);
+                }
+                #[test] fn world_1() { check(1) }
+                #[test] fn world_2() { check(2) }
+                #[test] fn world_3() { check(3) }
+                #[test] fn world_4() { check(4) }
+            }
+        )*
+    };
+}
+
+fn ensure(cond: bool, what: impl FnOnce() -> String) -> Result<(), String> {
+    if cond {
+        Ok(())
+    } else {
+        Err(what())
+    }
+}
+
+fn payload_of(rank: u32) -> Vec<u8> {
+    // Rank 0 sends nothing; rank r sends 7r bytes of value r.
+    vec![u8::try_from(rank % 251).unwrap_or(0); (rank as usize) * 7]
+}
+
+fn all_gather_varlen(ctx: &Ctx) -> Result<(), String> {
+    let got = ctx
+        .transport
+        .all_gather(&payload_of(ctx.rank()), 1 << 20, ctx.deadline())
+        .map_err(|e| e.to_string())?;
+    ensure(got.len() == ctx.world() as usize, || {
+        format!("{} buffers for world {}", got.len(), ctx.world())
+    })?;
+    for (r, buf) in (0u32..).zip(&got) {
+        ensure(*buf == payload_of(r), || {
+            format!("buffer of rank {r}: {buf:?}")
+        })?;
+    }
+    Ok(())
+}
+
+fn all_gather_empty(ctx: &Ctx) -> Result<(), String> {
+    let got = ctx
+        .transport
+        .all_gather(&[], 16, ctx.deadline())
+        .map_err(|e| e.to_string())?;
+    ensure(
+        got.len() == ctx.world() as usize && got.iter().all(Vec::is_empty),
+        || format!("{got:?}"),
+    )
+}
+
+fn all_gather_fixed(ctx: &Ctx) -> Result<(), String> {
+    let mine = u64::from(ctx.rank())
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .to_le_bytes();
+    let got = ctx
+        .transport
+        .all_gather_fixed(&mine, ctx.deadline())
+        .map_err(|e| e.to_string())?;
+    ensure(got.len() == 8 * ctx.world() as usize, || {
+        format!("{} bytes", got.len())
+    })?;
+    for (r, chunk) in (0u32..).zip(got.chunks(8)) {
+        let want = u64::from(r)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .to_le_bytes();
+        ensure(chunk == want, || format!("chunk of rank {r}: {chunk:?}"))?;
+    }
+    Ok(())
+}
+
+fn broadcast_every_root(ctx: &Ctx) -> Result<(), String> {
+    for root in 0..ctx.world() {
+        let data = format!("from root {root}").into_bytes();
+        let got = ctx
+            .transport
+            .broadcast(&data, root, 1 << 10, ctx.deadline())
+            .map_err(|e| e.to_string())?;
+        ensure(got == data, || {
+            format!("root {root}: got {:?}", String::from_utf8_lossy(&got))
+        })?;
+    }
+    Ok(())
+}
+
+fn barrier_repeated(ctx: &Ctx) -> Result<(), String> {
+    for _ in 0..5 {
+        ctx.transport
+            .barrier(ctx.deadline())
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+fn send_recv_ring(ctx: &Ctx) -> Result<(), String> {
+    let (me, n) = (ctx.rank(), ctx.world());
+    let next = (me + 1) % n;
+    let prev = (me + n - 1) % n;
+    for i in 0u32..3 {
+        let msg = format!("{me}->{next}#{i}");
+        ctx.transport
+            .send(next, 7, msg.as_bytes(), ctx.deadline())
+            .map_err(|e| e.to_string())?;
+    }
+    for i in 0u32..3 {
+        let got = ctx
+            .transport
+            .recv(prev, 7, 1 << 10, ctx.deadline())
+            .map_err(|e| e.to_string())?;
+        let want = format!("{prev}->{me}#{i}");
+        ensure(got == want.as_bytes(), || {
+            format!("got {:?}, want {want}", String::from_utf8_lossy(&got))
+        })?;
+    }
+    // A message on another tag does not satisfy a receive on tag 7.
+    ctx.transport
+        .barrier(ctx.deadline())
+        .map_err(|e| e.to_string())?;
+    let invalid = ctx.transport.send(me, 7, b"self", ctx.deadline());
+    ensure(matches!(invalid, Err(Error::InvalidArgument(_))), || {
+        format!("sending to oneself: {invalid:?}")
+    })
+}
+
+fn oversized_message_named(ctx: &Ctx) -> Result<(), String> {
+    // The last rank sends 64 bytes where the limit is 32.
+    let big = ctx.rank() == ctx.world() - 1;
+    let data = if big { vec![1u8; 64] } else { vec![0u8; 8] };
+    let limit = if big { 64 } else { 32 };
+    let res = ctx.transport.all_gather(&data, limit, ctx.deadline());
+    if big {
+        // The sender's own limit allows it; it sees everything.
+        return res.map(|_| ()).map_err(|e| e.to_string());
+    }
+    match res {
+        Err(Error::Decode { rank: Some(r), .. }) if r == ctx.world() - 1 => Ok(()),
+        other => Err(format!(
+            "expected a decode error naming rank {}, got {other:?}",
+            ctx.world() - 1
+        )),
+    }
+}
+
+fn state(batch: u64) -> FrameState {
+    let mut s = FrameState::new();
+    s.record("x", &Observation::tensor([batch, 10]));
+    s.record("n", &Observation::Int(3));
+    s
+}
+
+fn exchange_identical_fast_path(ctx: &Ctx) -> Result<(), String> {
+    let mut ch = ctx.channel(ctx.timeout)?;
+    let local = state(16);
+    let g = ch
+        .exchange("step", "cfg", &local)
+        .map_err(|e| e.to_string())?;
+    ensure(g.fast_path(), || {
+        "identical states did not take the fast path".into()
+    })?;
+    ensure(*g.merged() == local, || format!("merged {:?}", g.merged()))?;
+    ensure(g.seq() == 0, || format!("seq {}", g.seq()))
+}
+
+fn exchange_merges_differences(ctx: &Ctx) -> Result<(), String> {
+    let mut ch = ctx.channel(ctx.timeout)?;
+    let local = state(5 + u64::from(ctx.rank()));
+    let g = ch
+        .exchange("step", "cfg", &local)
+        .map_err(|e| e.to_string())?;
+    ensure(!g.fast_path(), || {
+        "different states took the fast path".into()
+    })?;
+    let merged = g.merged();
+    ensure(merged.get("x").size.to_string() == "(Dyn,10)", || {
+        format!("x = {}", merged.get("x"))
+    })?;
+    ensure(merged.get("n").scalar.to_string() == "3", || {
+        format!("n = {}", merged.get("n"))
+    })?;
+    let per_rank = g.per_rank().ok_or("no per-rank values")?;
+    for (r, v) in (0u32..).zip(per_rank) {
+        ensure(*v == state(5 + u64::from(r)), || {
+            format!("value of rank {r}: {v:?}")
+        })?;
+    }
+    Ok(())
+}
+
+fn exchange_sequence_advances(ctx: &Ctx) -> Result<(), String> {
+    let mut ch = ctx.channel(ctx.timeout)?;
+    for i in 0..4u64 {
+        let vote = AnyVote(ctx.rank() == 0 && i == 2);
+        let g = ch.exchange("vote", "", &vote).map_err(|e| e.to_string())?;
+        ensure(g.seq() == i, || format!("seq {} at exchange {i}", g.seq()))?;
+        ensure(g.merged().0 == (i == 2), || {
+            format!("vote {i}: {:?}", g.merged())
+        })?;
+        ensure(ch.last_completed() == Some(i), || {
+            format!("last completed {:?}", ch.last_completed())
+        })?;
+    }
+    Ok(())
+}
+
+fn expect_groups(err: &Error, want: &[(&[u32], &str)]) -> Result<(), String> {
+    let groups: &[RankGroup] = match err {
+        Error::Desync { groups }
+        | Error::VersionMismatch { groups }
+        | Error::Disagreement { groups, .. } => groups,
+        other => return Err(format!("expected grouped error, got {other}")),
+    };
+    ensure(groups.len() == want.len(), || {
+        format!("groups {groups:?}, want {want:?}")
+    })?;
+    for (g, (ranks, what)) in groups.iter().zip(want) {
+        ensure(g.ranks == *ranks && g.what.contains(what), || {
+            format!("group {g:?}, want ranks {ranks:?} with '{what}' in {err}")
+        })?;
+    }
+    Ok(())
+}
+
+/// Ranks below `split` in one group, the rest in the other.
+fn split_groups(world: u32) -> (Vec<u32>, Vec<u32>) {
+    let split = world.div_ceil(2);
+    ((0..split).collect(), (split..world).collect())
+}
+
+fn desync_compile_keys(ctx: &Ctx) -> Result<(), String> {
+    let (a, b) = split_groups(ctx.world());
+    let key = if a.contains(&ctx.rank()) {
+        "train_step@model.rs:88"
+    } else {
+        "eval_step@model.rs:120"
+    };
+    let mut ch = ctx.channel(ctx.timeout)?;
+    let err = match ch.exchange(key, "", &state(8)) {
+        Ok(_) => return Err("exchange under different compile keys succeeded".into()),
+        Err(e) => e,
+    };
+    ensure(matches!(err, Error::Desync { .. }), || {
+        format!("expected desync, got {err}")
+    })?;
+    expect_groups(
+        &err,
+        &[
+            (&a, "#0 'train_step@model.rs:88'"),
+            (&b, "#0 'eval_step@model.rs:120'"),
+        ],
+    )?;
+    let text = err.to_string();
+    ensure(text.contains("unusable"), || {
+        format!("message does not say the channel is unusable: {text}")
+    })
+}
+
+fn desync_sequence_numbers(ctx: &Ctx) -> Result<(), String> {
+    // Rank 0 exchanges twice on one channel; the others use a second channel
+    // over the same communicator for their second exchange (a misuse that
+    // puts the ranks at different sequence numbers).
+    let mut ch = ctx.channel(ctx.timeout)?;
+    ch.exchange("f", "", &AnyVote(false))
+        .map_err(|e| e.to_string())?;
+    let res = if ctx.rank() == 0 {
+        ch.exchange("f", "", &AnyVote(false))
+    } else {
+        let mut fresh = ctx.channel(ctx.timeout)?;
+        fresh.exchange("f", "", &AnyVote(false))
+    };
+    let err = res
+        .err()
+        .ok_or("exchange at different sequence numbers succeeded")?;
+    let others: Vec<u32> = (1..ctx.world()).collect();
+    expect_groups(&err, &[(&[0], "#1 'f'"), (&others, "#0 'f'")])
+}
+
+fn desync_decision_kinds(ctx: &Ctx) -> Result<(), String> {
+    let mut ch = ctx.channel(ctx.timeout)?;
+    let res = if ctx.rank() == 0 {
+        ch.exchange("f", "", &AnyVote(true)).map(|_| ())
+    } else {
+        ch.exchange("f", "", &state(4)).map(|_| ())
+    };
+    let err = res.err().ok_or("exchange of different kinds succeeded")?;
+    let others: Vec<u32> = (1..ctx.world()).collect();
+    expect_groups(&err, &[(&[0], "vote.any"), (&others, "shape.frame_state")])
+}
+
+fn config_disagreement(ctx: &Ctx) -> Result<(), String> {
+    let cfg = if ctx.rank() == 0 {
+        "overrides={x=force_static}"
+    } else {
+        "overrides={}"
+    };
+    let mut ch = ctx.channel(ctx.timeout)?;
+    let err = ch
+        .exchange("f", cfg, &state(4))
+        .err()
+        .ok_or("differing configuration accepted")?;
+    let others: Vec<u32> = (1..ctx.world()).collect();
+    expect_groups(&err, &[(&[0], "force_static"), (&others, "overrides={}")])
+}
+
+/// The last rank plays a peer of another wire version: it sends a digest
+/// message of version 99 by hand.
+fn version_mismatch_named(ctx: &Ctx) -> Result<(), String> {
+    let odd = ctx.world() - 1;
+    if ctx.rank() == odd {
+        let msg = envelope::encode_digest_msg(99, 0, &[0u8; 16]);
+        ctx.transport
+            .all_gather_fixed(&msg, ctx.deadline())
+            .map_err(|e| e.to_string())?;
+        return Ok(());
+    }
+    let mut ch = ctx.channel(ctx.timeout)?;
+    let err = ch
+        .exchange("f", "", &state(4))
+        .err()
+        .ok_or("a v99 peer was accepted")?;
+    let others: Vec<u32> = (0..odd).collect();
+    expect_groups(&err, &[(&others, "v1"), (&[odd], "v99")])?;
+    ensure(matches!(err, Error::VersionMismatch { .. }), || {
+        format!("{err}")
+    })
+}
+
+/// The last rank sends a valid header with a garbage payload.
+fn corrupt_payload_named(ctx: &Ctx) -> Result<(), String> {
+    let odd = ctx.world() - 1;
+    if ctx.rank() == odd {
+        let env = envelope::Envelope {
+            version: envelope::WIRE_VERSION,
+            seq: 0,
+            kind: "shape.frame_state".into(),
+            key: "f".into(),
+            config: String::new(),
+            payload: vec![0xff; 9],
+        };
+        let bytes = env
+            .encode(&envelope::Limits::default())
+            .map_err(|e| e.to_string())?;
+        let digest =
+            envelope::encode_digest_msg(envelope::WIRE_VERSION, 0, &envelope::digest(&bytes));
+        ctx.transport
+            .all_gather_fixed(&digest, ctx.deadline())
+            .map_err(|e| e.to_string())?;
+        ctx.transport
+            .all_gather(&bytes, 1 << 20, ctx.deadline())
+            .map_err(|e| e.to_string())?;
+        return Ok(());
+    }
+    let mut ch = ctx.channel(ctx.timeout)?;
+    match ch.exchange("f", "", &state(4)) {
+        Err(Error::Decode { rank: Some(r), .. }) if r == odd => Ok(()),
+        other => Err(format!(
+            "expected a decode error naming rank {odd}, got {other:?}"
+        )),
+    }
+}
+
+fn unusable_after_error(ctx: &Ctx) -> Result<(), String> {
+    let key = if ctx.rank() == 0 { "a" } else { "b" };
+    let mut ch = ctx.channel(ctx.timeout)?;
+    let first = ch.exchange(key, "", &AnyVote(false));
+    ensure(matches!(first, Err(Error::Desync { .. })), || {
+        format!("{first:?}")
+    })?;
+    let second = ch.exchange("a", "", &AnyVote(false));
+    ensure(matches!(second, Err(Error::ChannelUnusable { .. })), || {
+        format!("{second:?}")
+    })
+}
+
+/// The last rank never arrives at exchange #1 (it stays alive, silent, past
+/// the deadline): the others get a timeout naming it, within deadline + margin.
+fn missing_rank_times_out(ctx: &Ctx) -> Result<(), String> {
+    let odd = ctx.world() - 1;
+    let mut ch = ctx.channel(ctx.short_timeout)?;
+    ch.exchange("f", "", &AnyVote(false))
+        .map_err(|e| e.to_string())?;
+    if ctx.rank() == odd {
+        std::thread::sleep(ctx.short_timeout + ctx.margin + Duration::from_millis(500));
+        ch.abort();
+        return Ok(());
+    }
+    let start = Instant::now();
+    let res = ch.exchange("f", "", &AnyVote(false));
+    let took = start.elapsed();
+    match res {
+        Err(Error::Timeout {
+            missing_ranks,
+            during: Some(info),
+            ..
+        }) => {
+            ensure(missing_ranks == vec![odd], || {
+                format!("missing {missing_ranks:?}, want [{odd}]")
+            })?;
+            ensure(info.seq == 1 && info.last_completed == Some(0), || {
+                format!("{info}")
+            })?;
+            ensure(
+                took >= ctx.short_timeout && took <= ctx.short_timeout + ctx.margin,
+                || format!("failed after {took:?}, deadline {:?}", ctx.short_timeout),
+            )
+        }
+        other => Err(format!(
+            "expected a timeout naming rank {odd}, got {other:?}"
+        )),
+    }
+}
+
+/// The last rank shuts its channel down instead of exchanging: the others
+/// fail at once (long before their 20 s deadline), naming it.
+fn shutdown_fails_peers_fast(ctx: &Ctx) -> Result<(), String> {
+    let odd = ctx.world() - 1;
+    let mut ch = ctx.channel(ctx.timeout)?;
+    if ctx.rank() == odd {
+        ch.shutdown().map_err(|e| e.to_string())?;
+        return Ok(());
+    }
+    let start = Instant::now();
+    let res = ch.exchange("f", "", &AnyVote(false));
+    let took = start.elapsed();
+    match res {
+        Err(Error::PeerLost { ranks, reason, .. }) => {
+            ensure(ranks == vec![odd], || {
+                format!("lost {ranks:?}, want [{odd}]")
+            })?;
+            ensure(reason == PeerLoss::Shutdown, || {
+                format!("reason {reason:?}")
+            })?;
+            ensure(took < ctx.margin * 2, || format!("took {took:?}"))
+        }
+        other => Err(format!(
+            "expected a lost peer naming rank {odd}, got {other:?}"
+        )),
+    }
+}
