@@ -34,18 +34,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     out.push_str("];\n");
     let schema = dir.join("scenario.schema.json");
-    if schema.exists() {
-        println!("cargo:rerun-if-changed={}", schema.display());
-        writeln!(
-            out,
-            "/// The JSON Schema of scenario files.\npub(crate) const SCHEMA: &str = include_str!({:?});",
-            schema.canonicalize()?.display().to_string()
-        )?;
-    } else {
-        out.push_str(
-            "/// The JSON Schema of scenario files.\npub(crate) const SCHEMA: &str = \"{}\";\n",
-        );
-    }
+    println!("cargo:rerun-if-changed={}", schema.display());
+    writeln!(
+        out,
+        "/// The JSON Schema of scenario files.\npub(crate) const SCHEMA: &str = include_str!({:?});",
+        schema
+            .canonicalize()
+            .map_err(|e| format!("{}: {e}", schema.display()))?
+            .display()
+            .to_string()
+    )?;
     std::fs::write(
         PathBuf::from(std::env::var("OUT_DIR")?).join("embedded.rs"),
         out,

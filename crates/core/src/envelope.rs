@@ -16,7 +16,7 @@
 //!
 //! digest (message type 2), 32 bytes:
 //!   0  magic 4, version u16, msg type u16 = 2, seq u64,
-//!  16  first 16 bytes of BLAKE3 over the whole envelope
+//!  16  XXH3-128 of the whole envelope, little-endian
 //! ```
 //!
 //! Magic and version keep their place in every version, so two versions can
@@ -259,12 +259,13 @@ pub fn peek_header(bytes: &[u8]) -> Result<(u16, u16), DecodeError> {
     Ok((read_u16(bytes, 4), read_u16(bytes, 6)))
 }
 
-/// The 128-bit digest of an encoded envelope (BLAKE3, first 16 bytes).
+/// The 128-bit digest of an encoded envelope: XXH3-128, little-endian.
+///
+/// XXH3 is not cryptographic: it tells honest ranks' envelopes apart (a
+/// chance collision is about 2^-64 per pair); it does not defend against a
+/// peer that crafts a colliding envelope on purpose.
 pub fn digest(encoded_envelope: &[u8]) -> [u8; 16] {
-    let h = blake3::hash(encoded_envelope);
-    let mut out = [0u8; 16];
-    out.copy_from_slice(&h.as_bytes()[..16]);
-    out
+    xxhash_rust::xxh3::xxh3_128(encoded_envelope).to_le_bytes()
 }
 
 /// Builds the fixed-size digest message of the fast path.

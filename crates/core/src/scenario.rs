@@ -256,13 +256,22 @@ impl Scenario {
                 ),
             ));
         }
+        if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+            return Err(fail(
+                String::new(),
+                "a scenario file is one JSON object {\"name\": ..., \"world_size\": ..., \"steps\": [...]}".into(),
+            ));
+        }
         let de = &mut serde_json::Deserializer::from_slice(bytes);
         let raw: RawScenario = serde_path_to_error::deserialize(de).map_err(|e| {
             let path = e.path().to_string();
-            fail(
-                if path == "." { String::new() } else { path },
-                e.inner().to_string(),
-            )
+            // "." is the whole file, "?" a path serde could not track (truncated input).
+            let field = if path == "." || path == "?" {
+                String::new()
+            } else {
+                path
+            };
+            fail(field, e.inner().to_string())
         })?;
         if raw.world_size == 0 || raw.world_size > limits.max_world_size {
             return Err(fail(

@@ -1,0 +1,211 @@
+//! The scenario corpus (`tests/scenarios/*.json`, DESIGN §7) run over
+//! in-process ranks in every mode each file has an expectation for, and
+//! data-driven checks that malformed scenario files are rejected with the
+//! right field named.
+
+use compiler_collectives_core::scenario::{
+    check_expectation, run_in_process, Mode, Scenario, ScenarioLimits, RUNNER_TIMEOUT,
+};
+use std::path::{Path, PathBuf};
+
+/// Scenarios DESIGN §7 lists: eight PyTorch scenarios and three issue-derived cases.
+const MIN_SCENARIOS: usize = 11;
+
+fn scenario_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/scenarios");
+    dir.canonicalize().unwrap_or(dir)
+}
+
+/// Every scenario file of the corpus, sorted (the JSON Schema is not one).
+fn scenario_files() -> Vec<PathBuf> {
+    let dir = scenario_dir();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: cannot list: {e}", dir.display()))
+        .map(|e| e.expect("directory entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .filter(|p| !p.to_string_lossy().ends_with(".schema.json"))
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn every_scenario_matches_its_expectations() {
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for path in scenario_files() {
+        let scenario = match Scenario::from_file(&path, &ScenarioLimits::default()) {
+            Ok(s) => s,
+            Err(e) => {
+                failures.push(format!("MALFORMED {e}"));
+                continue;
+            }
+        };
+        for &mode in scenario.expect.keys() {
+            let report = match run_in_process(&scenario, mode, RUNNER_TIMEOUT) {
+                Ok(r) => r,
+                Err(e) => {
+                    failures.push(format!(
+                        "FAIL {} ({}) {mode}: {e}",
+                        scenario.name,
+                        path.display()
+                    ));
+                    continue;
+                }
+            };
+            let diffs =
+                check_expectation(&scenario, &report).expect("an expectation exists for this mode");
+            checked += 1;
+            if !diffs.is_empty() {
+                failures.push(format!(
+                    "FAIL {} ({}) {mode}\n       {}\n       got: {}",
+                    scenario.name,
+                    path.display(),
+                    diffs.join("\n       "),
+                    report.to_json()
+                ));
+            }
+        }
+    }
+    assert!(checked > 0, "no scenario expectation was checked");
+    assert!(
+        failures.is_empty(),
+        "{} of {checked} scenario expectations failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn corpus_is_complete() {
+    let files = scenario_files();
+    assert!(
+        files.len() >= MIN_SCENARIOS,
+        "{} holds {} scenario files, DESIGN §7 needs at least {MIN_SCENARIOS}",
+        scenario_dir().display(),
+        files.len()
+    );
+    for path in &files {
+        let scenario =
+            Scenario::from_file(path, &ScenarioLimits::default()).unwrap_or_else(|e| panic!("{e}"));
+        for mode in [Mode::Collectives, Mode::NoCollectives] {
+            assert!(
+                scenario.expect.contains_key(&mode),
+                "{}: no `expect.{mode}`",
+                path.display()
+            );
+        }
+        let file_name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        for (mode, expected) in &scenario.expect {
+            assert_eq!(
+                expected.get("name").and_then(|n| n.as_str()),
+                Some(scenario.name.as_str()),
+                "{file_name}: `expect.{mode}.name` differs from the scenario's name"
+            );
+        }
+    }
+}
+
+/// Parses `json` as a scenario and asserts that it is rejected naming `field`
+/// (the exact field path; empty for the whole file).
+#[track_caller]
+fn check(json: &str, field: &str) {
+    match Scenario::from_slice(json.as_bytes(), "<test>", &ScenarioLimits::default()) {
+        Ok(s) => panic!("accepted a malformed scenario: {json}\nparsed as {s:?}"),
+        Err(e) => {
+            assert_eq!(e.field, field, "wrong field for {json}\nerror: {e}");
+            assert_eq!(e.file, "<test>");
+            assert!(!e.message.is_empty(), "empty message for {json}");
+        }
+    }
+}
+
+/// Parses `json` and asserts that it is accepted.
+#[track_caller]
+fn check_ok(json: &str) -> Scenario {
+    Scenario::from_slice(json.as_bytes(), "<test>", &ScenarioLimits::default())
+        .unwrap_or_else(|e| panic!("rejected {json}: {e}"))
+}
+
+#[test]
+#[rustfmt::skip] // one case per line
+fn malformed_files_name_the_field() {
+    // Bad JSON; a file cut off inside the top-level object names no field.
+    check(r#"{"name": "t", "world_size": 1, "steps": [[{}]]"#, "");
+    check(r#"{"name": "t", "world_size": 1, "steps": [[{"x": {"size": [1,]}}]]}"#, "steps[0][0].x.size");
+    check("", "");
+    check("[]", "");
+    check(r#"["t", null, 1, {}, [[{}]], {}]"#, ""); // serde would take a struct as an array
+    // Missing and mistyped fields.
+    check(r#"{"world_size": 1, "steps": []}"#, "");
+    check(r#"{"name": "t", "steps": []}"#, "");
+    check(r#"{"name": 3, "world_size": 1, "steps": []}"#, "name");
+    check(r#"{"name": "t", "world_size": "2", "steps": []}"#, "world_size");
+    check(r#"{"name": "t", "world_size": 1.5, "steps": []}"#, "world_size");
+    check(r#"{"name": "t", "world_size": 1, "steps": {}}"#, "steps");
+    check(r#"{"name": "t", "world_size": 1, "steps": [{}]}"#, "steps[0]");
+    check(r#"{"name": "t", "world_size": 1, "steps": [[{"x": 3}]]}"#, "steps[0][0].x");
+    check(r#"{"name": "t", "world_size": 1, "steps": [[{"x": {"size": 3}}]]}"#, "steps[0][0].x.size");
+    check(r#"{"name": "t", "world_size": 1, "steps": [[{"x": {"size": ["4"]}}]]}"#, "steps[0][0].x.size[0]");
+    check(r#"{"name": "t", "world_size": 1, "steps": [[{"x": {"int": 2.5}}]]}"#, "steps[0][0].x.int");
+    check(r#"{"name": "t", "world_size": 1, "options": {"collectives": "yes"}, "steps": []}"#, "options.collectives");
+    check(r#"{"name": "t", "world_size": 1, "options": {"recompile_limit": -1}, "steps": []}"#, "options.recompile_limit");
+    check(r#"{"name": "t", "world_size": 1, "options": {"overrides": {"x": "dynamic"}}, "steps": []}"#, "options.overrides.x");
+    check(r#"{"name": "t", "world_size": 1, "steps": [], "expect": {"collectives": []}}"#, "expect.collectives");
+    check(r#"{"name": "t", "world_size": 1, "steps": [], "expect": {"sometimes": {}}}"#, "expect.sometimes");
+    // Negative sizes, strides and ints.
+    check(r#"{"name": "t", "world_size": 1, "steps": [[{"x": {"size": [-1]}}]]}"#, "steps[0][0].x.size[0]");
+    check(r#"{"name": "t", "world_size": 2, "steps": [[{}, {"x": {"size": [4, -3]}}]]}"#, "steps[0][1].x.size[1]");
+    check(r#"{"name": "t", "world_size": 1, "steps": [[{"x": {"size": [4], "stride": [-1]}}]]}"#, "steps[0][0].x.stride[0]");
+    check(r#"{"name": "t", "world_size": 1, "steps": [[{"x": {"int": -1}}]]}"#, "steps[0][0].x.int");
+    check(r#"{"name": "t", "world_size": 2, "steps": [[{}, {}], [{}, {"n": {"int": -7}}]]}"#, "steps[1][1].n.int");
+    // Stride and size of different lengths; tensor and int mixed up.
+    check(r#"{"name": "t", "world_size": 1, "steps": [[{"x": {"size": [4, 2], "stride": [1]}}]]}"#, "steps[0][0].x.stride");
+    check(r#"{"name": "t", "world_size": 1, "steps": [[{"x": {"size": [4], "stride": [2, 1]}}]]}"#, "steps[0][0].x.stride");
+    check(r#"{"name": "t", "world_size": 1, "steps": [[{"x": {"int": 3, "stride": [1]}}]]}"#, "steps[0][0].x.stride");
+    check(r#"{"name": "t", "world_size": 1, "steps": [[{"x": {"size": [3], "int": 3}}]]}"#, "steps[0][0].x");
+    check(r#"{"name": "t", "world_size": 1, "steps": [[{"x": {}}]]}"#, "steps[0][0].x");
+    check(r#"{"name": "t", "world_size": 1, "steps": [[{"x": {"stride": [1]}}]]}"#, "steps[0][0].x");
+    // Step lists that do not match world_size.
+    check(r#"{"name": "t", "world_size": 2, "steps": [[{}]]}"#, "steps[0]");
+    check(r#"{"name": "t", "world_size": 2, "steps": [[{}, {}], [{}, {}, {}]]}"#, "steps[1]");
+    check(r#"{"name": "t", "world_size": 1, "steps": [[]]}"#, "steps[0]");
+    // world_size and ndim limits.
+    check(r#"{"name": "t", "world_size": 0, "steps": []}"#, "world_size");
+    check(r#"{"name": "t", "world_size": -1, "steps": []}"#, "world_size");
+    check(r#"{"name": "t", "world_size": 65537, "steps": []}"#, "world_size");
+    check(r#"{"name": "t", "world_size": 4294967296, "steps": []}"#, "world_size");
+    let dims65 = vec!["2"; 65].join(",");
+    check(&format!(r#"{{"name": "t", "world_size": 1, "steps": [[{{"x": {{"size": [{dims65}]}}}}]]}}"#), "steps[0][0].x.size");
+    // Unknown fields, at every level that denies them.
+    check(r#"{"name": "t", "world_size": 1, "steps": [], "seed": 1}"#, "seed");
+    check(r#"{"name": "t", "world_size": 1, "options": {"colectives": true}, "steps": []}"#, "options.colectives");
+    check(r#"{"name": "t", "world_size": 1, "steps": [[{"x": {"size": [2], "dtype": "f32"}}]]}"#, "steps[0][0].x.dtype");
+    // Source names are identifiers.
+    check(r#"{"name": "t", "world_size": 1, "steps": [[{"1x": {"size": [2]}}]]}"#, "steps[0][0].1x");
+    check(r#"{"name": "t", "world_size": 1, "steps": [[{"L['x']": {"size": [2]}}]]}"#, "steps[0][0].L['x']");
+    check(r#"{"name": "t", "world_size": 2, "steps": [[{}, {"": {"int": 2}}]]}"#, "steps[0][1].");
+    check(r#"{"name": "t", "world_size": 1, "options": {"overrides": {"x-y": "force_static"}}, "steps": []}"#, "options.overrides.x-y");
+}
+
+#[test]
+fn well_formed_edge_cases_are_accepted() {
+    // Limits are inclusive; a 0-dim tensor, a None source and empty steps are fine.
+    check_ok(r#"{"name": "t", "world_size": 65536, "steps": []}"#);
+    let dims64 = vec!["2"; 64].join(",");
+    check_ok(&format!(
+        r#"{{"name": "t", "world_size": 1, "steps": [[{{"x": {{"size": [{dims64}]}}}}]]}}"#
+    ));
+    let s = check_ok(
+        r#"{"name": "t", "world_size": 2, "options": {"overrides": {"_y0": "force_dynamic"}},
+            "steps": [[{"x": {"size": []}, "_y0": {"int": 0}}, {"x": null}]]}"#,
+    );
+    assert_eq!(
+        s.sources.iter().map(String::as_str).collect::<Vec<_>>(),
+        ["_y0", "x"]
+    );
+    assert_eq!(s.default_mode(), Mode::Collectives);
+}
