@@ -301,8 +301,6 @@ impl<A> CompileCache<A> {
     where
         F: FnOnce(&CompiledFrame) -> A,
     {
-        let call_no = self.calls;
-        self.calls += 1;
         for (source, obs) in inputs {
             if let Observation::Tensor {
                 sizes,
@@ -325,6 +323,8 @@ impl<A> CompileCache<A> {
                     .into(),
             ));
         }
+        let call_no = self.calls;
+        self.calls += 1;
         let config = self.options.config_text();
         let mut hit = self.lookup(inputs);
         if self.options.guard_collectives {

@@ -26,7 +26,7 @@
 //! ## Example: two ranks agree that dimension 0 is dynamic
 //!
 //! ```
-//! use compiler_collectives_core::{Channel, InProcessGroup, shapes::{FrameState, Observation}};
+//! use compiler_collectives_core::{Channel, InProcessGroup, Transport, shapes::{FrameState, Observation}};
 //!
 //! let ranks = InProcessGroup::create(2)?;
 //! let handles: Vec<_> = ranks.into_iter().map(|t| std::thread::spawn(move || {
