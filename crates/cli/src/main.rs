@@ -5,9 +5,14 @@
 //! - `ccol scenario check [FILE|DIR]...` runs every mode each file has an
 //!   expectation for and compares (the embedded corpus when no path is given).
 //! - `ccol scenario schema` prints the JSON Schema of scenario files.
+//! - `ccol run --nproc-per-node N CMD ARGS...` starts N local ranks of a
+//!   command with torchrun's environment (see the `launch` module).
 //!
-//! Exit codes: 0 success; 1 an expectation did not hold; 2 a malformed file
-//! or bad arguments; 3 a rank failed (timeout, desync, lost peer).
+//! Exit codes of `ccol scenario`: 0 success; 1 an expectation did not hold;
+//! 2 a malformed file or bad arguments; 3 a rank failed (timeout, desync,
+//! lost peer). `ccol run` exits 0 when every rank succeeds, with the first
+//! failed rank's exit code (1 when it has none in 1..=255), 2 on bad arguments
+//! or a command that cannot be started, and 130 when interrupted.
 
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
@@ -18,6 +23,8 @@ use compiler_collectives::scenario::{
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
+
+mod launch;
 
 mod embedded {
     include!(concat!(env!("OUT_DIR"), "/embedded.rs"));
@@ -39,6 +46,9 @@ enum Command {
     /// Scenario files: one multi-rank job each (DESIGN §7).
     #[command(subcommand)]
     Scenario(ScenarioCmd),
+    /// Start N local ranks of a command, like `torchrun --standalone
+    /// --nproc-per-node N --no-python CMD ARGS...`.
+    Run(launch::LaunchArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -95,6 +105,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Scenario(ScenarioCmd::Run(args)) => run(&args),
         Command::Scenario(ScenarioCmd::Check(args)) => check(&args),
+        Command::Run(args) => launch::run(&args),
         Command::Scenario(ScenarioCmd::Schema) => {
             println!("{}", embedded::SCHEMA.trim_end());
             ExitCode::SUCCESS

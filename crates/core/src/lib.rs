@@ -45,6 +45,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cache;
+pub mod corpus;
 pub mod envelope;
 mod error;
 pub mod inprocess;
@@ -53,6 +54,7 @@ pub mod lattice;
 pub mod protocol;
 pub mod scenario;
 pub mod shapes;
+pub mod torchelastic;
 pub mod transport;
 
 pub use error::{

@@ -1,0 +1,283 @@
+//! `ccol run` as a user runs it: the real binary launching `sh -c` ranks.
+#![cfg(unix)]
+
+use std::collections::BTreeMap;
+use std::io::{BufRead as _, BufReader};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn ccol_run(args: &[&str]) -> (Output, Duration) {
+    let start = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_ccol"))
+        .arg("run")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("ccol runs");
+    (out, start.elapsed())
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// `rank -> fields` of every stdout line `[rank R] env F1 F2 ...`.
+fn env_lines(stdout: &str) -> BTreeMap<u32, Vec<String>> {
+    let mut by_rank = BTreeMap::new();
+    for line in stdout.lines() {
+        let rest = line.strip_prefix("[rank ").expect("prefixed line");
+        let (rank, rest) = rest.split_once("] ").expect("closing bracket");
+        if let Some(fields) = rest.strip_prefix("env ") {
+            let fields = fields.split(' ').map(str::to_string).collect();
+            by_rank.insert(rank.parse().expect("rank number"), fields);
+        }
+    }
+    by_rank
+}
+
+const PRINT_ENV: &str = "echo env $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $GROUP_RANK \
+     $ROLE_RANK $ROLE_WORLD_SIZE $MASTER_ADDR $MASTER_PORT $TORCHELASTIC_RUN_ID \
+     $TORCHELASTIC_RESTART_COUNT $TORCHELASTIC_USE_AGENT_STORE $TORCHELASTIC_ERROR_FILE";
+
+#[test]
+fn every_rank_gets_torchruns_environment() {
+    let (out, _) = ccol_run(&[
+        "--nproc-per-node",
+        "3",
+        "--run-id",
+        "job42",
+        "--",
+        "sh",
+        "-c",
+        PRINT_ENV,
+    ]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    let ranks = env_lines(&stdout);
+    assert_eq!(
+        ranks.keys().copied().collect::<Vec<_>>(),
+        [0, 1, 2],
+        "{stdout}"
+    );
+    let port = &ranks[&0][8];
+    assert!(port.parse::<u16>().is_ok_and(|p| p > 0), "port {port}");
+    let mut error_files = Vec::new();
+    for (rank, f) in &ranks {
+        let r = rank.to_string();
+        let expect = [
+            &r,
+            "3",
+            &r,
+            "3",
+            "0",
+            &r,
+            "3",
+            "127.0.0.1",
+            port,
+            "job42",
+            "0",
+            "False",
+        ];
+        assert_eq!(f[..12], expect, "rank {rank}: {f:?}");
+        error_files.push(f[12].clone());
+    }
+    error_files.sort();
+    error_files.dedup();
+    assert_eq!(
+        error_files.len(),
+        3,
+        "one error file per rank: {error_files:?}"
+    );
+}
+
+#[test]
+fn default_run_id_is_shared_and_master_port_is_honoured() {
+    let (out, _) = ccol_run(&[
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        "29611",
+        "sh",
+        "-c",
+        PRINT_ENV,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let ranks = env_lines(&text(&out.stdout));
+    assert_eq!(ranks.len(), 2);
+    assert_eq!(ranks[&0][8], "29611");
+    assert_eq!(ranks[&1][8], "29611");
+    assert!(!ranks[&0][9].is_empty());
+    assert_eq!(ranks[&0][9], ranks[&1][9], "one run id for the job");
+}
+
+#[test]
+fn output_lines_are_prefixed_per_stream() {
+    let (out, _) = ccol_run(&[
+        "--nproc-per-node",
+        "2",
+        "sh",
+        "-c",
+        "echo one; echo two; echo oops >&2; printf 'no newline'",
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    let mut stdout: Vec<String> = text(&out.stdout).lines().map(str::to_string).collect();
+    stdout.sort();
+    assert_eq!(
+        stdout,
+        [
+            "[rank 0] no newline",
+            "[rank 0] one",
+            "[rank 0] two",
+            "[rank 1] no newline",
+            "[rank 1] one",
+            "[rank 1] two"
+        ]
+    );
+    // Per rank, lines keep their order.
+    let stdout = text(&out.stdout);
+    let r0: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("[rank 0]"))
+        .collect();
+    assert_eq!(r0, ["[rank 0] one", "[rank 0] two", "[rank 0] no newline"]);
+    let mut stderr: Vec<String> = text(&out.stderr).lines().map(str::to_string).collect();
+    stderr.sort();
+    assert_eq!(stderr, ["[rank 0] oops", "[rank 1] oops"]);
+}
+
+#[test]
+fn a_failing_rank_stops_the_others_and_sets_the_exit_code() {
+    let (out, took) = ccol_run(&[
+        "--nproc-per-node",
+        "3",
+        "sh",
+        "-c",
+        r#"if [ "$RANK" = 1 ]; then sleep 0.2; exit 7; fi; sleep 30"#,
+    ]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(7), "{stderr}");
+    assert!(took < Duration::from_secs(5), "took {took:?}: {stderr}");
+    assert!(
+        stderr.contains("rank 1 failed first: it exited with code 7"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("stopped ranks [0, 2]"), "{stderr}");
+}
+
+#[test]
+fn a_rank_killed_by_a_signal_exits_1_and_names_the_signal() {
+    let (out, took) = ccol_run(&[
+        "--nproc-per-node",
+        "2",
+        "sh",
+        "-c",
+        r#"if [ "$RANK" = 0 ]; then kill -KILL $$; fi; sleep 30"#,
+    ]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    assert!(
+        stderr.contains("rank 0 failed first: it was killed by signal 9 (SIGKILL)"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_rank_that_ignores_sigterm_gets_sigkill_after_the_grace_period() {
+    let (out, took) = ccol_run(&[
+        "--nproc-per-node",
+        "2",
+        "--grace-period",
+        "0.5",
+        "sh",
+        "-c",
+        r#"if [ "$RANK" = 1 ]; then sleep 0.2; exit 3; fi; trap '' TERM; sleep 30"#,
+    ]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(took >= Duration::from_millis(500), "took {took:?}");
+    assert!(took < Duration::from_secs(5), "took {took:?}: {stderr}");
+}
+
+#[test]
+fn the_failed_ranks_error_file_is_printed() {
+    let script = r#"if [ "$RANK" = 1 ]; then
+  printf '%s' '{"message": {"message": "RuntimeError: shapes disagree", "extraInfo": {"py_callstack": "Traceback (most recent call last):\n  File \"train.py\", line 3\nRuntimeError: shapes disagree", "timestamp": "1700000000"}}}' > "$TORCHELASTIC_ERROR_FILE"
+  exit 1
+fi
+sleep 30"#;
+    let (out, took) = ccol_run(&["--nproc-per-node", "2", "sh", "-c", script]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    assert!(
+        stderr.contains("rank 1 error: RuntimeError: shapes disagree"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("    File \"train.py\", line 3"), "{stderr}");
+}
+
+#[test]
+fn a_missing_command_exits_2() {
+    let (out, _) = ccol_run(&["--nproc-per-node", "2", "ccol-no-such-command"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("cannot start 'ccol-no-such-command'"),
+        "{stderr}"
+    );
+    let (out, _) = ccol_run(&["--nproc-per-node", "2"]);
+    assert_eq!(out.status.code(), Some(2), "no command at all");
+    let (out, _) = ccol_run(&["--nproc-per-node", "0", "true"]);
+    assert_eq!(out.status.code(), Some(2), "zero ranks");
+}
+
+#[test]
+fn sigterm_to_the_launcher_stops_the_ranks() {
+    let start = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ccol"))
+        .args([
+            "run",
+            "--nproc-per-node",
+            "2",
+            "sh",
+            "-c",
+            "echo ready; sleep 30",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("ccol starts");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    for _ in 0..2 {
+        let line = lines.next().expect("a line").expect("readable");
+        assert!(line.ends_with("ready"), "{line}");
+    }
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    let out = child.wait_with_output().expect("ccol exits");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(start.elapsed() < Duration::from_secs(5), "{stderr}");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+}
+
+#[test]
+fn a_background_process_holding_the_output_does_not_hang_the_launcher() {
+    let (out, took) = ccol_run(&[
+        "--nproc-per-node",
+        "1",
+        "sh",
+        "-c",
+        "sleep 30 & echo started",
+    ]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(text(&out.stdout), "[rank 0] started\n");
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    assert!(stderr.contains("rank 0's output is still open"), "{stderr}");
+}
