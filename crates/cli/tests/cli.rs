@@ -18,13 +18,21 @@ fn ccol(args: &[&str]) -> Output {
 
 fn run_json(file: &str, flags: &[&str]) -> (Value, i32) {
     let path = scenarios().join(file);
-    let mut args = vec!["scenario", "run", path.to_str().expect("utf-8 path"), "--json"];
+    let mut args = vec![
+        "scenario",
+        "run",
+        path.to_str().expect("utf-8 path"),
+        "--json",
+    ];
     args.extend_from_slice(flags);
     let out = ccol(&args);
     let stdout = String::from_utf8(out.stdout).expect("utf-8 output");
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines.len(), 1, "--json prints one line: {stdout}");
-    (serde_json::from_str(lines[0]).expect("valid JSON"), out.status.code().unwrap_or(-1))
+    (
+        serde_json::from_str(lines[0]).expect("valid JSON"),
+        out.status.code().unwrap_or(-1),
+    )
 }
 
 fn rank_field(v: &Value, rank: usize, field: &str) -> Value {
@@ -48,9 +56,15 @@ fn tensor_without_collectives_recompiles_at_different_steps() {
     let (v, code) = run_json("01_tensor.json", &["--no-collectives"]);
     assert_eq!(code, 0);
     assert_eq!(rank_field(&v, 0, "compiles"), 2);
-    assert_eq!(rank_field(&v, 0, "compile_steps"), serde_json::json!([0, 1]));
+    assert_eq!(
+        rank_field(&v, 0, "compile_steps"),
+        serde_json::json!([0, 1])
+    );
     assert_eq!(rank_field(&v, 1, "compiles"), 2);
-    assert_eq!(rank_field(&v, 1, "compile_steps"), serde_json::json!([0, 2]));
+    assert_eq!(
+        rank_field(&v, 1, "compile_steps"),
+        serde_json::json!([0, 2])
+    );
 }
 
 #[test]
@@ -62,7 +76,10 @@ fn json_keys_are_sorted() {
     let compiles = text.find("\"compiles\"").expect("compiles");
     let dynamic = text.find("\"dynamic\"").expect("dynamic");
     let rank = text.find("\"rank\"").expect("rank");
-    assert!(rank0 < compiles && compiles < dynamic && dynamic < rank, "{text}");
+    assert!(
+        rank0 < compiles && compiles < dynamic && dynamic < rank,
+        "{text}"
+    );
 }
 
 #[test]
@@ -88,8 +105,15 @@ fn table_output_names_every_rank() {
     let out = ccol(&["scenario", "run", path.to_str().expect("utf-8")]);
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).expect("utf-8");
-    assert!(text.contains("scenario 'tensor': 2 ranks, 3 steps, mode collectives"), "{text}");
-    assert_eq!(text.lines().filter(|l| l.contains("x[0]")).count(), 2, "{text}");
+    assert!(
+        text.contains("scenario 'tensor': 2 ranks, 3 steps, mode collectives"),
+        "{text}"
+    );
+    assert_eq!(
+        text.lines().filter(|l| l.contains("x[0]")).count(),
+        2,
+        "{text}"
+    );
 }
 
 fn malformed(json: &str, field: &str) {
@@ -106,12 +130,27 @@ fn malformed(json: &str, field: &str) {
 #[test]
 fn malformed_files_exit_2_naming_file_and_field() {
     malformed("{", "EOF");
-    malformed(r#"{"name":"a","world_size":2,"steps":[[{"x":{"size":[-1]}},{}]]}"#, "steps[0][0].x.size[0]");
-    malformed(r#"{"name":"a","world_size":2,"steps":[[{"x":{"int":-4}},{}]]}"#, "steps[0][0].x.int");
+    malformed(
+        r#"{"name":"a","world_size":2,"steps":[[{"x":{"size":[-1]}},{}]]}"#,
+        "steps[0][0].x.size[0]",
+    );
+    malformed(
+        r#"{"name":"a","world_size":2,"steps":[[{"x":{"int":-4}},{}]]}"#,
+        "steps[0][0].x.int",
+    );
     malformed(r#"{"name":"a","world_size":2,"steps":[[{}]]}"#, "steps[0]");
-    malformed(r#"{"name":"a","world_size":1,"steps":[[{"x":{"size":[2],"stride":[1,1]}}]]}"#, "steps[0][0].x.stride");
-    malformed(r#"{"name":"a","world_size":"two","steps":[]}"#, "world_size");
-    malformed(r#"{"name":"a","world_size":70000,"steps":[]}"#, "world_size");
+    malformed(
+        r#"{"name":"a","world_size":1,"steps":[[{"x":{"size":[2],"stride":[1,1]}}]]}"#,
+        "steps[0][0].x.stride",
+    );
+    malformed(
+        r#"{"name":"a","world_size":"two","steps":[]}"#,
+        "world_size",
+    );
+    malformed(
+        r#"{"name":"a","world_size":70000,"steps":[]}"#,
+        "world_size",
+    );
 }
 
 #[test]
@@ -119,7 +158,13 @@ fn missing_file_and_bad_timeout_exit_2() {
     let out = ccol(&["scenario", "run", "/nonexistent/scenario.json"]);
     assert_eq!(out.status.code(), Some(2));
     let path = scenarios().join("01_tensor.json");
-    let out = ccol(&["scenario", "run", path.to_str().expect("utf-8"), "--timeout", "-1"]);
+    let out = ccol(&[
+        "scenario",
+        "run",
+        path.to_str().expect("utf-8"),
+        "--timeout",
+        "-1",
+    ]);
     assert_eq!(out.status.code(), Some(2));
 }
 
@@ -129,7 +174,11 @@ fn check_runs_the_built_in_corpus() {
     let text = String::from_utf8(out.stdout).expect("utf-8");
     assert!(out.status.success(), "{text}");
     let last = text.lines().last().unwrap_or_default();
-    let passed: u32 = last.split_whitespace().next().and_then(|n| n.parse().ok()).unwrap_or(0);
+    let passed: u32 = last
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
     assert!(passed >= 22, "{last}");
     assert!(last.ends_with(", 0 failed"), "{last}");
 }

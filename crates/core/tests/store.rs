@@ -32,7 +32,9 @@ fn get_waits_for_a_later_set_from_another_thread() {
 fn get_of_a_missing_key_times_out_at_the_deadline() {
     let s = InProcessStore::new();
     let start = Instant::now();
-    let err = s.get("never", Deadline::after(Duration::from_millis(100))).unwrap_err();
+    let err = s
+        .get("never", Deadline::after(Duration::from_millis(100)))
+        .unwrap_err();
     assert!(matches!(err, Error::Timeout { .. }), "{err}");
     assert!(start.elapsed() >= Duration::from_millis(100));
 }
@@ -62,16 +64,25 @@ fn add_counts_atomically_across_threads() {
 fn add_on_a_non_counter_is_an_invalid_argument() {
     let s = InProcessStore::new();
     s.set("text", b"abc", soon()).unwrap();
-    assert!(matches!(s.add("text", 1, soon()), Err(Error::InvalidArgument(_))));
-    s.set("big", i64::MAX.to_string().as_bytes(), soon()).unwrap();
-    assert!(matches!(s.add("big", 1, soon()), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        s.add("text", 1, soon()),
+        Err(Error::InvalidArgument(_))
+    ));
+    s.set("big", i64::MAX.to_string().as_bytes(), soon())
+        .unwrap();
+    assert!(matches!(
+        s.add("big", 1, soon()),
+        Err(Error::InvalidArgument(_))
+    ));
 }
 
 #[test]
 fn wait_returns_once_every_key_is_set() {
     let s = InProcessStore::new();
     s.set("a", b"", soon()).unwrap();
-    let err = s.wait(&["a", "b"], Deadline::after(Duration::from_millis(50))).unwrap_err();
+    let err = s
+        .wait(&["a", "b"], Deadline::after(Duration::from_millis(50)))
+        .unwrap_err();
     assert!(matches!(err, Error::Timeout { .. }));
     s.set("b", b"", soon()).unwrap();
     s.wait(&["a", "b"], soon()).unwrap();

@@ -1,0 +1,190 @@
+//! A process group from the environment torchrun (and `ccol run`) sets.
+//!
+//! Read: `RANK`, `WORLD_SIZE` (required), `LOCAL_WORLD_SIZE`,
+//! `TORCHELASTIC_RUN_ID`, `TORCHELASTIC_RESTART_COUNT`, `MASTER_PORT`, plus:
+//! - [`STORE_ENV`] (`CCOL_GLOO_STORE`): where ranks rendezvous — a directory
+//!   (Gloo's FileStore; ranks on one host or a shared filesystem) or
+//!   `redis://host:port` (Gloo's RedisStore; several hosts). Unset under
+//!   torchrun on one node: a FileStore in
+//!   `$TMPDIR/ccol-gloo-<run id>-<master port>-<restart count>`, so
+//!   `torchrun --no-python CMD` works with nothing else set.
+//! - `CCOL_GLOO_HOSTNAME`: the address peers connect to for this rank
+//!   (default `127.0.0.1` when every rank is on this node, else the host name).
+//! - `CCOL_TIMEOUT_S`: the rendezvous deadline (default 300 s).
+//!
+//! After connecting, ranks pass a barrier and rank 0 deletes a default
+//! FileStore directory, so a later job with the same run id never meets stale
+//! addresses.
+
+use crate::store::GlooStore;
+use crate::transport::{GlooOptions, GlooTransport};
+use crate::GlooError;
+use compiler_collectives_core::protocol::timeout_from_env;
+use compiler_collectives_core::{Deadline, Error, Transport};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The variable that chooses the rendezvous store: a directory or `redis://host:port`.
+pub const STORE_ENV: &str = "CCOL_GLOO_STORE";
+
+/// What [`from_env`] read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EnvConfig {
+    /// `RANK`.
+    pub rank: u32,
+    /// `WORLD_SIZE`.
+    pub world_size: u32,
+    /// The store spec: a directory or `redis://host:port`.
+    pub store: String,
+    /// Whether `store` is the default directory derived from the run id (deleted after connecting).
+    pub default_store: bool,
+    /// The address peers connect to for this rank.
+    pub hostname: String,
+    /// The key prefix of the group.
+    pub prefix: String,
+}
+
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+fn number(name: &str) -> Result<Option<u32>, GlooError> {
+    var(name)
+        .map(|v| {
+            v.trim()
+                .parse::<u32>()
+                .map_err(|_| GlooError::Env(format!("{name}={v:?} is not a non-negative integer")))
+        })
+        .transpose()
+}
+
+impl EnvConfig {
+    /// Reads the configuration from the environment.
+    ///
+    /// # Errors
+    /// [`GlooError::Env`] naming the missing or malformed variable.
+    pub fn read() -> Result<Self, GlooError> {
+        let rank = number("RANK")?.ok_or_else(|| {
+            GlooError::Env("RANK is not set: start the ranks with `ccol run` or `torchrun`".into())
+        })?;
+        let world_size = number("WORLD_SIZE")?.ok_or_else(|| {
+            GlooError::Env(
+                "WORLD_SIZE is not set: start the ranks with `ccol run` or `torchrun`".into(),
+            )
+        })?;
+        if world_size == 0 || rank >= world_size {
+            return Err(GlooError::Env(format!(
+                "RANK={rank} is not below WORLD_SIZE={world_size}"
+            )));
+        }
+        let local_world = number("LOCAL_WORLD_SIZE")?.unwrap_or(world_size);
+        let run_id = var("TORCHELASTIC_RUN_ID");
+        let port = var("MASTER_PORT").unwrap_or_else(|| "0".into());
+        let restart = var("TORCHELASTIC_RESTART_COUNT").unwrap_or_else(|| "0".into());
+        let (store, default_store) = match var(STORE_ENV) {
+            Some(s) => (s, false),
+            None => {
+                let run_id = run_id.clone().ok_or_else(|| {
+                    GlooError::Env(format!(
+                        "{STORE_ENV} is not set and there is no TORCHELASTIC_RUN_ID to derive a store from: \
+                         set {STORE_ENV} to a directory shared by the ranks or to redis://host:port"
+                    ))
+                })?;
+                if local_world != world_size {
+                    return Err(GlooError::Env(format!(
+                        "ranks span several nodes (LOCAL_WORLD_SIZE={local_world}, WORLD_SIZE={world_size}): \
+                         set {STORE_ENV}=redis://host:port (or a directory on a shared filesystem)"
+                    )));
+                }
+                let safe: String = format!("{run_id}-{port}-{restart}")
+                    .chars()
+                    .map(|c| {
+                        if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                            c
+                        } else {
+                            '_'
+                        }
+                    })
+                    .collect();
+                let dir = std::env::temp_dir().join(format!("ccol-gloo-{safe}"));
+                (dir.to_string_lossy().into_owned(), true)
+            }
+        };
+        let hostname = var("CCOL_GLOO_HOSTNAME").unwrap_or_else(|| {
+            if local_world == world_size {
+                "127.0.0.1".into()
+            } else {
+                hostname().unwrap_or_else(|| "127.0.0.1".into())
+            }
+        });
+        Ok(EnvConfig {
+            rank,
+            world_size,
+            store,
+            default_store,
+            hostname,
+            prefix: format!(
+                "ccol/{}/{}",
+                run_id.unwrap_or_else(|| "job".into()),
+                restart
+            ),
+        })
+    }
+}
+
+fn hostname() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+}
+
+/// Opens the store a spec names: `redis://host[:port]` or a directory.
+///
+/// # Errors
+/// [`GlooError`] for a malformed spec or an unreachable store.
+pub fn store_from_env(spec: &str) -> Result<GlooStore, GlooError> {
+    if let Some(rest) = spec.strip_prefix("redis://") {
+        let rest = rest.trim_end_matches('/');
+        let (host, port) = match rest.rsplit_once(':') {
+            Some((h, p)) => (
+                h,
+                p.parse::<u16>()
+                    .map_err(|_| GlooError::Env(format!("{STORE_ENV}={spec:?}: bad port {p:?}")))?,
+            ),
+            None => (rest, 6379),
+        };
+        if host.is_empty() {
+            return Err(GlooError::Env(format!("{STORE_ENV}={spec:?}: no host")));
+        }
+        GlooStore::redis(host, port)
+    } else {
+        GlooStore::file(PathBuf::from(spec))
+    }
+}
+
+/// A [`GlooTransport`] for this process, from the environment (module docs).
+///
+/// Cost: the rendezvous (one store round per peer), one TCP connection per
+/// peer, and one barrier.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] naming a missing or malformed variable;
+/// the rendezvous' [`Error::Timeout`] or [`Error::Backend`].
+pub fn from_env() -> Result<GlooTransport, Error> {
+    let cfg = EnvConfig::read().map_err(|e| Error::InvalidArgument(e.to_string()))?;
+    let timeout = timeout_from_env()?.unwrap_or(Duration::from_secs(300));
+    let store = store_from_env(&cfg.store)?;
+    let options = GlooOptions::default()
+        .with_hostname(cfg.hostname.clone())
+        .with_connect_timeout(timeout)
+        .with_prefix(cfg.prefix.clone());
+    let transport = GlooTransport::connect(&store, cfg.rank, cfg.world_size, &options)?;
+    transport.barrier(Deadline::after(timeout))?;
+    if cfg.default_store && cfg.rank == 0 {
+        if let Err(e) = std::fs::remove_dir_all(&cfg.store) {
+            tracing::debug!(dir = %cfg.store, error = %e, "could not remove the rendezvous directory");
+        }
+    }
+    Ok(transport)
+}

@@ -1,0 +1,903 @@
+//! [`GlooTransport`]: core's [`Transport`] over a Gloo TCP full-mesh context.
+//!
+//! Every operation is built from Gloo's point-to-point unbound buffers, so
+//! that a deadline can name the ranks that did not arrive:
+//! - a collective (all_gather, broadcast, barrier) is operation `k` of this
+//!   rank; each sender posts a 16-byte header (magic, flags, length) on slot
+//!   `2k` and its bytes on slot `2k + 1` to every receiver; receivers wait for
+//!   the headers (the ranks whose header has not come are the missing ranks),
+//!   check the announced lengths against `max_bytes`, then receive the data;
+//! - `send`/`recv` use one slot pair per message, counted per (peer, tag);
+//! - `shutdown` posts a header with the shutdown flag for the next operation
+//!   to every peer (peers already waiting there fail at once naming this
+//!   rank), then closes the connections (everyone else sees the close).
+//!
+//! A Gloo timeout closes every pair of the context, so after any error the
+//! transport is unusable; buffers whose transfers may still be in flight are
+//! leaked rather than freed.
+
+use crate::store::GlooStore;
+use crate::sys::{self, api, RawError};
+use crate::GlooError;
+use compiler_collectives_core::{Deadline, DecodeError, Error, PeerLoss, Transport};
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::ptr::NonNull;
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const BACKEND: &str = "gloo";
+const MAGIC: u32 = 0x4847_4343; // "CCGH"
+const FLAG_DATA: u32 = 0;
+const FLAG_SHUTDOWN: u32 = 1;
+const HEADER: usize = 16;
+const P2P_BIT: u64 = 1 << 63;
+/// How long `shutdown` waits for its notices to leave.
+const SHUTDOWN_GRACE: Duration = Duration::from_millis(300);
+
+/// Options of [`GlooTransport::connect`].
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct GlooOptions {
+    /// The address peers connect to for this rank (default `127.0.0.1`).
+    pub hostname: String,
+    /// Deadline of the rendezvous (default 300 s).
+    pub connect_timeout: Duration,
+    /// Key prefix of this process group in the store (default `"ccol"`);
+    /// two groups on one store need different prefixes.
+    pub prefix: String,
+}
+
+impl Default for GlooOptions {
+    fn default() -> Self {
+        GlooOptions {
+            hostname: "127.0.0.1".into(),
+            connect_timeout: Duration::from_secs(300),
+            prefix: "ccol".into(),
+        }
+    }
+}
+
+impl GlooOptions {
+    /// With the address peers connect to.
+    #[must_use]
+    pub fn with_hostname(mut self, hostname: impl Into<String>) -> Self {
+        self.hostname = hostname.into();
+        self
+    }
+
+    /// With the rendezvous deadline.
+    #[must_use]
+    pub fn with_connect_timeout(mut self, t: Duration) -> Self {
+        self.connect_timeout = t;
+        self
+    }
+
+    /// With the key prefix of this group.
+    #[must_use]
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+}
+
+#[derive(Debug)]
+struct ContextHandle(NonNull<c_void>);
+
+// SAFETY: a gloo::rendezvous::Context is used from one thread at a time
+// (GlooTransport serialises operations with a mutex); Gloo's own event loop
+// thread synchronises internally.
+unsafe impl Send for ContextHandle {}
+// SAFETY: shared access is serialised by GlooTransport's mutex.
+unsafe impl Sync for ContextHandle {}
+
+impl Drop for ContextHandle {
+    fn drop(&mut self) {
+        if let Ok(api) = api() {
+            // SAFETY: handle from the adapter, freed once.
+            unsafe { (api.context_free)(self.0.as_ptr()) };
+        }
+    }
+}
+
+/// An unbound buffer over memory it owns. Dropping it frees the Gloo buffer
+/// before the memory; [`Buf::leak`] keeps both alive for ever (after errors,
+/// when a transfer may still be in flight).
+struct Buf {
+    handle: NonNull<c_void>,
+    mem: Vec<u8>,
+}
+
+// SAFETY: a Gloo unbound buffer may be waited on from any thread (Gloo's
+// event loop completes it from its own thread); the memory is owned here.
+unsafe impl Send for Buf {}
+
+impl Buf {
+    fn new(ctx: &ContextHandle, mut mem: Vec<u8>) -> Result<Buf, GlooError> {
+        let api = api()?;
+        let mut err = RawError::new();
+        // Gloo needs a non-null pointer even for zero bytes.
+        if mem.capacity() == 0 {
+            mem.reserve(1);
+        }
+        // SAFETY: `mem` is owned by the returned Buf and outlives the Gloo buffer
+        // (Drop frees the Gloo buffer first).
+        let h = unsafe {
+            (api.buffer_new)(ctx.0.as_ptr(), mem.as_mut_ptr().cast(), mem.len(), &mut err)
+        };
+        match NonNull::new(h) {
+            Some(handle) => Ok(Buf { handle, mem }),
+            None => {
+                let s = err.status;
+                Err(err.into_error(s, "create buffer"))
+            }
+        }
+    }
+
+    fn call(
+        &self,
+        what: &str,
+        f: impl FnOnce(*mut c_void, &mut RawError) -> i32,
+    ) -> Result<(), GlooError> {
+        let mut err = RawError::new();
+        let s = f(self.handle.as_ptr(), &mut err);
+        if s == sys::OK {
+            Ok(())
+        } else {
+            Err(err.into_error(s, what))
+        }
+    }
+
+    fn send(&self, dst: u32, slot: u64, offset: usize, n: usize) -> Result<(), GlooError> {
+        let api = api()?;
+        let dst = i32::try_from(dst).map_err(|_| GlooError::Invalid("rank out of range".into()))?;
+        // SAFETY: the buffer is live; offset + n lie within its memory (callers check).
+        self.call("send", |h, e| unsafe {
+            (api.buffer_send)(h, dst, slot, offset, n, e)
+        })
+    }
+
+    fn recv(&self, src: u32, slot: u64, offset: usize, n: usize) -> Result<(), GlooError> {
+        let api = api()?;
+        let src = i32::try_from(src).map_err(|_| GlooError::Invalid("rank out of range".into()))?;
+        // SAFETY: the buffer is live; offset + n lie within its memory (callers check).
+        self.call("recv", |h, e| unsafe {
+            (api.buffer_recv)(h, src, slot, offset, n, e)
+        })
+    }
+
+    fn wait_recv(&self, deadline: Deadline) -> Result<i32, GlooError> {
+        let api = api()?;
+        let mut rank = -1;
+        let ms = ms_left(deadline);
+        // SAFETY: the buffer is live; `rank` is writable.
+        self.call("wait recv", |h, e| unsafe {
+            (api.buffer_wait_recv)(h, ms, &mut rank, e)
+        })?;
+        Ok(rank)
+    }
+
+    fn wait_send(&self, deadline: Deadline) -> Result<(), GlooError> {
+        let api = api()?;
+        let mut rank = -1;
+        let ms = ms_left(deadline);
+        // SAFETY: the buffer is live; `rank` is writable.
+        self.call("wait send", |h, e| unsafe {
+            (api.buffer_wait_send)(h, ms, &mut rank, e)
+        })
+    }
+
+    fn leak(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Buf {
+    fn drop(&mut self) {
+        if let Ok(api) = api() {
+            // SAFETY: handle from the adapter, freed once, before `mem`.
+            unsafe { (api.buffer_free)(self.handle.as_ptr()) };
+        }
+    }
+}
+
+fn ms_left(deadline: Deadline) -> i64 {
+    i64::try_from(deadline.remaining().as_millis()).unwrap_or(i64::MAX)
+}
+
+fn header(flags: u32, len: u64) -> Vec<u8> {
+    let mut h = Vec::with_capacity(HEADER);
+    h.extend_from_slice(&MAGIC.to_le_bytes());
+    h.extend_from_slice(&flags.to_le_bytes());
+    h.extend_from_slice(&len.to_le_bytes());
+    h
+}
+
+/// A parsed header: `None` when its bytes have not arrived (magic still zero).
+fn parse_header(b: &[u8]) -> Option<(u32, u64)> {
+    let mut m = [0u8; 4];
+    m.copy_from_slice(&b[0..4]);
+    if u32::from_le_bytes(m) != MAGIC {
+        return None;
+    }
+    let mut f = [0u8; 4];
+    f.copy_from_slice(&b[4..8]);
+    let mut l = [0u8; 8];
+    l.copy_from_slice(&b[8..16]);
+    Some((u32::from_le_bytes(f), u64::from_le_bytes(l)))
+}
+
+/// Buffers of one operation. Unless [`Pool::release`] is called (the
+/// operation completed), dropping the pool leaks every buffer and its memory:
+/// after an error Gloo may still touch them.
+#[derive(Default)]
+struct Pool {
+    bufs: Vec<Buf>,
+    done: bool,
+}
+
+impl Pool {
+    fn add(&mut self, b: Buf) -> usize {
+        self.bufs.push(b);
+        self.bufs.len() - 1
+    }
+
+    fn get(&self, i: usize) -> &Buf {
+        &self.bufs[i]
+    }
+
+    fn get_mut(&mut self, i: usize) -> &mut Buf {
+        &mut self.bufs[i]
+    }
+
+    fn release(mut self) {
+        self.done = true;
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        if !self.done {
+            for b in self.bufs.drain(..) {
+                b.leak();
+            }
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    op: u64,
+    sent: HashMap<(u32, u32), u64>,
+    received: HashMap<(u32, u32), u64>,
+    shut: bool,
+}
+
+/// The first fatal error, shared with the reaper thread.
+type Failure = Arc<Mutex<Option<String>>>;
+
+/// Waits, on its own thread, for point-to-point sends to be taken by their
+/// receivers, then frees their buffers; `send` itself never blocks on the
+/// receiver (a ring of sends followed by receives must not deadlock).
+#[derive(Debug)]
+struct Reaper {
+    tx: Option<mpsc::Sender<(Pool, Deadline, u32)>>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Reaper {
+    fn start(rank: u32, failed: Failure) -> Reaper {
+        let (tx, rx) = mpsc::channel::<(Pool, Deadline, u32)>();
+        let handle = std::thread::Builder::new()
+            .name(format!("ccol-gloo-sends-{rank}"))
+            .spawn(move || {
+                for (pool, deadline, peer) in rx {
+                    let mut ok = true;
+                    for b in &pool.bufs {
+                        if let Err(e) = b.wait_send(deadline) {
+                            let mut f = failed.lock().unwrap_or_else(|e| e.into_inner());
+                            if f.is_none() {
+                                *f = Some(format!("a message to rank {peer} was not received by its deadline: {e}"));
+                            }
+                            ok = false;
+                            break;
+                        }
+                    }
+                    if ok {
+                        pool.release();
+                    }
+                }
+            })
+            .ok();
+        Reaper {
+            tx: handle.as_ref().map(|_| tx),
+            handle,
+        }
+    }
+
+    /// Stops accepting sends and gives the thread up to a second to finish;
+    /// a thread still blocked on a send after that is left to end at that
+    /// send's deadline (its buffers keep Gloo's context alive).
+    fn stop(&mut self) {
+        self.tx = None;
+        if let Some(h) = self.handle.take() {
+            let until = Instant::now() + Duration::from_secs(1);
+            while !h.is_finished() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            if h.is_finished() {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+/// One rank's end of a Gloo TCP process group. See the module docs.
+#[derive(Debug)]
+pub struct GlooTransport {
+    rank: u32,
+    world: u32,
+    ctx: ContextHandle,
+    state: Mutex<State>,
+    failed: Failure,
+    reaper: Mutex<Reaper>,
+    _store: GlooStore,
+}
+
+/// What went wrong while waiting, before it is turned into a core error.
+enum Fail {
+    Core(Error),
+    Gloo(GlooError, Vec<u32>),
+}
+
+impl GlooTransport {
+    /// Joins a process group of `world_size` ranks as `rank`, rendezvousing
+    /// through `store` under `options.prefix`.
+    ///
+    /// Cost: one store `set` and `world_size − 1` store waits, then one TCP
+    /// connection per peer.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad rank or world size;
+    /// [`Error::Timeout`] if peers do not rendezvous within
+    /// `options.connect_timeout`; [`Error::Backend`] for Gloo's errors (with
+    /// its message).
+    pub fn connect(
+        store: &GlooStore,
+        rank: u32,
+        world_size: u32,
+        options: &GlooOptions,
+    ) -> Result<Self, Error> {
+        if world_size == 0 || rank >= world_size {
+            return Err(Error::InvalidArgument(format!(
+                "rank {rank} is not in a world of {world_size}"
+            )));
+        }
+        let rank_i =
+            i32::try_from(rank).map_err(|_| Error::InvalidArgument("rank too large".into()))?;
+        let world_i = i32::try_from(world_size)
+            .map_err(|_| Error::InvalidArgument("world too large".into()))?;
+        let scoped = store.prefixed(&format!("{}/", options.prefix))?;
+        let host = sys::cstring(&options.hostname, "hostname")?;
+        let api = api()?;
+        let start = Instant::now();
+        let mut err = RawError::new();
+        let ms = i64::try_from(options.connect_timeout.as_millis()).unwrap_or(i64::MAX);
+        // SAFETY: the store handle is live for the call; `host` is NUL-terminated.
+        let p = unsafe {
+            (api.context_new)(scoped.raw(), rank_i, world_i, host.as_ptr(), ms, &mut err)
+        };
+        let ctx = match NonNull::new(p) {
+            Some(p) => ContextHandle(p),
+            None => {
+                let status = err.status;
+                let e = err.into_error(status, "rendezvous");
+                return Err(if status == sys::TIMEOUT {
+                    tracing::debug!(error = %e, "gloo rendezvous timed out");
+                    Error::Timeout {
+                        missing_ranks: Vec::new(),
+                        waited: start.elapsed(),
+                        during: None,
+                    }
+                } else {
+                    e.into()
+                });
+            }
+        };
+        let failed: Failure = Arc::default();
+        Ok(GlooTransport {
+            rank,
+            world: world_size,
+            ctx,
+            state: Mutex::new(State::default()),
+            reaper: Mutex::new(Reaper::start(rank, Arc::clone(&failed))),
+            failed,
+            _store: scoped,
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn peers(&self) -> impl Iterator<Item = u32> + '_ {
+        (0..self.world).filter(move |&r| r != self.rank)
+    }
+
+    fn begin(&self, st: &mut State) -> Result<u64, Error> {
+        if st.shut {
+            return Err(Error::InvalidArgument(format!(
+                "rank {} already shut its Gloo transport down",
+                self.rank
+            )));
+        }
+        if let Some(cause) = self.failure() {
+            return Err(Error::ChannelUnusable { cause });
+        }
+        let k = st.op;
+        st.op += 1;
+        Ok(k)
+    }
+
+    fn failure(&self) -> Option<String> {
+        self.failed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Posts a one-byte receive from each candidate on a probe slot: Gloo
+    /// refuses it at once on a pair whose connection broke. Returns those
+    /// peers. The probe buffers are leaked with `pool`.
+    fn broken_pairs(&self, pool: &mut Pool, k: u64, candidates: &[u32]) -> Vec<u32> {
+        let slot = (1 << 62) | k;
+        candidates
+            .iter()
+            .copied()
+            .filter(|&p| match Buf::new(&self.ctx, vec![0u8; 1]) {
+                Ok(b) => {
+                    let i = pool.add(b);
+                    matches!(pool.get(i).recv(p, slot, 0, 1), Err(e) if e.status() == Some(sys::IO))
+                }
+                Err(_) => false,
+            })
+            .collect()
+    }
+
+    fn fail(&self, st: &mut State, f: Fail, waited: Duration) -> Error {
+        let e = match f {
+            Fail::Core(e) => e,
+            Fail::Gloo(g, missing) => match g.status() {
+                Some(sys::TIMEOUT) => Error::Timeout {
+                    missing_ranks: missing,
+                    waited,
+                    during: None,
+                },
+                Some(sys::IO) if !missing.is_empty() => Error::PeerLost {
+                    ranks: missing,
+                    reason: PeerLoss::Disconnected,
+                    detail: g.to_string(),
+                    during: None,
+                },
+                _ => g.into(),
+            },
+        };
+        let _ = st;
+        let mut failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+        if failed.is_none() {
+            *failed = Some(e.to_string());
+        }
+        e
+    }
+
+    /// Runs one collective: `senders` send `data` (length known to all only
+    /// via headers) to `receivers`. Returns the received buffers, index =
+    /// rank (empty for ranks this rank did not receive from).
+    fn collective(
+        &self,
+        data: &[u8],
+        send_to: &[u32],
+        recv_from: &[u32],
+        max_bytes: usize,
+        deadline: Deadline,
+    ) -> Result<Vec<Vec<u8>>, Error> {
+        let start = Instant::now();
+        let mut st = self.lock();
+        let k = self.begin(&mut st)?;
+        match self.collective_inner(k, data, send_to, recv_from, max_bytes, deadline) {
+            Ok(v) => Ok(v),
+            Err(f) => Err(self.fail(&mut st, f, start.elapsed())),
+        }
+    }
+
+    fn collective_inner(
+        &self,
+        k: u64,
+        data: &[u8],
+        send_to: &[u32],
+        recv_from: &[u32],
+        max_bytes: usize,
+        deadline: Deadline,
+    ) -> Result<Vec<Vec<u8>>, Fail> {
+        // Every buffer lives in the pool; on any error the pool leaks them all,
+        // since Gloo may still be reading or writing their memory.
+        let mut pool = Pool::default();
+        let gl = |e: GlooError| Fail::Gloo(e, Vec::new());
+        let (hslot, dslot) = (2 * k, 2 * k + 1);
+        let n = self.world as usize;
+        // Post our header and data to every receiver.
+        let hdr = pool.add(Buf::new(&self.ctx, header(FLAG_DATA, data.len() as u64)).map_err(gl)?);
+        let body = if data.is_empty() || send_to.is_empty() {
+            None
+        } else {
+            Some(pool.add(Buf::new(&self.ctx, data.to_vec()).map_err(gl)?))
+        };
+        let at = |p: u32| move |e: GlooError| Fail::Gloo(e, vec![p]);
+        for &p in send_to {
+            pool.get(hdr).send(p, hslot, 0, HEADER).map_err(at(p))?;
+            if let Some(b) = body {
+                pool.get(b).send(p, dslot, 0, data.len()).map_err(at(p))?;
+            }
+        }
+        // Receive every header into one zeroed buffer, one 16-byte place per rank.
+        let headers = pool.add(Buf::new(&self.ctx, vec![0u8; n * HEADER]).map_err(gl)?);
+        for &p in recv_from {
+            pool.get(headers)
+                .recv(p, hslot, p as usize * HEADER, HEADER)
+                .map_err(at(p))?;
+        }
+        for _ in recv_from {
+            if let Err(e) = pool.get(headers).wait_recv(deadline) {
+                if e.status() == Some(sys::IO) {
+                    let lost = self.broken_pairs(&mut pool, k, recv_from);
+                    if !lost.is_empty() {
+                        return Err(Fail::Gloo(e, lost));
+                    }
+                }
+                let hb = pool.get(headers);
+                let missing = recv_from
+                    .iter()
+                    .copied()
+                    .filter(|&p| {
+                        let at = p as usize * HEADER;
+                        // Gloo may still be writing this memory: read it
+                        // volatile, byte by byte; it only names missing ranks.
+                        let bytes: Vec<u8> = (at..at + HEADER)
+                            // SAFETY: `at + HEADER <= n * HEADER`, inside the buffer.
+                            .map(|i| unsafe { std::ptr::read_volatile(hb.mem.as_ptr().add(i)) })
+                            .collect();
+                        parse_header(&bytes).is_none()
+                    })
+                    .collect();
+                return Err(Fail::Gloo(e, missing));
+            }
+        }
+        // Every header is here: check them.
+        let mut lens = vec![0usize; n];
+        let mut shut = Vec::new();
+        for &p in recv_from {
+            let at = p as usize * HEADER;
+            match parse_header(&pool.get(headers).mem[at..at + HEADER]) {
+                Some((FLAG_SHUTDOWN, _)) => shut.push(p),
+                Some((FLAG_DATA, len)) => {
+                    let len = usize::try_from(len).unwrap_or(usize::MAX);
+                    if len > max_bytes {
+                        return Err(Fail::Core(Error::Decode {
+                            rank: Some(p),
+                            source: DecodeError::TooLarge {
+                                field: "message",
+                                len: len as u64,
+                                limit: max_bytes as u64,
+                            },
+                        }));
+                    }
+                    lens[p as usize] = len;
+                }
+                other => {
+                    return Err(Fail::Core(Error::Decode {
+                        rank: Some(p),
+                        source: DecodeError::Invalid {
+                            field: "gloo header",
+                            detail: format!("{other:?}"),
+                        },
+                    }))
+                }
+            }
+        }
+        if !shut.is_empty() {
+            return Err(Fail::Core(Error::PeerLost {
+                ranks: shut,
+                reason: PeerLoss::Shutdown,
+                detail: String::new(),
+                during: None,
+            }));
+        }
+        // Receive the data.
+        let mut incoming: Vec<(u32, usize)> = Vec::new();
+        for &p in recv_from {
+            let len = lens[p as usize];
+            if len == 0 {
+                continue;
+            }
+            let b = pool.add(Buf::new(&self.ctx, vec![0u8; len]).map_err(gl)?);
+            pool.get(b).recv(p, dslot, 0, len).map_err(at(p))?;
+            incoming.push((p, b));
+        }
+        for (i, &(_, b)) in incoming.iter().enumerate() {
+            if let Err(e) = pool.get(b).wait_recv(deadline) {
+                let waiting: Vec<u32> = incoming[i..].iter().map(|(p, _)| *p).collect();
+                let lost = self.broken_pairs(&mut pool, k, &waiting);
+                let missing = if lost.is_empty() { waiting } else { lost };
+                return Err(Fail::Gloo(e, missing));
+            }
+        }
+        // Our sends complete once each receiver has taken them.
+        for (i, _) in send_to.iter().enumerate() {
+            let r = pool.get(hdr).wait_send(deadline).and_then(|()| match body {
+                Some(b) => pool.get(b).wait_send(deadline),
+                None => Ok(()),
+            });
+            if let Err(e) = r {
+                let lost = self.broken_pairs(&mut pool, k, send_to);
+                let missing = if lost.is_empty() {
+                    send_to[i..].to_vec()
+                } else {
+                    lost
+                };
+                return Err(Fail::Gloo(e, missing));
+            }
+        }
+        let mut out = vec![Vec::new(); n];
+        for (p, b) in incoming {
+            // The transfer into this memory has completed; moving the Vec
+            // keeps its heap allocation where Gloo wrote it.
+            out[p as usize] = std::mem::take(&mut pool.get_mut(b).mem);
+        }
+        pool.release();
+        Ok(out)
+    }
+
+    fn p2p_slot(tag: u32, count: u64) -> u64 {
+        P2P_BIT | (u64::from(tag) << 31) | ((count & 0x3fff_ffff) << 1)
+    }
+}
+
+impl From<GlooError> for Error {
+    fn from(e: GlooError) -> Self {
+        match e {
+            GlooError::Invalid(m) => Error::InvalidArgument(m),
+            other => Error::Backend {
+                backend: BACKEND,
+                message: other.to_string(),
+                source: Some(Box::new(other)),
+            },
+        }
+    }
+}
+
+impl Transport for GlooTransport {
+    fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    fn world_size(&self) -> u32 {
+        self.world
+    }
+
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn all_gather(
+        &self,
+        data: &[u8],
+        max_bytes: usize,
+        deadline: Deadline,
+    ) -> Result<Vec<Vec<u8>>, Error> {
+        if data.len() > max_bytes {
+            return Err(Error::InvalidArgument(format!(
+                "all_gather of {} bytes exceeds max_bytes {max_bytes}",
+                data.len()
+            )));
+        }
+        let peers: Vec<u32> = self.peers().collect();
+        let mut out = self.collective(data, &peers, &peers, max_bytes, deadline)?;
+        out[self.rank as usize] = data.to_vec();
+        Ok(out)
+    }
+
+    fn broadcast(
+        &self,
+        data: &[u8],
+        root: u32,
+        max_bytes: usize,
+        deadline: Deadline,
+    ) -> Result<Vec<u8>, Error> {
+        if root >= self.world {
+            return Err(Error::InvalidArgument(format!(
+                "broadcast root {root} is not a rank of a group of {}",
+                self.world
+            )));
+        }
+        if root == self.rank {
+            if data.len() > max_bytes {
+                return Err(Error::InvalidArgument(format!(
+                    "broadcast of {} bytes exceeds max_bytes {max_bytes}",
+                    data.len()
+                )));
+            }
+            let peers: Vec<u32> = self.peers().collect();
+            self.collective(data, &peers, &[], max_bytes, deadline)?;
+            Ok(data.to_vec())
+        } else {
+            let mut out = self.collective(&[], &[], &[root], max_bytes, deadline)?;
+            Ok(std::mem::take(&mut out[root as usize]))
+        }
+    }
+
+    fn barrier(&self, deadline: Deadline) -> Result<(), Error> {
+        let peers: Vec<u32> = self.peers().collect();
+        self.collective(&[], &peers, &peers, 0, deadline)
+            .map(|_| ())
+    }
+
+    fn send(&self, peer: u32, tag: u32, data: &[u8], deadline: Deadline) -> Result<(), Error> {
+        if peer >= self.world || peer == self.rank {
+            return Err(Error::InvalidArgument(format!(
+                "peer {peer} is not another rank of a group of {}",
+                self.world
+            )));
+        }
+        let start = Instant::now();
+        let mut st = self.lock();
+        self.begin(&mut st)?;
+        st.op -= 1; // point-to-point does not consume a collective number
+        let count = st.sent.entry((peer, tag)).or_insert(0);
+        let slot = Self::p2p_slot(tag, *count);
+        *count += 1;
+        let gl = |e: GlooError| Fail::Gloo(e, vec![peer]);
+        let r = (|| {
+            let mut pool = Pool::default();
+            let hdr =
+                pool.add(Buf::new(&self.ctx, header(FLAG_DATA, data.len() as u64)).map_err(gl)?);
+            pool.get(hdr).send(peer, slot, 0, HEADER).map_err(gl)?;
+            if !data.is_empty() {
+                let body = pool.add(Buf::new(&self.ctx, data.to_vec()).map_err(gl)?);
+                pool.get(body)
+                    .send(peer, slot + 1, 0, data.len())
+                    .map_err(gl)?;
+            }
+            // The receiver takes the message when it posts its receive; the
+            // reaper waits for that (until `deadline`) and frees the buffers.
+            let reaper = self.reaper.lock().unwrap_or_else(|e| e.into_inner());
+            match &reaper.tx {
+                Some(tx) => tx.send((pool, deadline, peer)).map_err(|_| {
+                    Fail::Core(Error::InvalidArgument(
+                        "the Gloo transport is shut down".into(),
+                    ))
+                }),
+                None => Err(Fail::Core(Error::InvalidArgument(
+                    "the Gloo transport is shut down".into(),
+                ))),
+            }
+        })();
+        r.map_err(|f| self.fail(&mut st, f, start.elapsed()))
+    }
+
+    fn recv(
+        &self,
+        peer: u32,
+        tag: u32,
+        max_bytes: usize,
+        deadline: Deadline,
+    ) -> Result<Vec<u8>, Error> {
+        if peer >= self.world || peer == self.rank {
+            return Err(Error::InvalidArgument(format!(
+                "peer {peer} is not another rank of a group of {}",
+                self.world
+            )));
+        }
+        let start = Instant::now();
+        let mut st = self.lock();
+        self.begin(&mut st)?;
+        st.op -= 1;
+        let count = st.received.entry((peer, tag)).or_insert(0);
+        let slot = Self::p2p_slot(tag, *count);
+        *count += 1;
+        let gl = |e: GlooError| Fail::Gloo(e, vec![peer]);
+        let r = (|| {
+            let mut pool = Pool::default();
+            let hdr = pool.add(Buf::new(&self.ctx, vec![0u8; HEADER]).map_err(gl)?);
+            pool.get(hdr).recv(peer, slot, 0, HEADER).map_err(gl)?;
+            pool.get(hdr).wait_recv(deadline).map_err(gl)?;
+            let len = match parse_header(&pool.get(hdr).mem) {
+                Some((FLAG_DATA, len)) => usize::try_from(len).unwrap_or(usize::MAX),
+                Some((FLAG_SHUTDOWN, _)) => {
+                    return Err(Fail::Core(Error::PeerLost {
+                        ranks: vec![peer],
+                        reason: PeerLoss::Shutdown,
+                        detail: String::new(),
+                        during: None,
+                    }))
+                }
+                other => {
+                    return Err(Fail::Core(Error::Decode {
+                        rank: Some(peer),
+                        source: DecodeError::Invalid {
+                            field: "gloo header",
+                            detail: format!("{other:?}"),
+                        },
+                    }))
+                }
+            };
+            if len > max_bytes {
+                return Err(Fail::Core(Error::Decode {
+                    rank: Some(peer),
+                    source: DecodeError::TooLarge {
+                        field: "message",
+                        len: len as u64,
+                        limit: max_bytes as u64,
+                    },
+                }));
+            }
+            let mut out = Vec::new();
+            if len > 0 {
+                let body = pool.add(Buf::new(&self.ctx, vec![0u8; len]).map_err(gl)?);
+                pool.get(body).recv(peer, slot + 1, 0, len).map_err(gl)?;
+                pool.get(body).wait_recv(deadline).map_err(gl)?;
+                out = std::mem::take(&mut pool.get_mut(body).mem);
+            }
+            pool.release();
+            Ok(out)
+        })();
+        r.map_err(|f| self.fail(&mut st, f, start.elapsed()))
+    }
+
+    fn shutdown(&self) -> Result<(), Error> {
+        let mut st = self.lock();
+        if st.shut {
+            return Ok(());
+        }
+        st.shut = true;
+        let api = api()?;
+        if self.failure().is_none() {
+            let k = st.op;
+            let deadline = Deadline::after(SHUTDOWN_GRACE);
+            if let Ok(hdr) = Buf::new(&self.ctx, header(FLAG_SHUTDOWN, 0)) {
+                let mut posted = 0;
+                for p in self.peers() {
+                    if hdr.send(p, 2 * k, 0, HEADER).is_ok() {
+                        posted += 1;
+                    }
+                }
+                // Peers waiting at operation k take the notice at once; others
+                // never will, so wait only briefly.
+                let mut done = 0;
+                while done < posted && hdr.wait_send(deadline).is_ok() {
+                    done += 1;
+                }
+                if done < posted {
+                    hdr.leak();
+                }
+            }
+        }
+        // SAFETY: the context handle is live.
+        unsafe { (api.context_close)(self.ctx.0.as_ptr()) };
+        // Pending sends fail at once on closed pairs; the reaper then ends.
+        self.reaper.lock().unwrap_or_else(|e| e.into_inner()).stop();
+        Ok(())
+    }
+}
+
+impl Drop for GlooTransport {
+    fn drop(&mut self) {
+        let shut = self.lock().shut;
+        if !shut {
+            if let Ok(api) = api() {
+                // SAFETY: the context handle is live until the field drops after this.
+                unsafe { (api.context_close)(self.ctx.0.as_ptr()) };
+            }
+        }
+        self.reaper.lock().unwrap_or_else(|e| e.into_inner()).stop();
+    }
+}
