@@ -1,18 +1,14 @@
 #!/usr/bin/env bash
-# README command 1: the main job. Builds `ccol` and runs the built-in scenario
-# corpus (PyTorch's own multi-rank cases) over concurrent in-process ranks,
-# checking every mode against its expectation, then shows one scenario with
-# and without compiler collectives.
+# README command 1: the main job. Installs Debian's Gloo when it is missing,
+# builds `ccol` with the Gloo transport, and runs `ccol demo`: 4 rank
+# processes over Gloo read their shards of a real text corpus
+# (/usr/share/common-licenses by default), batch it like a
+# DistributedSampler loader, and drive the reference compile cache; with
+# compiler collectives every rank takes the same decisions. Extra arguments
+# go to `ccol demo` (e.g. --no-collectives, --nproc 2, --corpus DIR, --json).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/env.sh
-cargo build --release --quiet -p compiler-collectives-cli
-ccol="$CARGO_TARGET_DIR/release/ccol"
-echo "== every scenario, every mode with an expectation"
-"$ccol" scenario check "$@"
-echo
-echo "== the tensor scenario: compiler collectives on (ranks agree at step 0)"
-"$ccol" scenario run tests/scenarios/01_tensor.json --collectives
-echo
-echo "== the same job without compiler collectives (ranks recompile at different steps)"
-"$ccol" scenario run tests/scenarios/01_tensor.json --no-collectives
+apt_install libgloo-dev
+cargo build --release --quiet -p compiler-collectives-cli --features gloo
+exec "$CARGO_TARGET_DIR/release/ccol" demo "$@"

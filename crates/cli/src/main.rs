@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
+mod demo;
 mod launch;
 
 mod embedded {
@@ -49,6 +50,11 @@ enum Command {
     /// Start N local ranks of a command, like `torchrun --standalone
     /// --nproc-per-node N --no-python CMD ARGS...`.
     Run(launch::LaunchArgs),
+    /// The main job: N rank processes over Gloo agree on a real corpus.
+    Demo(demo::DemoArgs),
+    /// One rank of `ccol demo` (started by it).
+    #[command(hide = true)]
+    DemoWorker(demo::WorkerArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -106,6 +112,8 @@ fn main() -> ExitCode {
         Command::Scenario(ScenarioCmd::Run(args)) => run(&args),
         Command::Scenario(ScenarioCmd::Check(args)) => check(&args),
         Command::Run(args) => launch::run(&args),
+        Command::Demo(args) => demo::demo(&args),
+        Command::DemoWorker(args) => demo::worker(&args),
         Command::Scenario(ScenarioCmd::Schema) => {
             println!("{}", embedded::SCHEMA.trim_end());
             ExitCode::SUCCESS

@@ -6,7 +6,7 @@
 //! | feature | backend | status |
 //! |---|---|---|
 //! | *(none)* | in-process (threads), for tests and simulations | available |
-//! | `gloo` | Gloo over TCP, CPU | planned |
+//! | `gloo` | Gloo over TCP, CPU ([`gloo`]; needs `libgloo-dev`) | available |
 //! | `nccl` | NCCL via cudarc, GPU | planned |
 //! | `tch` | libtorch c10d process groups | planned |
 //!
@@ -20,3 +20,7 @@
 #![forbid(unsafe_code)]
 
 pub use compiler_collectives_core::*;
+
+/// The Gloo transport (feature `gloo`).
+#[cfg(feature = "gloo")]
+pub use compiler_collectives_gloo as gloo;

@@ -1,0 +1,412 @@
+//! `ccol demo`: the main job. N rank processes over Gloo on this host read
+//! their shard of a real text corpus, batch it like a DistributedSampler
+//! loader, and drive the reference compile cache step by step; with compiler
+//! collectives every rank takes the same decisions.
+//!
+//! The parent starts the ranks through `ccol run` (so they get torchrun's
+//! environment and the launcher's failure handling); each rank runs the
+//! hidden `ccol demo-worker`, which writes its report to a results directory
+//! that the parent reads and prints.
+
+use crate::print_table;
+use clap::Args;
+use compiler_collectives::corpus::{CorpusOptions, Tokenizer};
+use compiler_collectives::scenario::{Mode, RankError, RankReport, RunReport, RUNNER_TIMEOUT};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+/// Exit code of a run in which a rank failed.
+const EXIT_RANK_FAILED: u8 = 3;
+/// Exit code of bad arguments or a missing backend.
+const EXIT_USAGE: u8 = 2;
+
+/// The corpus and batching options shared by `demo` and `demo-worker`.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct DataArgs {
+    /// Corpus directory: every regular file in it is a document
+    /// (default: /usr/share/common-licenses, on every Debian system).
+    #[arg(long, value_name = "DIR")]
+    corpus: Option<PathBuf>,
+    /// Tokeniser: `words` (whitespace-separated words) or `chars` (Unicode scalar values).
+    #[arg(long, default_value = "words")]
+    tokenizer: Tokenizer,
+    /// Samples per batch on each rank.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..))]
+    batch_size: u64,
+    /// Longest sequence, in tokens (longer paragraphs are truncated).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
+    max_seq_len: u64,
+    /// Run only this many steps (default: one epoch).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    steps: Option<u64>,
+    /// Shuffle seed (the same on every rank, as with DistributedSampler).
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Compiler collectives off (then guard votes are off too unless asked for).
+    #[arg(long)]
+    no_collectives: bool,
+    /// Guard votes off (on by default with collectives).
+    #[arg(long, overrides_with = "guard_collectives")]
+    no_guard_collectives: bool,
+    /// Guard votes on.
+    #[arg(long, overrides_with = "no_guard_collectives")]
+    guard_collectives: bool,
+    /// Deadline of each exchange, in seconds.
+    #[arg(long, value_name = "S")]
+    timeout: Option<String>,
+}
+
+impl DataArgs {
+    fn mode(&self) -> Mode {
+        let collectives = !self.no_collectives;
+        let votes = if self.guard_collectives {
+            true
+        } else if self.no_guard_collectives {
+            false
+        } else {
+            collectives
+        };
+        Mode::from_flags(collectives, votes)
+    }
+
+    fn corpus_options(&self, world_size: u32) -> CorpusOptions {
+        let mut o = CorpusOptions {
+            world_size,
+            batch_size: self.batch_size,
+            max_seq_len: self.max_seq_len,
+            steps: self.steps.and_then(|s| usize::try_from(s).ok()),
+            tokenizer: self.tokenizer,
+            seed: self.seed,
+            ..CorpusOptions::default()
+        };
+        if let Some(d) = &self.corpus {
+            o.dir.clone_from(d);
+        }
+        o
+    }
+
+    /// The arguments that reproduce these options for a worker.
+    fn to_args(&self) -> Vec<String> {
+        let mut a = vec![
+            "--tokenizer".to_string(),
+            self.tokenizer.name().to_string(),
+            "--batch-size".into(),
+            self.batch_size.to_string(),
+            "--max-seq-len".into(),
+            self.max_seq_len.to_string(),
+            "--seed".into(),
+            self.seed.to_string(),
+        ];
+        if let Some(c) = &self.corpus {
+            a.push("--corpus".into());
+            a.push(c.to_string_lossy().into_owned());
+        }
+        if let Some(s) = self.steps {
+            a.push("--steps".into());
+            a.push(s.to_string());
+        }
+        if self.no_collectives {
+            a.push("--no-collectives".into());
+        }
+        if self.no_guard_collectives {
+            a.push("--no-guard-collectives".into());
+        }
+        if self.guard_collectives {
+            a.push("--guard-collectives".into());
+        }
+        if let Some(t) = &self.timeout {
+            a.push("--timeout".into());
+            a.push(t.clone());
+        }
+        a
+    }
+}
+
+/// Arguments of `ccol demo`.
+#[derive(Args, Debug)]
+pub(crate) struct DemoArgs {
+    /// Number of rank processes.
+    #[arg(long = "nproc", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
+    nproc: u32,
+    #[command(flatten)]
+    data: DataArgs,
+    /// Print one line of JSON (the scenario runner's output shape).
+    #[arg(long)]
+    json: bool,
+}
+
+/// Arguments of the hidden `ccol demo-worker`.
+#[derive(Args, Debug)]
+pub(crate) struct WorkerArgs {
+    /// Where to write `rank-<R>.json`.
+    #[arg(long, value_name = "DIR")]
+    results: PathBuf,
+    #[command(flatten)]
+    data: DataArgs,
+}
+
+/// Runs `ccol demo`.
+pub(crate) fn demo(args: &DemoArgs) -> ExitCode {
+    if !cfg!(feature = "gloo") {
+        eprintln!(
+            "ccol demo: this ccol was built without Gloo; run ./scripts/demo.sh \
+             (or build with `cargo build -p compiler-collectives-cli --features gloo`)"
+        );
+        return ExitCode::from(EXIT_USAGE);
+    }
+    let opts = args.data.corpus_options(args.nproc);
+    let (scenario, summary) = match compiler_collectives::corpus::build_with_summary(&opts) {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("ccol demo: {e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let mode = args.data.mode();
+    if !args.json {
+        println!("{summary}");
+        println!(
+            "mode: {mode} — {} rank processes over Gloo (TCP on 127.0.0.1)\n",
+            args.nproc
+        );
+    }
+    let results = match tempfile::Builder::new().prefix("ccol-demo-").tempdir() {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("ccol demo: cannot create a temporary directory: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("ccol demo: cannot find this program's path: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut cmd = Command::new(&exe);
+    cmd.arg("run")
+        .arg("--nproc-per-node")
+        .arg(args.nproc.to_string())
+        .arg("--")
+        .arg(&exe)
+        .arg("demo-worker")
+        .arg("--results")
+        .arg(results.path())
+        .args(args.data.to_args());
+    let status = match cmd.status() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("ccol demo: cannot start the ranks: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let ranks: Vec<RankReport> = (0..args.nproc)
+        .map(|r| read_report(results.path(), r))
+        .collect();
+    let report = RunReport {
+        name: scenario.name.clone(),
+        mode,
+        ranks,
+    };
+    if args.json {
+        println!("{}", report.to_json());
+    } else {
+        println!();
+        print_table(&scenario, &report);
+        println!();
+        print_agreement(&report);
+    }
+    if report.failed() || !status.success() {
+        ExitCode::from(EXIT_RANK_FAILED)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn missing_report(rank: u32, why: String) -> RankReport {
+    RankReport {
+        rank,
+        compile_steps: Vec::new(),
+        dynamic_dims: BTreeMap::new(),
+        dynamic_scalars: BTreeSet::new(),
+        dynamic_strides: BTreeMap::new(),
+        uncompiled_steps: 0,
+        error: Some(RankError {
+            kind: "no_report".into(),
+            missing_ranks: Vec::new(),
+            exchange: None,
+            message: why,
+        }),
+    }
+}
+
+/// Reads a worker's report back (the JSON of [`RankReport::to_json`]).
+fn read_report(dir: &Path, rank: u32) -> RankReport {
+    let path = dir.join(format!("rank-{rank}.json"));
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) => return missing_report(rank, format!("rank {rank} wrote no report ({e})")),
+    };
+    let v: Value = match serde_json::from_str(&text) {
+        Ok(v) => v,
+        Err(e) => return missing_report(rank, format!("rank {rank}'s report is not JSON: {e}")),
+    };
+    let mut r = missing_report(rank, String::new());
+    r.error = None;
+    r.compile_steps = v["compile_steps"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_u64).collect())
+        .unwrap_or_default();
+    if let Some(m) = v["dynamic"].as_object() {
+        for (k, d) in m {
+            match d {
+                Value::String(_) => {
+                    r.dynamic_scalars.insert(k.clone());
+                }
+                Value::Array(a) => {
+                    let dims = a
+                        .iter()
+                        .filter_map(Value::as_u64)
+                        .filter_map(|x| usize::try_from(x).ok())
+                        .collect();
+                    r.dynamic_dims.insert(k.clone(), dims);
+                }
+                _ => {}
+            }
+        }
+    }
+    if let Some(m) = v["dynamic_strides"].as_object() {
+        for (k, d) in m {
+            let dims = d
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(Value::as_u64)
+                        .filter_map(|x| usize::try_from(x).ok())
+                        .collect()
+                })
+                .unwrap_or_default();
+            r.dynamic_strides.insert(k.clone(), dims);
+        }
+    }
+    if let Some(e) = v.get("error").filter(|e| e.is_object()) {
+        r.error = Some(RankError {
+            kind: e["kind"].as_str().unwrap_or("unknown").to_owned(),
+            missing_ranks: e["missing_ranks"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(Value::as_u64)
+                        .filter_map(|x| u32::try_from(x).ok())
+                        .collect()
+                })
+                .unwrap_or_default(),
+            exchange: e["exchange"].as_u64(),
+            message: e["message"].as_str().unwrap_or_default().to_owned(),
+        });
+    }
+    r
+}
+
+fn decisions(r: &RankReport) -> Value {
+    let mut v = r.to_json();
+    if let Some(o) = v.as_object_mut() {
+        o.remove("rank");
+    }
+    v
+}
+
+fn print_agreement(report: &RunReport) {
+    let first = report.ranks.first().map(decisions);
+    let same = report.ranks.iter().all(|r| Some(decisions(r)) == first);
+    if same {
+        println!(
+            "all {} ranks took the same decisions: they compile the same graphs at the same steps",
+            report.ranks.len()
+        );
+    } else {
+        println!("the ranks DIVERGE: they compile different graphs at different steps:");
+        let mut groups: Vec<(Value, Vec<u32>)> = Vec::new();
+        for r in &report.ranks {
+            let d = decisions(r);
+            match groups.iter_mut().find(|(g, _)| *g == d) {
+                Some((_, ranks)) => ranks.push(r.rank),
+                None => groups.push((d, vec![r.rank])),
+            }
+        }
+        for (d, ranks) in groups {
+            println!(
+                "  ranks {ranks:?}: compile steps {} dynamic {}",
+                d["compile_steps"], d["dynamic"]
+            );
+        }
+        if report.mode == Mode::NoCollectives {
+            println!(
+                "(in a real job, different graphs issue different collectives: the job would hang; \
+                 run without --no-collectives)"
+            );
+        }
+    }
+}
+
+/// Runs one rank of the demo (`ccol demo-worker`, started by `ccol demo`).
+pub(crate) fn worker(args: &WorkerArgs) -> ExitCode {
+    match worker_inner(args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("ccol demo-worker: {e}");
+            if let Some(core) = e.downcast_ref::<compiler_collectives::Error>() {
+                let _ = compiler_collectives::torchelastic::write_core_error_file(core);
+            }
+            ExitCode::from(EXIT_RANK_FAILED)
+        }
+    }
+}
+
+#[cfg(feature = "gloo")]
+fn worker_inner(args: &WorkerArgs) -> anyhow::Result<ExitCode> {
+    use compiler_collectives::protocol::{parse_timeout_secs, timeout_from_env};
+    use compiler_collectives::{Channel, ChannelOptions, Transport};
+    let transport = compiler_collectives::gloo::from_env()?;
+    let rank = transport.rank();
+    let world = transport.world_size();
+    let opts = args.data.corpus_options(world);
+    let scenario = compiler_collectives::corpus::build(&opts)?;
+    let timeout = match &args.data.timeout {
+        Some(t) => parse_timeout_secs(t)?,
+        None => timeout_from_env()?.unwrap_or(RUNNER_TIMEOUT),
+    };
+    let mode = args.data.mode();
+    let (collectives, votes) = mode.flags();
+    let channel = if collectives || votes {
+        Some(Channel::with_options(
+            std::sync::Arc::new(transport),
+            ChannelOptions::default().with_timeout(timeout),
+        )?)
+    } else {
+        None
+    };
+    let report = compiler_collectives::scenario::run_rank(&scenario, mode, rank, channel);
+    let path = args.results.join(format!("rank-{rank}.json"));
+    std::fs::write(&path, json!(report.to_json()).to_string())?;
+    if let Some(e) = &report.error {
+        eprintln!("rank {rank} failed: {}", e.message);
+        let reported = compiler_collectives::torchelastic::ErrorReport::new(
+            format!("CompilerCollectivesError({})", e.kind),
+            e.message.clone(),
+        );
+        if let Err(w) = reported.write_to_env() {
+            eprintln!("rank {rank}: cannot write TORCHELASTIC_ERROR_FILE: {w}");
+        }
+        return Ok(ExitCode::from(EXIT_RANK_FAILED));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(not(feature = "gloo"))]
+fn worker_inner(_args: &WorkerArgs) -> anyhow::Result<ExitCode> {
+    anyhow::bail!("this ccol was built without Gloo")
+}

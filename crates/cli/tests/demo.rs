@@ -1,0 +1,147 @@
+//! `ccol demo`: rank processes over Gloo agreeing on a real corpus.
+
+use serde_json::Value;
+use std::process::Command;
+
+fn ccol() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_ccol"));
+    c.env_remove("CCOL_TIMEOUT_S").env_remove("CCOL_GLOO_STORE");
+    c
+}
+
+/// A corpus of paragraphs of two lengths (5 and 9 words): a rank often sees
+/// the same length twice in a row while another does not.
+fn corpus() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut text = String::new();
+    for i in 0..40u32 {
+        let words = if i % 4 == 0 { 9 } else { 5 };
+        for w in 0..words {
+            text.push_str(&format!("w{w} "));
+        }
+        text.push_str("\n\n");
+    }
+    std::fs::write(dir.path().join("a.txt"), &text).expect("write");
+    std::fs::write(dir.path().join("b.txt"), text.replace('w', "v")).expect("write");
+    dir
+}
+
+#[cfg(feature = "gloo")]
+fn run(args: &[&str]) -> (Value, i32) {
+    let out = ccol()
+        .arg("demo")
+        .args(args)
+        .arg("--json")
+        .output()
+        .expect("ccol runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout.lines().last().unwrap_or_default();
+    let v: Value = serde_json::from_str(line).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (v, out.status.code().unwrap_or(-1))
+}
+
+#[cfg(feature = "gloo")]
+fn decisions(v: &Value) -> Vec<(Value, Value)> {
+    v["ranks"]
+        .as_array()
+        .expect("ranks")
+        .iter()
+        .map(|r| (r["compile_steps"].clone(), r["dynamic"].clone()))
+        .collect()
+}
+
+#[cfg(feature = "gloo")]
+#[test]
+fn ranks_agree_with_collectives_and_diverge_without() {
+    let dir = corpus();
+    let path = dir.path().to_str().expect("utf-8");
+    let mut diverged = Vec::new();
+    for seed in 0..4u32 {
+        let seed = seed.to_string();
+        let base = [
+            "--nproc",
+            "3",
+            "--corpus",
+            path,
+            "--batch-size",
+            "1",
+            "--seed",
+            seed.as_str(),
+        ];
+        let (with, code) = run(&base);
+        assert_eq!(code, 0, "{with}");
+        let d = decisions(&with);
+        assert_eq!(d.len(), 3);
+        assert!(
+            d.iter().all(|x| *x == d[0]),
+            "ranks disagree with collectives: {with}"
+        );
+        // Every rank compiles at step 0, and the entry compiled last has dim 1
+        // (sequence length) dynamic: lengths differ across ranks and steps.
+        assert_eq!(with["ranks"][0]["compile_steps"][0], 0);
+        let tokens = &with["ranks"][0]["dynamic"]["tokens"];
+        assert!(
+            tokens
+                .as_array()
+                .is_some_and(|a| a.contains(&Value::from(1))),
+            "{with}"
+        );
+
+        let mut off = base.to_vec();
+        off.push("--no-collectives");
+        let (without, code) = run(&off);
+        assert_eq!(code, 0, "{without}");
+        let d = decisions(&without);
+        if d.iter().any(|x| *x != d[0]) {
+            diverged.push(seed);
+        }
+    }
+    assert!(
+        !diverged.is_empty(),
+        "without collectives the ranks never diverged"
+    );
+}
+
+#[cfg(feature = "gloo")]
+#[test]
+fn default_corpus_runs_four_ranks_that_agree() {
+    if !std::path::Path::new("/usr/share/common-licenses").is_dir() {
+        println!("skipped: /usr/share/common-licenses does not exist on this system");
+        return;
+    }
+    let (v, code) = run(&["--steps", "12"]);
+    assert_eq!(code, 0, "{v}");
+    let d = decisions(&v);
+    assert_eq!(d.len(), 4);
+    assert!(d.iter().all(|x| *x == d[0]), "{v}");
+}
+
+#[cfg(feature = "gloo")]
+#[test]
+fn a_bad_corpus_exits_2_naming_it() {
+    let out = ccol()
+        .args(["demo", "--corpus", "/nonexistent/corpus"])
+        .output()
+        .expect("ccol runs");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("/nonexistent/corpus") && err.contains("--corpus"),
+        "{err}"
+    );
+}
+
+#[cfg(not(feature = "gloo"))]
+#[test]
+fn demo_without_gloo_says_how_to_get_it() {
+    let _ = corpus;
+    let out = ccol().arg("demo").output().expect("ccol runs");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("scripts/demo.sh"), "{err}");
+}

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Shared torch set-up: installs the pinned torch 2.13.0 wheel (full install, so
+# Python tests can `import torch`) and numpy into a virtual environment outside
+# the checkout (reused by fresh clones), verifies the version, and prints the
+# variables that build tch-rs against it and find its tools:
+#   eval "$(scripts/setup-torch.sh)"
+# Idempotent: a second run only verifies. Progress goes to stderr.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/env.sh
+version=2.13.0
+venv="$CCOL_CACHE/torch-$version"
+check='import torch, numpy, sys; sys.exit(0 if torch.__version__.split("+")[0] == "'$version'" else 1)'
+if ! "$venv/bin/python" -c "$check" 2>/dev/null; then
+    echo "installing torch $version and numpy into $venv (about 2.7 GB, once)" >&2
+    python3 -m venv "$venv" >&2
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "torch==$version" numpy >&2
+fi
+site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+# tch skips its own version check on the LIBTORCH path: check torch/version.py here.
+grep -q "^__version__ = '$version" "$site/torch/version.py" || {
+    echo "setup-torch: $site/torch/version.py is not torch $version" >&2
+    exit 1
+}
+cat <<VARS
+export CCOL_TORCH_PYTHON="$venv/bin/python"
+export CCOL_TORCHRUN="$venv/bin/torchrun"
+export LIBTORCH="$site/torch"
+export LIBTORCH_CXX11_ABI=1
+export LIBTORCH_BYPASS_VERSION_CHECK=1
+export LD_LIBRARY_PATH="$site/torch/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
+VARS
