@@ -28,5 +28,4 @@ export CCOL_TORCHRUN="$venv/bin/torchrun"
 export LIBTORCH="$site/torch"
 export LIBTORCH_CXX11_ABI=1
 export LIBTORCH_BYPASS_VERSION_CHECK=1
-export LD_LIBRARY_PATH="$site/torch/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
 VARS

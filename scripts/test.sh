@@ -6,6 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/env.sh
 apt_install libgloo-dev redis-server
+# The pinned torch (outside the checkout): torchrun and libtorch for the tests
+# that need them.
+eval "$(scripts/setup-torch.sh)"
 # Backends this script installs must not be skipped by their tests.
 export CCOL_STRICT_SKIPS=1
 features=(--features compiler-collectives-cli/gloo)
@@ -23,5 +26,7 @@ fi
 grep -q '^#!\[forbid(unsafe_code)\]' crates/core/src/lib.rs || { echo "core must forbid unsafe code" >&2; exit 1; }
 echo "== cargo test (default members: no native libraries needed)"
 cargo test --quiet 2>&1
-echo "== cargo test: Gloo backend (real processes) and ccol with Gloo"
+echo "== cargo test: Gloo backend (real processes, redis, torchrun) and ccol with Gloo"
 cargo test --quiet -p compiler-collectives-gloo -p compiler-collectives-cli "${features[@]}" 2>&1
+echo "== cargo test: Debian's Gloo and libtorch's c10d Gloo in one process"
+cargo test --quiet -p compiler-collectives-gloo-libtorch 2>&1
