@@ -32,6 +32,11 @@ const FLAG_DATA: u32 = 0;
 const FLAG_SHUTDOWN: u32 = 1;
 const HEADER: usize = 16;
 const P2P_BIT: u64 = 1 << 63;
+/// A slot nobody sends to: the inbox keeps a receive posted on it on every
+/// pair, so that a broken pair always has a pending operation to fail.
+const SENTINEL_SLOT: u64 = 1 << 61;
+/// How long `shutdown` and drop wait for peers to take this rank's last sends.
+const DRAIN_LIMIT: Duration = Duration::from_secs(10);
 /// How long `shutdown` waits for its notices to leave.
 const SHUTDOWN_GRACE: Duration = Duration::from_millis(300);
 
@@ -106,6 +111,14 @@ impl Drop for ContextHandle {
 struct Buf {
     handle: NonNull<c_void>,
     mem: Vec<u8>,
+}
+
+impl std::fmt::Debug for Buf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Buf")
+            .field("len", &self.mem.len())
+            .finish_non_exhaustive()
+    }
 }
 
 // SAFETY: a Gloo unbound buffer may be waited on from any thread (Gloo's
@@ -267,6 +280,9 @@ impl Drop for Pool {
 
 #[derive(Debug, Default)]
 struct State {
+    /// Where headers arrive (one 16-byte place per rank), with a standing
+    /// receive on a never-used slot of every pair; `None` after an error.
+    inbox: Option<Buf>,
     op: u64,
     sent: HashMap<(u32, u32), u64>,
     received: HashMap<(u32, u32), u64>,
@@ -279,32 +295,50 @@ type Failure = Arc<Mutex<Option<String>>>;
 /// Waits, on its own thread, for point-to-point sends to be taken by their
 /// receivers, then frees their buffers; `send` itself never blocks on the
 /// receiver (a ring of sends followed by receives must not deadlock).
+/// Send buffers of one operation, each posted once to every receiver.
+struct Outgoing {
+    pool: Pool,
+    receivers: Vec<u32>,
+    deadline: Deadline,
+}
+
 #[derive(Debug)]
 struct Reaper {
-    tx: Option<mpsc::Sender<(Pool, Deadline, u32)>>,
+    tx: Option<mpsc::Sender<Outgoing>>,
     handle: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Reaper {
     fn start(rank: u32, failed: Failure) -> Reaper {
-        let (tx, rx) = mpsc::channel::<(Pool, Deadline, u32)>();
+        let (tx, rx) = mpsc::channel::<Outgoing>();
         let handle = std::thread::Builder::new()
             .name(format!("ccol-gloo-sends-{rank}"))
             .spawn(move || {
-                for (pool, deadline, peer) in rx {
+                for out in rx {
                     let mut ok = true;
-                    for b in &pool.bufs {
-                        if let Err(e) = b.wait_send(deadline) {
-                            let mut f = failed.lock().unwrap_or_else(|e| e.into_inner());
-                            if f.is_none() {
-                                *f = Some(format!("a message to rank {peer} was not received by its deadline: {e}"));
+                    'wait: for b in &out.pool.bufs {
+                        for _ in &out.receivers {
+                            if let Err(e) = b.wait_send(out.deadline) {
+                                // A broken pair is found, and its rank named,
+                                // by the next operation (the inbox watches
+                                // every pair); only a send that was never
+                                // taken by its deadline fails the transport here.
+                                let mut f = failed.lock().unwrap_or_else(|e| e.into_inner());
+                                if f.is_none() && e.status() == Some(sys::TIMEOUT) {
+                                    *f =
+                                        Some(format!(
+                                        "a message to {} {:?} was not taken by its deadline: {e}",
+                                        if out.receivers.len() == 1 { "rank" } else { "ranks" },
+                                        out.receivers
+                                    ));
+                                }
+                                ok = false;
+                                break 'wait;
                             }
-                            ok = false;
-                            break;
                         }
                     }
                     if ok {
-                        pool.release();
+                        out.pool.release();
                     }
                 }
             })
@@ -315,15 +349,16 @@ impl Reaper {
         }
     }
 
-    /// Stops accepting sends and gives the thread up to a second to finish;
-    /// a thread still blocked on a send after that is left to end at that
-    /// send's deadline (its buffers keep Gloo's context alive).
-    fn stop(&mut self) {
+    /// Stops accepting sends and waits up to `limit` for the thread to finish
+    /// the sends already queued; a thread still blocked after that is left
+    /// to end at its send's deadline or when the connections close (its
+    /// buffers keep Gloo's context alive).
+    fn stop(&mut self, limit: Duration) {
         self.tx = None;
         if let Some(h) = self.handle.take() {
-            let until = Instant::now() + Duration::from_secs(1);
+            let until = Instant::now() + limit;
             while !h.is_finished() && Instant::now() < until {
-                std::thread::sleep(Duration::from_millis(5));
+                std::thread::sleep(Duration::from_millis(2));
             }
             if h.is_finished() {
                 let _ = h.join();
@@ -405,11 +440,18 @@ impl GlooTransport {
             }
         };
         let failed: Failure = Arc::default();
+        let inbox = Buf::new(&ctx, vec![0u8; world_size as usize * HEADER])?;
+        for p in (0..world_size).filter(|&p| p != rank) {
+            inbox.recv(p, SENTINEL_SLOT, p as usize * HEADER, 1)?;
+        }
         Ok(GlooTransport {
             rank,
             world: world_size,
             ctx,
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                inbox: Some(inbox),
+                ..State::default()
+            }),
             reaper: Mutex::new(Reaper::start(rank, Arc::clone(&failed))),
             failed,
             _store: scoped,
@@ -504,14 +546,29 @@ impl GlooTransport {
         let start = Instant::now();
         let mut st = self.lock();
         let k = self.begin(&mut st)?;
-        match self.collective_inner(k, data, send_to, recv_from, max_bytes, deadline) {
-            Ok(v) => Ok(v),
-            Err(f) => Err(self.fail(&mut st, f, start.elapsed())),
+        let Some(mut inbox) = st.inbox.take() else {
+            return Err(Error::ChannelUnusable {
+                cause: "the Gloo transport lost its inbox after an earlier error".into(),
+            });
+        };
+        let r = self.collective_inner(&mut inbox, k, data, send_to, recv_from, max_bytes, deadline);
+        match r {
+            Ok(v) => {
+                st.inbox = Some(inbox);
+                Ok(v)
+            }
+            Err(f) => {
+                // Gloo may still write into it: keep it for ever.
+                inbox.leak();
+                Err(self.fail(&mut st, f, start.elapsed()))
+            }
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn collective_inner(
         &self,
+        inbox: &mut Buf,
         k: u64,
         data: &[u8],
         send_to: &[u32],
@@ -525,36 +582,40 @@ impl GlooTransport {
         let gl = |e: GlooError| Fail::Gloo(e, Vec::new());
         let (hslot, dslot) = (2 * k, 2 * k + 1);
         let n = self.world as usize;
-        // Post our header and data to every receiver.
-        let hdr = pool.add(Buf::new(&self.ctx, header(FLAG_DATA, data.len() as u64)).map_err(gl)?);
+        // Post our header and data to every receiver. They are taken when each
+        // receiver posts its receives; the reaper waits for that.
+        let mut sends = Pool::default();
+        let hdr = sends.add(Buf::new(&self.ctx, header(FLAG_DATA, data.len() as u64)).map_err(gl)?);
         let body = if data.is_empty() || send_to.is_empty() {
             None
         } else {
-            Some(pool.add(Buf::new(&self.ctx, data.to_vec()).map_err(gl)?))
+            Some(sends.add(Buf::new(&self.ctx, data.to_vec()).map_err(gl)?))
         };
         let at = |p: u32| move |e: GlooError| Fail::Gloo(e, vec![p]);
         for &p in send_to {
-            pool.get(hdr).send(p, hslot, 0, HEADER).map_err(at(p))?;
+            sends.get(hdr).send(p, hslot, 0, HEADER).map_err(at(p))?;
             if let Some(b) = body {
-                pool.get(b).send(p, dslot, 0, data.len()).map_err(at(p))?;
+                sends.get(b).send(p, dslot, 0, data.len()).map_err(at(p))?;
             }
         }
-        // Receive every header into one zeroed buffer, one 16-byte place per rank.
-        let headers = pool.add(Buf::new(&self.ctx, vec![0u8; n * HEADER]).map_err(gl)?);
+        // Receive every header into the inbox, one 16-byte place per rank.
+        // The inbox also holds a standing receive on every pair, so a pair
+        // that breaks wakes this wait even after its header has arrived.
+        inbox.mem.fill(0);
         for &p in recv_from {
-            pool.get(headers)
+            inbox
                 .recv(p, hslot, p as usize * HEADER, HEADER)
                 .map_err(at(p))?;
         }
         for _ in recv_from {
-            if let Err(e) = pool.get(headers).wait_recv(deadline) {
+            if let Err(e) = inbox.wait_recv(deadline) {
                 if e.status() == Some(sys::IO) {
                     let lost = self.broken_pairs(&mut pool, k, recv_from);
                     if !lost.is_empty() {
                         return Err(Fail::Gloo(e, lost));
                     }
                 }
-                let hb = pool.get(headers);
+                let hb = &*inbox;
                 let missing = recv_from
                     .iter()
                     .copied()
@@ -577,7 +638,7 @@ impl GlooTransport {
         let mut shut = Vec::new();
         for &p in recv_from {
             let at = p as usize * HEADER;
-            match parse_header(&pool.get(headers).mem[at..at + HEADER]) {
+            match parse_header(&inbox.mem[at..at + HEADER]) {
                 Some((FLAG_SHUTDOWN, _)) => shut.push(p),
                 Some((FLAG_DATA, len)) => {
                     let len = usize::try_from(len).unwrap_or(usize::MAX);
@@ -631,21 +692,10 @@ impl GlooTransport {
                 return Err(Fail::Gloo(e, missing));
             }
         }
-        // Our sends complete once each receiver has taken them.
-        for (i, _) in send_to.iter().enumerate() {
-            let r = pool.get(hdr).wait_send(deadline).and_then(|()| match body {
-                Some(b) => pool.get(b).wait_send(deadline),
-                None => Ok(()),
-            });
-            if let Err(e) = r {
-                let lost = self.broken_pairs(&mut pool, k, send_to);
-                let missing = if lost.is_empty() {
-                    send_to[i..].to_vec()
-                } else {
-                    lost
-                };
-                return Err(Fail::Gloo(e, missing));
-            }
+        // Everything addressed to us has arrived: the operation is complete
+        // for this rank. Our own sends finish as the receivers take them.
+        if !send_to.is_empty() {
+            self.reap(sends, send_to.to_vec(), deadline)?;
         }
         let mut out = vec![Vec::new(); n];
         for (p, b) in incoming {
@@ -655,6 +705,26 @@ impl GlooTransport {
         }
         pool.release();
         Ok(out)
+    }
+
+    /// Hands send buffers to the reaper thread.
+    fn reap(&self, pool: Pool, receivers: Vec<u32>, deadline: Deadline) -> Result<(), Fail> {
+        let reaper = self.reaper.lock().unwrap_or_else(|e| e.into_inner());
+        let shut = || {
+            Fail::Core(Error::InvalidArgument(
+                "the Gloo transport is shut down".into(),
+            ))
+        };
+        match &reaper.tx {
+            Some(tx) => tx
+                .send(Outgoing {
+                    pool,
+                    receivers,
+                    deadline,
+                })
+                .map_err(|_| shut()),
+            None => Err(shut()),
+        }
     }
 
     fn p2p_slot(tag: u32, count: u64) -> u64 {
@@ -769,17 +839,7 @@ impl Transport for GlooTransport {
             }
             // The receiver takes the message when it posts its receive; the
             // reaper waits for that (until `deadline`) and frees the buffers.
-            let reaper = self.reaper.lock().unwrap_or_else(|e| e.into_inner());
-            match &reaper.tx {
-                Some(tx) => tx.send((pool, deadline, peer)).map_err(|_| {
-                    Fail::Core(Error::InvalidArgument(
-                        "the Gloo transport is shut down".into(),
-                    ))
-                }),
-                None => Err(Fail::Core(Error::InvalidArgument(
-                    "the Gloo transport is shut down".into(),
-                ))),
-            }
+            self.reap(pool, vec![peer], deadline)
         })();
         r.map_err(|f| self.fail(&mut st, f, start.elapsed()))
     }
@@ -860,6 +920,12 @@ impl Transport for GlooTransport {
         }
         st.shut = true;
         let api = api()?;
+        // Peers are still collecting what this rank sent in its last
+        // operations: let them take it before the connections close.
+        self.reaper
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .stop(DRAIN_LIMIT);
         if self.failure().is_none() {
             let k = st.op;
             let deadline = Deadline::after(SHUTDOWN_GRACE);
@@ -883,8 +949,6 @@ impl Transport for GlooTransport {
         }
         // SAFETY: the context handle is live.
         unsafe { (api.context_close)(self.ctx.0.as_ptr()) };
-        // Pending sends fail at once on closed pairs; the reaper then ends.
-        self.reaper.lock().unwrap_or_else(|e| e.into_inner()).stop();
         Ok(())
     }
 }
@@ -893,11 +957,16 @@ impl Drop for GlooTransport {
     fn drop(&mut self) {
         let shut = self.lock().shut;
         if !shut {
+            // As `shutdown`, without the notice: let peers take what this
+            // rank sent, then close.
+            self.reaper
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .stop(DRAIN_LIMIT);
             if let Ok(api) = api() {
                 // SAFETY: the context handle is live until the field drops after this.
                 unsafe { (api.context_close)(self.ctx.0.as_ptr()) };
             }
         }
-        self.reaper.lock().unwrap_or_else(|e| e.into_inner()).stop();
     }
 }

@@ -419,6 +419,7 @@ fn kill_trial() -> Result<(), String> {
                 "rank {r} reported {after} ms after the kill (bound {bound} ms): {err}"
             ));
         }
+        println!("    rank {r}: {kind} naming [2], {after} ms after the kill");
     }
     Ok(())
 }
