@@ -13,7 +13,6 @@ use clap::Args;
 use compiler_collectives::corpus::{CorpusOptions, Tokenizer};
 use compiler_collectives::scenario::{Mode, RankError, RankReport, RunReport, RUNNER_TIMEOUT};
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
@@ -226,36 +225,30 @@ pub(crate) fn demo(args: &DemoArgs) -> ExitCode {
     }
 }
 
-fn missing_report(rank: u32, why: String) -> RankReport {
-    RankReport {
-        rank,
-        compile_steps: Vec::new(),
-        dynamic_dims: BTreeMap::new(),
-        dynamic_scalars: BTreeSet::new(),
-        dynamic_strides: BTreeMap::new(),
-        uncompiled_steps: 0,
-        error: Some(RankError {
-            kind: "no_report".into(),
-            missing_ranks: Vec::new(),
-            exchange: None,
-            message: why,
-        }),
-    }
-}
-
 /// Reads a worker's report back (the JSON of [`RankReport::to_json`]).
 fn read_report(dir: &Path, rank: u32) -> RankReport {
     let path = dir.join(format!("rank-{rank}.json"));
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
-        Err(e) => return missing_report(rank, format!("rank {rank} wrote no report ({e})")),
+        Err(e) => {
+            return RankReport::failed(
+                rank,
+                "no_report",
+                format!("rank {rank} wrote no report ({e})"),
+            )
+        }
     };
     let v: Value = match serde_json::from_str(&text) {
         Ok(v) => v,
-        Err(e) => return missing_report(rank, format!("rank {rank}'s report is not JSON: {e}")),
+        Err(e) => {
+            return RankReport::failed(
+                rank,
+                "no_report",
+                format!("rank {rank}'s report is not JSON: {e}"),
+            )
+        }
     };
-    let mut r = missing_report(rank, String::new());
-    r.error = None;
+    let mut r = RankReport::new(rank);
     r.compile_steps = v["compile_steps"]
         .as_array()
         .map(|a| a.iter().filter_map(Value::as_u64).collect())

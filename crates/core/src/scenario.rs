@@ -499,6 +499,32 @@ impl RankError {
 }
 
 impl RankReport {
+    /// A rank that has done nothing yet.
+    pub fn new(rank: u32) -> Self {
+        RankReport {
+            rank,
+            compile_steps: Vec::new(),
+            dynamic_dims: BTreeMap::new(),
+            dynamic_scalars: BTreeSet::new(),
+            dynamic_strides: BTreeMap::new(),
+            uncompiled_steps: 0,
+            error: None,
+        }
+    }
+
+    /// A rank that failed before doing anything, with `kind` and `message`.
+    pub fn failed(rank: u32, kind: &str, message: String) -> Self {
+        RankReport {
+            error: Some(RankError {
+                kind: kind.to_owned(),
+                missing_ranks: Vec::new(),
+                exchange: None,
+                message,
+            }),
+            ..RankReport::new(rank)
+        }
+    }
+
     /// The JSON object of DESIGN §7 for this rank.
     pub fn to_json(&self) -> Value {
         let mut dynamic = Map::new();
@@ -545,15 +571,7 @@ pub fn run_rank(
     let options = scenario.options_for(mode);
     let mut cache: CompileCache<()> =
         CompileCache::new(format!("scenario:{}", scenario.name), options);
-    let mut report = RankReport {
-        rank,
-        compile_steps: Vec::new(),
-        dynamic_dims: BTreeMap::new(),
-        dynamic_scalars: BTreeSet::new(),
-        dynamic_strides: BTreeMap::new(),
-        uncompiled_steps: 0,
-        error: None,
-    };
+    let mut report = RankReport::new(rank);
     for (s, step) in scenario.steps.iter().enumerate() {
         let Some(inputs) = step.get(rank as usize) else {
             break;
@@ -642,19 +660,12 @@ pub fn run_in_process(scenario: &Scenario, mode: Mode, timeout: Duration) -> Res
     }
     let mut ranks = Vec::with_capacity(handles.len());
     for (rank, h) in handles {
-        ranks.push(h.join().unwrap_or_else(|_| RankReport {
-            rank,
-            compile_steps: Vec::new(),
-            dynamic_dims: BTreeMap::new(),
-            dynamic_scalars: BTreeSet::new(),
-            dynamic_strides: BTreeMap::new(),
-            uncompiled_steps: 0,
-            error: Some(RankError {
-                kind: "panic".into(),
-                missing_ranks: Vec::new(),
-                exchange: None,
-                message: format!("rank {rank} panicked (a bug: please report it)"),
-            }),
+        ranks.push(h.join().unwrap_or_else(|_| {
+            RankReport::failed(
+                rank,
+                "panic",
+                format!("rank {rank} panicked (a bug: please report it)"),
+            )
         }));
     }
     Ok(RunReport {

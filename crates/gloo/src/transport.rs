@@ -462,6 +462,16 @@ impl GlooTransport {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn check_peer(&self, peer: u32) -> Result<(), Error> {
+        if peer >= self.world || peer == self.rank {
+            return Err(Error::InvalidArgument(format!(
+                "peer {peer} is not another rank of a group of {}",
+                self.world
+            )));
+        }
+        Ok(())
+    }
+
     fn peers(&self) -> impl Iterator<Item = u32> + '_ {
         (0..self.world).filter(move |&r| r != self.rank)
     }
@@ -812,12 +822,7 @@ impl Transport for GlooTransport {
     }
 
     fn send(&self, peer: u32, tag: u32, data: &[u8], deadline: Deadline) -> Result<(), Error> {
-        if peer >= self.world || peer == self.rank {
-            return Err(Error::InvalidArgument(format!(
-                "peer {peer} is not another rank of a group of {}",
-                self.world
-            )));
-        }
+        self.check_peer(peer)?;
         let start = Instant::now();
         let mut st = self.lock();
         self.begin(&mut st)?;
@@ -851,12 +856,7 @@ impl Transport for GlooTransport {
         max_bytes: usize,
         deadline: Deadline,
     ) -> Result<Vec<u8>, Error> {
-        if peer >= self.world || peer == self.rank {
-            return Err(Error::InvalidArgument(format!(
-                "peer {peer} is not another rank of a group of {}",
-                self.world
-            )));
-        }
+        self.check_peer(peer)?;
         let start = Instant::now();
         let mut st = self.lock();
         self.begin(&mut st)?;
