@@ -3,6 +3,7 @@
 
 #include "ccol_gloo.h"
 
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -60,8 +61,12 @@ int32_t report(ccol_gloo_error* err) {
         throw;
     } catch (const gloo::IoException& e) {
         const char* what = e.what();
-        bool timeout = std::strstr(what, "Timed out") != nullptr || std::strstr(what, "timed out") != nullptr ||
-                       std::strstr(what, "Timeout") != nullptr;
+        // Gloo says "Timed out waiting ..." (buffers) or "Wait timeout for key(s)" (stores).
+        std::string lower(what);
+        for (auto& c : lower) {
+            c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        }
+        bool timeout = lower.find("timed out") != std::string::npos || lower.find("timeout") != std::string::npos;
         int32_t status = timeout ? CCOL_GLOO_TIMEOUT : CCOL_GLOO_IO;
         set_error(err, status, what);
         return status;

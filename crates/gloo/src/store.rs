@@ -147,7 +147,8 @@ impl GlooStore {
         })
     }
 
-    /// A view of this store in which every key is prefixed by `prefix`.
+    /// A view of this store in which every key `k` is stored as `prefix/k`
+    /// (Gloo's PrefixStore).
     ///
     /// # Errors
     /// [`GlooError`] if `prefix` contains NUL.
@@ -172,7 +173,8 @@ impl GlooStore {
         self.handle.0.as_ptr()
     }
 
-    /// Sets `key` (Gloo's `Store::set`).
+    /// Sets `key` (Gloo's `Store::set`). Gloo's FileStore cannot hold an
+    /// empty value (its read enforces a non-empty file).
     ///
     /// # Errors
     /// The store's error.

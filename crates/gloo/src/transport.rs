@@ -412,7 +412,8 @@ impl GlooTransport {
             i32::try_from(rank).map_err(|_| Error::InvalidArgument("rank too large".into()))?;
         let world_i = i32::try_from(world_size)
             .map_err(|_| Error::InvalidArgument("world too large".into()))?;
-        let scoped = store.prefixed(&format!("{}/", options.prefix))?;
+        // Gloo's PrefixStore joins prefix and key with '/'.
+        let scoped = store.prefixed(&options.prefix)?;
         let host = sys::cstring(&options.hostname, "hostname")?;
         let api = api()?;
         let start = Instant::now();

@@ -1,0 +1,201 @@
+//! Gloo's rendezvous stores through the adapter: FileStore, HashStore, and a
+//! core `Store` written in Rust seen by Gloo through C function pointers.
+
+use compiler_collectives_core::shapes::{FrameState, Observation};
+use compiler_collectives_core::{Channel, ChannelOptions, InProcessStore, Store};
+use compiler_collectives_gloo::{GlooOptions, GlooStore, GlooTransport, StoreKind};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn round_trip(store: &GlooStore, empty_values: bool) {
+    store.set("k", b"value").expect("set");
+    assert_eq!(
+        store.get("k", Duration::from_secs(5)).expect("get"),
+        b"value"
+    );
+    if empty_values {
+        store.set("empty", b"").expect("set empty");
+        assert_eq!(
+            store
+                .get("empty", Duration::from_secs(5))
+                .expect("get empty"),
+            b""
+        );
+        store
+            .wait(&["k", "empty"], Duration::from_secs(5))
+            .expect("wait");
+    }
+    let start = Instant::now();
+    let err = store
+        .get("never-set", Duration::from_millis(200))
+        .expect_err("missing key");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        start.elapsed()
+    );
+    assert!(!err.to_string().is_empty());
+    let scoped = store.prefixed("group-a").expect("prefix");
+    scoped.set("k", b"scoped").expect("set scoped");
+    assert_eq!(
+        scoped.get("k", Duration::from_secs(5)).expect("get scoped"),
+        b"scoped"
+    );
+    assert_eq!(
+        store.get("k", Duration::from_secs(5)).expect("unscoped"),
+        b"value"
+    );
+}
+
+#[test]
+fn file_store_round_trip() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = GlooStore::file(dir.path()).expect("file store");
+    assert_eq!(store.kind(), &StoreKind::File(dir.path().to_path_buf()));
+    // Gloo's FileStore refuses empty values.
+    round_trip(&store, false);
+    assert!(store.set("empty", b"").is_ok());
+    assert!(store.get("empty", Duration::from_secs(1)).is_err());
+}
+
+#[test]
+fn hash_store_round_trip() {
+    round_trip(&GlooStore::hash().expect("hash store"), true);
+}
+
+#[test]
+fn rust_store_round_trip_and_values_land_in_the_rust_store() {
+    let rust = InProcessStore::new();
+    let store =
+        GlooStore::from_store(Arc::new(rust.clone()), Duration::from_secs(5)).expect("rust store");
+    round_trip(&store, true);
+    let soon = compiler_collectives_core::Deadline::after(Duration::from_secs(1));
+    assert_eq!(rust.get("k", soon).expect("in the Rust store"), b"value");
+    assert_eq!(rust.get("group-a/k", soon).expect("prefixed"), b"scoped");
+}
+
+/// Two ranks (threads) rendezvous through a Rust store and exchange.
+fn exchange_over(store: GlooStore, world: u32) {
+    let handles: Vec<_> = (0..world)
+        .map(|rank| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                let opts = GlooOptions::default().with_connect_timeout(Duration::from_secs(30));
+                let t = GlooTransport::connect(&store, rank, world, &opts).expect("connect");
+                let mut ch = Channel::with_options(
+                    Arc::new(t),
+                    ChannelOptions::default().with_timeout(Duration::from_secs(30)),
+                )
+                .expect("channel");
+                let mut s = FrameState::new();
+                s.record("x", &Observation::tensor([3 + u64::from(rank), 7]));
+                let merged = ch
+                    .exchange("stores", "", &s)
+                    .expect("exchange")
+                    .into_merged();
+                ch.shutdown().expect("shutdown");
+                merged.get("x").size.to_string()
+            })
+        })
+        .collect();
+    for h in handles {
+        assert_eq!(h.join().expect("rank"), "(Dyn,7)");
+    }
+}
+
+#[test]
+fn ranks_rendezvous_through_a_rust_store() {
+    let store = GlooStore::from_store(Arc::new(InProcessStore::new()), Duration::from_secs(30))
+        .expect("store");
+    exchange_over(store, 3);
+}
+
+#[test]
+fn ranks_rendezvous_through_a_hash_store() {
+    exchange_over(GlooStore::hash().expect("hash store"), 2);
+}
+
+#[test]
+fn rendezvous_with_a_missing_rank_times_out() {
+    let store = GlooStore::hash().expect("hash store");
+    let opts = GlooOptions::default().with_connect_timeout(Duration::from_millis(500));
+    let start = Instant::now();
+    let err = GlooTransport::connect(&store, 0, 2, &opts).expect_err("rank 1 never comes");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        start.elapsed()
+    );
+    assert!(
+        matches!(err, compiler_collectives_core::Error::Timeout { .. }),
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_arguments_are_invalid_arguments() {
+    let store = GlooStore::hash().expect("hash store");
+    let err = GlooTransport::connect(&store, 2, 2, &GlooOptions::default())
+        .expect_err("rank out of range");
+    assert!(
+        matches!(err, compiler_collectives_core::Error::InvalidArgument(_)),
+        "{err}"
+    );
+    assert!(GlooStore::file("/proc/no/such/dir").is_err());
+    let err = store.set("nul\0key", b"").expect_err("NUL in key");
+    assert!(err.to_string().contains("NUL"), "{err}");
+}
+
+#[test]
+fn a_rust_store_that_fails_reports_through_gloo() {
+    #[derive(Debug)]
+    struct Broken;
+    impl Store for Broken {
+        fn set(
+            &self,
+            _: &str,
+            _: &[u8],
+            _: compiler_collectives_core::Deadline,
+        ) -> compiler_collectives_core::Result<()> {
+            Err(compiler_collectives_core::Error::InvalidArgument(
+                "the store is broken".into(),
+            ))
+        }
+        fn get(
+            &self,
+            _: &str,
+            _: compiler_collectives_core::Deadline,
+        ) -> compiler_collectives_core::Result<Vec<u8>> {
+            panic!("a panicking store must not unwind into C++")
+        }
+        fn add(
+            &self,
+            _: &str,
+            _: i64,
+            _: compiler_collectives_core::Deadline,
+        ) -> compiler_collectives_core::Result<i64> {
+            Ok(0)
+        }
+        fn wait(
+            &self,
+            _: &[&str],
+            _: compiler_collectives_core::Deadline,
+        ) -> compiler_collectives_core::Result<()> {
+            Ok(())
+        }
+        fn delete(
+            &self,
+            _: &str,
+            _: compiler_collectives_core::Deadline,
+        ) -> compiler_collectives_core::Result<bool> {
+            Ok(false)
+        }
+    }
+    let store = GlooStore::from_store(Arc::new(Broken), Duration::from_secs(1)).expect("store");
+    let err = store.set("k", b"v").expect_err("set fails");
+    assert!(err.to_string().contains("the store is broken"), "{err}");
+    let err = store
+        .get("k", Duration::from_secs(1))
+        .expect_err("get panics, caught");
+    assert!(err.to_string().contains("panicked"), "{err}");
+}
