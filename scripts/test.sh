@@ -26,7 +26,9 @@ fi
 grep -q '^#!\[forbid(unsafe_code)\]' crates/core/src/lib.rs || { echo "core must forbid unsafe code" >&2; exit 1; }
 echo "== cargo test (default members: no native libraries needed)"
 cargo test --quiet 2>&1
-echo "== cargo test: Gloo backend (real processes, redis, torchrun) and ccol with Gloo"
-cargo test --quiet -p compiler-collectives-gloo -p compiler-collectives-cli "${features[@]}" 2>&1
+echo "== cargo test: Gloo backend (real processes, redis, torchrun)"
+cargo test --quiet -p compiler-collectives-gloo 2>&1
+echo "== cargo test: ccol demo over Gloo"
+cargo test --quiet -p compiler-collectives-cli "${features[@]}" --test demo 2>&1
 echo "== cargo test: Debian's Gloo and libtorch's c10d Gloo in one process"
 cargo test --quiet -p compiler-collectives-gloo-libtorch 2>&1

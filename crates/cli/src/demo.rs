@@ -11,8 +11,8 @@
 use crate::print_table;
 use clap::Args;
 use compiler_collectives::corpus::{CorpusOptions, Tokenizer};
-use compiler_collectives::scenario::{Mode, RankError, RankReport, RunReport, RUNNER_TIMEOUT};
-use serde_json::{json, Value};
+use compiler_collectives::scenario::{Mode, RankError, RankReport, RunReport};
+use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
@@ -362,7 +362,9 @@ pub(crate) fn worker(args: &WorkerArgs) -> ExitCode {
 #[cfg(feature = "gloo")]
 fn worker_inner(args: &WorkerArgs) -> anyhow::Result<ExitCode> {
     use compiler_collectives::protocol::{parse_timeout_secs, timeout_from_env};
+    use compiler_collectives::scenario::RUNNER_TIMEOUT;
     use compiler_collectives::{Channel, ChannelOptions, Transport};
+    use serde_json::json;
     let transport = compiler_collectives::gloo::from_env()?;
     let rank = transport.rank();
     let world = transport.world_size();

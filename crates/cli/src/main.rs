@@ -26,6 +26,7 @@ use std::time::Duration;
 
 mod demo;
 mod launch;
+mod oracle;
 
 mod embedded {
     include!(concat!(env!("OUT_DIR"), "/embedded.rs"));
@@ -55,6 +56,9 @@ enum Command {
     /// One rank of `ccol demo` (started by it).
     #[command(hide = true)]
     DemoWorker(demo::WorkerArgs),
+    /// Lattice cases on stdin, our joins and decisions on stdout (the randomized differential).
+    #[command(hide = true)]
+    LatticeEval(oracle::LatticeEvalArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -65,6 +69,8 @@ enum ScenarioCmd {
     Check(CheckArgs),
     /// Print the JSON Schema of scenario files.
     Schema,
+    /// Run files through ccol and real PyTorch Dynamo, and print the differences.
+    Compare(oracle::CompareArgs),
 }
 
 #[derive(Args, Debug)]
@@ -114,6 +120,8 @@ fn main() -> ExitCode {
         Command::Run(args) => launch::run(&args),
         Command::Demo(args) => demo::demo(&args),
         Command::DemoWorker(args) => demo::worker(&args),
+        Command::LatticeEval(args) => oracle::lattice_eval(&args),
+        Command::Scenario(ScenarioCmd::Compare(args)) => oracle::compare(&args),
         Command::Scenario(ScenarioCmd::Schema) => {
             println!("{}", embedded::SCHEMA.trim_end());
             ExitCode::SUCCESS

@@ -9,22 +9,31 @@
 //! compiles through a user callback. The joined state is what every rank
 //! persists, so all ranks keep identical state.
 //!
-//! Guards follow PyTorch Dynamo's defaults, each a knob of [`CacheOptions`]:
+//! Guards follow PyTorch Dynamo's automatic-dynamic behaviour (measured
+//! against torch 2.13 by `tests/pytorch-oracle`), each a knob of
+//! [`CacheOptions`]:
 //! - a static size / int must equal the value compiled for;
-//! - a dynamic size / int is free, except that sizes 0 and 1 stay
-//!   specialised (`specialize_zero_one`): a dimension decided dynamic but
-//!   seen as 0 or 1 is compiled static, and a dynamic symbol only matches
-//!   values ≥ 2;
-//! - duck sizing (`duck_sizing`): dynamic sizes equal at compile time share a
-//!   symbol, and must stay equal to match;
-//! - after `recompile_limit` (8) compiles the function runs uncompiled.
+//! - a dynamic size is free, except that sizes 0 and 1 stay specialised
+//!   (`specialize_zero_one`): a dimension decided dynamic but seen as 0 or 1
+//!   is compiled static, and a dynamic size only matches values ≥ 2;
+//! - a dynamic int is free, 0 and 1 included: Dynamo creates
+//!   automatic-dynamic int symbols with `do_not_specialize_zero_one`;
+//! - duck sizing (`duck_sizing`, default off): dynamic sizes equal at compile
+//!   time share a symbol and must stay equal to match. Dynamo duck-shapes only
+//!   dims it creates as `DimDynamic.DUCK` (compiles with `dynamic=True`), not
+//!   the `DimDynamic.DYNAMIC` dims of automatic dynamic, so it is off here;
+//!   turn it on to model a `dynamic=True` front-end;
+//! - after `recompile_limit` (8) compiles the function runs uncompiled;
+//! - guard votes (`guard_collectives`) are taken at every call that has
+//!   entries to check, as Dynamo's guard collective is: a frame's first call
+//!   compiles on every rank without a vote.
 //!
 //! # Which local rules make a rank miss alone
 //! With collectives on and guard votes off, only compiles exchange, so every
 //! rank must miss at the same calls. A rank misses alone when its inputs
 //! change where the others' do not (different data), when a dimension decided
-//! dynamic is 0 or 1 on that rank only (0/1 specialisation), when duck-sized
-//! dimensions become unequal on one rank, or when one rank hits the recompile
+//! dynamic is 0 or 1 on that rank only (0/1 specialisation of sizes), when
+//! duck-sized dimensions become unequal on one rank, or when one rank hits the recompile
 //! limit first. Then the ranks that missed wait at an exchange the others
 //! never enter and fail with [`Error::Timeout`](crate::Error::Timeout) (or
 //! [`Error::PeerLost`](crate::Error::PeerLost) once a peer shuts down) naming
@@ -51,9 +60,10 @@ pub struct CacheOptions {
     pub guard_collectives: bool,
     /// Compiles after which the function runs uncompiled. Default 8.
     pub recompile_limit: u32,
-    /// Sizes (and ints) 0 and 1 stay specialised. Default on.
+    /// Sizes 0 and 1 stay specialised (ints never are). Default on.
     pub specialize_zero_one: bool,
-    /// Equal dynamic sizes share a symbol. Default on.
+    /// Equal dynamic sizes share a symbol. Default off, as Dynamo's
+    /// automatic dynamic (see the module docs).
     pub duck_sizing: bool,
     /// Per-source overrides; every rank must hold the same ones.
     pub overrides: BTreeMap<String, Override>,
@@ -66,7 +76,7 @@ impl Default for CacheOptions {
             guard_collectives: false,
             recompile_limit: 8,
             specialize_zero_one: true,
-            duck_sizing: true,
+            duck_sizing: false,
             overrides: BTreeMap::new(),
         }
     }
@@ -92,9 +102,11 @@ impl CacheOptions {
 pub enum DimGuard {
     /// Must equal this value.
     Static(i128),
-    /// Symbol `n`: free (≥ 2 under 0/1 specialisation); equal symbols must
-    /// bind equal values.
+    /// Size symbol `n`: free (≥ 2 under 0/1 specialisation); equal symbols
+    /// must bind equal values.
     Symbol(u32),
+    /// Any value (a dynamic int).
+    Free,
 }
 
 /// The guard on one source.
@@ -146,6 +158,7 @@ impl CompiledFrame {
         let mut bindings: HashMap<u32, i128> = HashMap::new();
         let mut dim_ok = |g: &DimGuard, v: i128| match *g {
             DimGuard::Static(want) => v == want,
+            DimGuard::Free => true,
             DimGuard::Symbol(sym) => {
                 if specialize_zero_one && (v == 0 || v == 1) {
                     return false;
@@ -327,7 +340,7 @@ impl<A> CompileCache<A> {
         self.calls += 1;
         let config = self.options.config_text();
         let mut hit = self.lookup(inputs);
-        if self.options.guard_collectives {
+        if self.options.guard_collectives && !self.frames.is_empty() {
             if let Some(ch) = channel.as_deref_mut() {
                 let vote = ch.exchange(&self.key, &config, &AnyVote(hit.is_none()))?;
                 if vote.merged().0 {
@@ -386,11 +399,9 @@ impl<A> CompileCache<A> {
             let decision = decide(&entry, obs, o.overrides.get(source).copied());
             let guard = match (&decision, obs) {
                 (SourceDecision::Int { dynamic }, Observation::Int(v)) => {
-                    if *dynamic && !zero_one(i128::from(*v)) {
+                    if *dynamic {
                         frame.dynamic_scalars.insert(source.clone());
-                        let sym = next_symbol;
-                        next_symbol += 1;
-                        SourceGuard::Int(DimGuard::Symbol(sym))
+                        SourceGuard::Int(DimGuard::Free)
                     } else {
                         SourceGuard::Int(DimGuard::Static(i128::from(*v)))
                     }

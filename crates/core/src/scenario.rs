@@ -20,7 +20,7 @@
 //! Fields:
 //! - `name` (string), `world_size` (1..=65 536), `description` (optional text);
 //! - `options`: `collectives` (default true), `guard_collectives` (false),
-//!   `recompile_limit` (8), `specialize_zero_one` (true), `duck_sizing` (true),
+//!   `recompile_limit` (8), `specialize_zero_one` (true), `duck_sizing` (false),
 //!   `overrides` (source → `"force_static"` | `"force_dynamic"`);
 //! - `steps`: one array per step, each with `world_size` maps from source
 //!   name (an identifier) to `{"size": [...], "stride": [...]}` (stride
@@ -294,11 +294,12 @@ impl Scenario {
         }
         let mut options = CacheOptions::default();
         let o = raw.options;
-        options.collectives = o.collectives.unwrap_or(true);
-        options.guard_collectives = o.guard_collectives.unwrap_or(false);
-        options.recompile_limit = o.recompile_limit.unwrap_or(8);
-        options.specialize_zero_one = o.specialize_zero_one.unwrap_or(true);
-        options.duck_sizing = o.duck_sizing.unwrap_or(true);
+        // Unset options keep the reference cache's defaults.
+        options.collectives = o.collectives.unwrap_or(options.collectives);
+        options.guard_collectives = o.guard_collectives.unwrap_or(options.guard_collectives);
+        options.recompile_limit = o.recompile_limit.unwrap_or(options.recompile_limit);
+        options.specialize_zero_one = o.specialize_zero_one.unwrap_or(options.specialize_zero_one);
+        options.duck_sizing = o.duck_sizing.unwrap_or(options.duck_sizing);
         for source in o.overrides.keys() {
             if !is_identifier(source) {
                 return Err(fail(

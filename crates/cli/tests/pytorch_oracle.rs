@@ -1,0 +1,234 @@
+//! The PyTorch oracle (`tests/pytorch-oracle/`): every scenario file, in every
+//! mode it has an expectation for, gives the same output on real PyTorch 2.13
+//! Dynamo (CPU ranks over Gloo) as on ccol's runner; the randomized lattice
+//! differential finds no difference; a wrong expectation fails the comparison.
+//!
+//! Needs a Python with torch 2.13: `CCOL_TORCH_PYTHON`, else `python3` when it
+//! imports torch 2.13. Without one these tests print why and pass, unless
+//! `CCOL_STRICT_SKIPS=1` (set by `scripts/test.sh`, which installs torch):
+//! then they fail.
+
+use serde_json::Value;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn oracle_dir() -> PathBuf {
+    repo().join("tests/pytorch-oracle")
+}
+
+/// The Python with torch 2.13, or why there is none (a failure under
+/// `CCOL_STRICT_SKIPS=1`).
+fn torch_python() -> Option<PathBuf> {
+    let candidate = std::env::var_os("CCOL_TORCH_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("python3"));
+    let check =
+        "import sys, torch, numpy; sys.exit(0 if torch.__version__.startswith('2.13.') else 3)";
+    let why = match Command::new(&candidate).args(["-c", check]).output() {
+        Ok(o) if o.status.success() => return Some(candidate),
+        Ok(o) => format!(
+            "{} cannot import torch 2.13 and numpy (exit {:?}): {}",
+            candidate.display(),
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).trim()
+        ),
+        Err(e) => format!("cannot run {}: {e}", candidate.display()),
+    };
+    if std::env::var("CCOL_STRICT_SKIPS").as_deref() == Ok("1") {
+        panic!("CCOL_STRICT_SKIPS=1 but the PyTorch oracle cannot run: {why}");
+    }
+    report(&format!(
+        "skipped: the PyTorch oracle needs torch 2.13 (set CCOL_TORCH_PYTHON): {why}"
+    ));
+    None
+}
+
+/// Prints past libtest's output capture, so the counts show in CI logs.
+fn report(text: &str) {
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "{}", text.trim_end());
+}
+
+fn compare(python: &Path, args: &[&Path]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ccol"))
+        .args(["scenario", "compare", "--json", "--timeout", "5"])
+        .args(args)
+        .env("CCOL_TORCH_PYTHON", python)
+        .env("CCOL_PYTORCH_ORACLE", oracle_dir().join("harness.py"))
+        .env_remove("CCOL_TIMEOUT_S")
+        .output()
+        .expect("ccol runs")
+}
+
+fn json_lines(out: &Output) -> Vec<Value> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// Scenario files the harness's README lists as not expressible in PyTorch
+/// (lines "- `FILE`: reason" under "## Unsupported scenario files").
+fn listed_unsupported() -> Vec<String> {
+    let readme =
+        std::fs::read_to_string(oracle_dir().join("README.md")).expect("the oracle's README");
+    let mut in_section = false;
+    let mut files = Vec::new();
+    for line in readme.lines() {
+        if line.starts_with("## ") {
+            in_section = line.starts_with("## Unsupported scenario files");
+            continue;
+        }
+        if in_section {
+            if let Some(rest) = line.strip_prefix("- `") {
+                if let Some(end) = rest.find('`') {
+                    files.push(rest[..end].to_string());
+                }
+            }
+        }
+    }
+    files
+}
+
+#[test]
+fn every_scenario_matches_pytorch_in_every_listed_mode() {
+    let Some(python) = torch_python() else { return };
+    let dir = repo().join("tests/scenarios");
+    let out = compare(&python, &[&dir]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines = json_lines(&out);
+    let summary = lines
+        .iter()
+        .find_map(|v| v.get("summary"))
+        .unwrap_or_else(|| {
+            panic!(
+                "no summary from ccol scenario compare (exit {:?})\n{stdout}\n{}",
+                out.status.code(),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    let jobs: Vec<&Value> = lines.iter().filter(|v| v.get("mode").is_some()).collect();
+    for j in &jobs {
+        if j["status"] == "differ" {
+            eprintln!(
+                "DIFF {} {}:\n  ccol    {}\n  pytorch {}\n  expect  {}\n  {}",
+                j["file"], j["mode"], j["ccol"], j["pytorch"], j["expect"], j["reason"]
+            );
+        }
+    }
+    // Every file × every mode it has an expectation for was compared.
+    let mut expected_jobs = 0;
+    for entry in std::fs::read_dir(&dir).expect("scenario dir") {
+        let path = entry.expect("entry").path();
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+        let Some(name) = name.filter(|n| n.ends_with(".json") && !n.ends_with(".schema.json"))
+        else {
+            continue;
+        };
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(&path).expect("readable"))
+            .expect("valid JSON");
+        let modes: Vec<String> = v["expect"]
+            .as_object()
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default();
+        for mode in &modes {
+            expected_jobs += 1;
+            let found = jobs.iter().any(|j| {
+                j["mode"] == mode.as_str() && j["file"].as_str().is_some_and(|f| f.ends_with(&name))
+            });
+            assert!(found, "{name} {mode}: not compared\n{stdout}");
+        }
+    }
+    let unsupported: Vec<String> = jobs
+        .iter()
+        .filter(|j| j["status"] == "unsupported")
+        .filter_map(|j| j["file"].as_str())
+        .map(|f| {
+            Path::new(f)
+                .file_name()
+                .map_or(String::new(), |n| n.to_string_lossy().into_owned())
+        })
+        .collect();
+    let listed = listed_unsupported();
+    for f in &unsupported {
+        assert!(
+            listed.contains(f),
+            "{f}: PyTorch cannot express it, but tests/pytorch-oracle/README.md does not list it"
+        );
+    }
+    let compared = summary["compared"].as_u64().unwrap_or(0);
+    let differ = summary["differ"].as_u64().unwrap_or(u64::MAX);
+    report(&format!(
+        "pytorch oracle: compared {compared} scenario-modes with real PyTorch: {} equal, {differ} differ, {} not expressible in PyTorch",
+        summary["equal"],
+        unsupported.len()
+    ));
+    assert_eq!(differ, 0, "ccol and PyTorch differ:\n{stdout}");
+    assert_eq!(
+        compared + unsupported.len() as u64,
+        expected_jobs,
+        "every expected mode of every file is compared or listed as unsupported"
+    );
+    assert!(compared > 0, "nothing was compared");
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+}
+
+#[test]
+fn randomized_lattice_differential_finds_no_difference() {
+    let Some(python) = torch_python() else { return };
+    let out = Command::new(&python)
+        .arg(oracle_dir().join("differential.py"))
+        .args(["--cases", "10000", "--ccol", env!("CARGO_BIN_EXE_ccol")])
+        .output()
+        .expect("the differential runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    report(&stdout);
+    assert!(
+        out.status.success(),
+        "differential failed (exit {:?}):\n{stdout}\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let last = stdout.lines().last().unwrap_or_default();
+    let cases: u64 = last
+        .split(": ")
+        .nth(2)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(cases >= 10_000, "at least 10,000 cases: {last}");
+    assert!(last.ends_with(" 0 differences"), "{last}");
+}
+
+#[test]
+fn a_wrong_expectation_fails_the_comparison() {
+    let Some(python) = torch_python() else { return };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let text = std::fs::read_to_string(repo().join("tests/scenarios/01_tensor.json"))
+        .expect("01_tensor.json");
+    let mut v: Value = serde_json::from_str(&text).expect("valid JSON");
+    // Rank 1 really compiles once with collectives; claim twice.
+    v["expect"]["collectives"]["ranks"][1]["compiles"] = 2.into();
+    v["expect"]["collectives"]["ranks"][1]["compile_steps"] = serde_json::json!([0, 2]);
+    let file = dir.path().join("wrong.json");
+    std::fs::write(&file, v.to_string()).expect("write");
+    let out = Command::new(env!("CARGO_BIN_EXE_ccol"))
+        .args(["scenario", "compare", "--mode", "collectives"])
+        .arg(&file)
+        .env("CCOL_TORCH_PYTHON", &python)
+        .env("CCOL_PYTORCH_ORACLE", oracle_dir())
+        .output()
+        .expect("ccol runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("rank 1 compiles: ccol 1  pytorch 1  expect 2"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("1 differ"), "{stdout}");
+}
