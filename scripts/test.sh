@@ -15,8 +15,11 @@ features=(--features compiler-collectives-cli/gloo)
 
 echo "== cargo fmt --check"
 cargo fmt --all --check
-echo "== cargo clippy"
+echo "== cargo clippy (default members, then every crate with Gloo)"
+cargo clippy --all-targets --quiet -- -D warnings
 cargo clippy --workspace --all-targets "${features[@]}" --quiet -- -D warnings
+echo "== cargo doc"
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet -p compiler-collectives-core -p compiler-collectives
 echo "== core depends on no backend"
 deps=$(cargo tree -p compiler-collectives-core -e normal,build --prefix none --quiet)
 if grep -Ei '^(compiler-collectives-(gloo|nccl|tch)|cudarc|tch|torch-sys|libloading|cc) ' <<<"$deps"; then

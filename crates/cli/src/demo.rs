@@ -13,6 +13,7 @@ use clap::Args;
 use compiler_collectives::corpus::{CorpusOptions, Tokenizer};
 use compiler_collectives::scenario::{Mode, RankError, RankReport, RunReport};
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
@@ -186,7 +187,18 @@ pub(crate) fn demo(args: &DemoArgs) -> ExitCode {
         }
     };
     let mut cmd = Command::new(&exe);
+    // After a failure, give the other ranks their exchange deadline (plus a
+    // second) to notice and report it before the launcher stops them.
+    let stop_delay = args
+        .data
+        .timeout
+        .as_deref()
+        .and_then(|t| compiler_collectives::protocol::parse_timeout_secs(t).ok())
+        .unwrap_or(compiler_collectives::scenario::RUNNER_TIMEOUT)
+        + std::time::Duration::from_secs(1);
     cmd.arg("run")
+        .arg("--stop-delay")
+        .arg(format!("{:.3}", stop_delay.as_secs_f64()))
         .arg("--nproc-per-node")
         .arg(args.nproc.to_string())
         .arg("--")
@@ -249,6 +261,13 @@ fn read_report(dir: &Path, rank: u32) -> RankReport {
         }
     };
     let mut r = RankReport::new(rank);
+    if let Some(m) = v["decided"].as_object() {
+        for (k, d) in m {
+            if let Some(text) = d.as_str() {
+                r.decided.insert(k.clone(), text.to_owned());
+            }
+        }
+    }
     r.compile_steps = v["compile_steps"]
         .as_array()
         .map(|a| a.iter().filter_map(Value::as_u64).collect())
@@ -304,37 +323,59 @@ fn read_report(dir: &Path, rank: u32) -> RankReport {
     r
 }
 
-fn decisions(r: &RankReport) -> Value {
-    let mut v = r.to_json();
-    if let Some(o) = v.as_object_mut() {
-        o.remove("rank");
-    }
-    v
+/// Compile steps, and the decided dynamic dims per source.
+type Agreed = (Vec<u64>, BTreeMap<String, String>);
+
+/// What ranks must agree on: when they compile, and what the group decided
+/// (before 0/1 specialisation, which may keep a size-1 dim static on the one
+/// rank that sees 1 — PyTorch does the same).
+fn agreed(r: &RankReport) -> Agreed {
+    (r.compile_steps.clone(), r.decided.clone())
 }
 
 fn print_agreement(report: &RunReport) {
-    let first = report.ranks.first().map(decisions);
-    let same = report.ranks.iter().all(|r| Some(decisions(r)) == first);
-    if same {
+    let failed: Vec<u32> = report
+        .ranks
+        .iter()
+        .filter(|r| r.error.is_some())
+        .map(|r| r.rank)
+        .collect();
+    if !failed.is_empty() {
+        println!("ranks {failed:?} failed (see their errors above); no decisions to compare");
+        return;
+    }
+    let first = report.ranks.first().map(agreed);
+    if report.ranks.iter().all(|r| Some(agreed(r)) == first) {
         println!(
             "all {} ranks took the same decisions: they compile the same graphs at the same steps",
             report.ranks.len()
         );
+        for r in &report.ranks {
+            for (source, dims) in &r.decided {
+                let realised = r.dynamic_dims.get(source).map(|d| format!("{d:?}"));
+                let scalar = r.dynamic_scalars.contains(source);
+                if realised.as_deref() != Some(dims.as_str()) && !(scalar && dims == "scalar") {
+                    println!(
+                        "  (rank {}: {source} decided dynamic {dims}, compiled {} — a size of 0 or 1 \
+                         stays specialised on the rank that sees it, as in PyTorch)",
+                        r.rank,
+                        realised.unwrap_or_else(|| "static".into())
+                    );
+                }
+            }
+        }
     } else {
         println!("the ranks DIVERGE: they compile different graphs at different steps:");
-        let mut groups: Vec<(Value, Vec<u32>)> = Vec::new();
+        let mut groups: Vec<(Agreed, Vec<u32>)> = Vec::new();
         for r in &report.ranks {
-            let d = decisions(r);
+            let d = agreed(r);
             match groups.iter_mut().find(|(g, _)| *g == d) {
                 Some((_, ranks)) => ranks.push(r.rank),
                 None => groups.push((d, vec![r.rank])),
             }
         }
-        for (d, ranks) in groups {
-            println!(
-                "  ranks {ranks:?}: compile steps {} dynamic {}",
-                d["compile_steps"], d["dynamic"]
-            );
+        for ((steps, decided), ranks) in groups {
+            println!("  ranks {ranks:?}: compile steps {steps:?}, dynamic {decided:?}");
         }
         if report.mode == Mode::NoCollectives {
             println!(
@@ -354,7 +395,14 @@ pub(crate) fn worker(args: &WorkerArgs) -> ExitCode {
             if let Some(core) = e.downcast_ref::<compiler_collectives::Error>() {
                 let _ = compiler_collectives::torchelastic::write_core_error_file(core);
             }
-            ExitCode::from(EXIT_RANK_FAILED)
+            // A rank that could not even join (bad environment, bad corpus)
+            // is a usage error; one that failed while exchanging is not.
+            let usage = e
+                .downcast_ref::<compiler_collectives::Error>()
+                .is_some_and(|c| matches!(c, compiler_collectives::Error::InvalidArgument(_)))
+                || e.downcast_ref::<compiler_collectives::corpus::CorpusError>()
+                    .is_some();
+            ExitCode::from(if usage { EXIT_USAGE } else { EXIT_RANK_FAILED })
         }
     }
 }
@@ -386,7 +434,11 @@ fn worker_inner(args: &WorkerArgs) -> anyhow::Result<ExitCode> {
     };
     let report = compiler_collectives::scenario::run_rank(&scenario, mode, rank, channel);
     let path = args.results.join(format!("rank-{rank}.json"));
-    std::fs::write(&path, json!(report.to_json()).to_string())?;
+    let mut out = report.to_json();
+    if let Some(o) = out.as_object_mut() {
+        o.insert("decided".into(), json!(report.decided));
+    }
+    std::fs::write(&path, out.to_string())?;
     if let Some(e) = &report.error {
         eprintln!("rank {rank} failed: {}", e.message);
         let reported = compiler_collectives::torchelastic::ErrorReport::new(

@@ -82,6 +82,10 @@ pub(crate) struct LaunchArgs {
     /// Seconds between SIGTERM and SIGKILL when stopping ranks.
     #[arg(long, value_name = "S", default_value = "5", value_parser = parse_grace)]
     grace_period: Duration,
+    /// Seconds to let the other ranks run on after the first failure before
+    /// stopping them, so that they can report what they saw (default 0).
+    #[arg(long, value_name = "S", value_parser = parse_grace)]
+    stop_delay: Option<Duration>,
     /// The command each rank runs, and its arguments (put `--` before them
     /// when they start with `-`).
     #[arg(
@@ -198,6 +202,26 @@ fn signal_rank(p: &mut RankProc, how: Stop) {
     }
 }
 
+/// Counts SIGINT, SIGTERM and SIGHUP in [`INTERRUPTS`], whatever handler the
+/// launcher inherited (a background job starts with SIGINT ignored).
+fn count_interrupts() -> io::Result<()> {
+    #[cfg(unix)]
+    for sig in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ] {
+        // SAFETY: the action only increments an atomic counter, which is
+        // async-signal-safe; it allocates, locks and panics nothing.
+        unsafe {
+            signal_hook::low_level::register(sig, || {
+                INTERRUPTS.fetch_add(1, Ordering::SeqCst);
+            })
+        }?;
+    }
+    Ok(())
+}
+
 /// Runs `ccol run`; returns the launcher's exit code.
 pub(crate) fn run(args: &LaunchArgs) -> ExitCode {
     let Some(program) = args.command.first() else {
@@ -214,6 +238,10 @@ pub(crate) fn run(args: &LaunchArgs) -> ExitCode {
             }
         },
     };
+    if args.run_id.as_deref().is_some_and(str::is_empty) {
+        eprintln!("ccol run: --run-id must not be empty");
+        return ExitCode::from(EXIT_USAGE);
+    }
     let run_id = args.run_id.clone().unwrap_or_else(fresh_run_id);
     let dir = match tempfile::Builder::new().prefix("ccol-run-").tempdir() {
         Ok(d) => d,
@@ -222,10 +250,10 @@ pub(crate) fn run(args: &LaunchArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    if let Err(e) = ctrlc::try_set_handler(|| {
-        INTERRUPTS.fetch_add(1, Ordering::SeqCst);
-    }) {
-        eprintln!("ccol run: warning: cannot handle Ctrl-C ({e}); ranks may outlive the launcher");
+    if let Err(e) = count_interrupts() {
+        eprintln!(
+            "ccol run: warning: cannot handle Ctrl-C/SIGTERM ({e}); ranks may outlive the launcher"
+        );
     }
 
     let world = args.nproc_per_node;
@@ -307,6 +335,7 @@ pub(crate) fn run(args: &LaunchArgs) -> ExitCode {
         &mut ranks,
         &done_rx,
         args.grace_period,
+        args.stop_delay.unwrap_or(Duration::ZERO),
         launch_failure.is_some(),
     );
     let code = report(&ranks, &outcome, launch_failure);
@@ -332,6 +361,7 @@ fn supervise(
     ranks: &mut [RankProc],
     done_rx: &mpsc::Receiver<usize>,
     grace: Duration,
+    stop_delay: Duration,
     mut stop_now: bool,
 ) -> Outcome {
     let mut outcome = Outcome::default();
@@ -339,6 +369,7 @@ fn supervise(
     let mut termed_at: Option<Instant> = None;
     let mut killed_at: Option<Instant> = None;
     let mut all_exited_at: Option<Instant> = None;
+    let mut failed_at: Option<Instant> = None;
     loop {
         while let Ok(i) = done_rx.try_recv() {
             if let Some(p) = ranks.get_mut(i) {
@@ -367,7 +398,10 @@ fn supervise(
             stop_now = true;
         }
         if !outcome.failures.is_empty() {
-            stop_now = true;
+            let at = *failed_at.get_or_insert_with(Instant::now);
+            if Instant::now() >= at + stop_delay {
+                stop_now = true;
+            }
         }
         let now = Instant::now();
         if stop_now && termed_at.is_none() {

@@ -114,6 +114,12 @@ struct CheckArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Rank processes (and the launcher, which must outlive a closed pipe to
+    // stop its ranks) keep Rust's default of ignoring SIGPIPE: Gloo writes to
+    // sockets whose peer may have died, and must see EPIPE, not die of it.
+    if !matches!(cli.command, Command::DemoWorker(_) | Command::Run(_)) {
+        restore_sigpipe();
+    }
     match cli.command {
         Command::Scenario(ScenarioCmd::Run(args)) => run(&args),
         Command::Scenario(ScenarioCmd::Check(args)) => check(&args),
@@ -125,6 +131,21 @@ fn main() -> ExitCode {
         Command::Scenario(ScenarioCmd::Schema) => {
             println!("{}", embedded::SCHEMA.trim_end());
             ExitCode::SUCCESS
+        }
+    }
+}
+
+/// Lets a closed output pipe (`ccol ... | head`) end the process quietly, as
+/// it does other Unix tools, instead of a panic in `println!`. Only for
+/// commands that do no network I/O of their own.
+fn restore_sigpipe() {
+    #[cfg(unix)]
+    {
+        use nix::sys::signal::{signal, SigHandler, Signal};
+        // SAFETY: called first thing in `main`, before any thread exists;
+        // SIG_DFL installs no Rust code as a handler.
+        if let Err(e) = unsafe { signal(Signal::SIGPIPE, SigHandler::SigDfl) } {
+            eprintln!("ccol: warning: cannot restore SIGPIPE: {e}");
         }
     }
 }
@@ -173,8 +194,13 @@ fn run(args: &RunArgs) -> ExitCode {
     let report = match run_in_process(&scenario, mode, timeout) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("ccol: {e}");
-            return ExitCode::from(EXIT_RANK_FAILED);
+            eprintln!("ccol: {}: {e}", args.file.display());
+            let code = if matches!(e, compiler_collectives::Error::InvalidArgument(_)) {
+                EXIT_MALFORMED
+            } else {
+                EXIT_RANK_FAILED
+            };
+            return ExitCode::from(code);
         }
     };
     if args.json {
@@ -337,6 +363,10 @@ fn check(args: &CheckArgs) -> ExitCode {
         }
     }
     println!("{passed} passed, {failed} failed");
+    if passed + failed + malformed == 0 {
+        eprintln!("ccol: no scenario with expectations found");
+        return ExitCode::from(EXIT_MALFORMED);
+    }
     if malformed > 0 {
         ExitCode::from(EXIT_MALFORMED)
     } else if failed > 0 {

@@ -190,3 +190,31 @@ fn schema_is_json() {
     let v: Value = serde_json::from_slice(&out.stdout).expect("schema parses");
     assert!(v["properties"]["steps"].is_object(), "{v}");
 }
+
+#[test]
+fn a_closed_output_pipe_ends_ccol_without_a_panic() {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ccol"))
+        .args(["scenario", "check"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("ccol runs");
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut first)
+        .expect("one line");
+    // The reader is gone now: ccol's next write meets a closed pipe.
+    let out = child.wait_with_output().expect("ccol ends");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(101), "ccol panicked: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(first.starts_with("ok"), "{first}");
+}
+
+#[test]
+fn check_without_any_scenario_exits_2() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = ccol(&["scenario", "check", dir.path().to_str().expect("utf-8")]);
+    assert_eq!(out.status.code(), Some(2));
+}

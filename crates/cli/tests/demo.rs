@@ -1,5 +1,6 @@
 //! `ccol demo`: rank processes over Gloo agreeing on a real corpus.
 
+#[cfg(feature = "gloo")]
 use serde_json::Value;
 use std::process::Command;
 

@@ -35,8 +35,8 @@
 //! dynamic is 0 or 1 on that rank only (0/1 specialisation of sizes), when
 //! duck-sized dimensions become unequal on one rank, or when one rank hits the recompile
 //! limit first. Then the ranks that missed wait at an exchange the others
-//! never enter and fail with [`Error::Timeout`](crate::Error::Timeout) (or
-//! [`Error::PeerLost`](crate::Error::PeerLost) once a peer shuts down) naming
+//! never enter and fail with [`Error::Timeout`] (or
+//! [`Error::PeerLost`] once a peer shuts down) naming
 //! them. Turn guard votes on (`guard_collectives`) to make every rank
 //! recompile whenever any rank misses; it costs one small exchange per call.
 

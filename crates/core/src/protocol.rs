@@ -66,9 +66,10 @@ pub fn parse_timeout_secs(text: &str) -> Result<Duration> {
 /// valid number of seconds.
 pub fn timeout_from_env() -> Result<Option<Duration>> {
     match std::env::var(TIMEOUT_ENV) {
-        Ok(v) => parse_timeout_secs(&v)
-            .map(Some)
-            .map_err(|e| Error::InvalidArgument(format!("{TIMEOUT_ENV}: {e}"))),
+        Ok(v) => parse_timeout_secs(&v).map(Some).map_err(|e| match e {
+            Error::InvalidArgument(m) => Error::InvalidArgument(format!("{TIMEOUT_ENV}: {m}")),
+            other => other,
+        }),
         Err(std::env::VarError::NotPresent) => Ok(None),
         Err(std::env::VarError::NotUnicode(_)) => Err(Error::InvalidArgument(format!(
             "{TIMEOUT_ENV} is not valid UTF-8"
@@ -306,6 +307,7 @@ impl Channel {
         let encoded = env
             .encode(&self.limits)
             .map_err(|e| Error::InvalidArgument(format!("this rank's own envelope: {e}")))?;
+        let start = std::time::Instant::now();
         let deadline = Deadline::after(options.timeout.unwrap_or(self.timeout));
         let seq = self.seq;
         match self.run(&env, &encoded, local, deadline) {
@@ -322,7 +324,11 @@ impl Channel {
                     seq,
                 })
             }
-            Err(e) => {
+            Err(mut e) => {
+                // Report the whole exchange's wait, not the last round's.
+                if let Error::Timeout { waited, .. } = &mut e {
+                    *waited = start.elapsed();
+                }
                 let e = e.during(ExchangeInfo {
                     seq,
                     key: key.to_owned(),

@@ -43,6 +43,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Most ranks [`run_in_process`] starts (one thread each).
+pub const MAX_IN_PROCESS_RANKS: u32 = 4096;
+
 /// The scenario runner's default exchange deadline (DESIGN §7): 10 s.
 pub const RUNNER_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -155,10 +158,46 @@ struct RawScenario {
     world_size: u32,
     #[serde(default)]
     options: RawOptions,
-    steps: Vec<Vec<BTreeMap<String, Option<RawInput>>>>,
+    steps: Vec<Vec<RankInputs>>,
     #[serde(default)]
     expect: BTreeMap<String, Value>,
 }
+
+/// One rank's inputs at one step; a source named twice is an error (plain
+/// maps would keep the last silently).
+struct RankInputs(BTreeMap<String, Option<RawInput>>);
+
+impl<'de> Deserialize<'de> for RankInputs {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = RankInputs;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a map from source name to input")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut m: A,
+            ) -> Result<RankInputs, A::Error> {
+                let mut out = BTreeMap::new();
+                while let Some(k) = m.next_key::<String>()? {
+                    if out.contains_key(&k) {
+                        return Err(serde::de::Error::custom(format!(
+                            "source `{k}` is given twice"
+                        )));
+                    }
+                    let v = m.next_value::<Option<RawInput>>()?;
+                    out.insert(k, v);
+                }
+                Ok(RankInputs(out))
+            }
+        }
+        d.deserialize_map(Visit)
+    }
+}
+
+/// Longest scenario name, in bytes (it becomes part of the compile key).
+pub const MAX_NAME_BYTES: usize = 1024;
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -219,14 +258,25 @@ impl Scenario {
             message,
         };
         let meta = std::fs::metadata(path).map_err(|e| err(format!("cannot read: {e}")))?;
-        if meta.len() > limits.max_file_bytes {
+        if !meta.is_file() {
+            return Err(err("not a regular file".into()));
+        }
+        // Read at most one byte past the limit: the size in the metadata can
+        // change, and is 0 for files that are not what they seem.
+        let mut text = Vec::new();
+        std::fs::File::open(path)
+            .and_then(|f| {
+                use std::io::Read as _;
+                f.take(limits.max_file_bytes.saturating_add(1))
+                    .read_to_end(&mut text)
+            })
+            .map_err(|e| err(format!("cannot read: {e}")))?;
+        if text.len() as u64 > limits.max_file_bytes {
             return Err(err(format!(
-                "{} bytes, over the limit of {} bytes",
-                meta.len(),
+                "over the limit of {} bytes",
                 limits.max_file_bytes
             )));
         }
-        let text = std::fs::read(path).map_err(|e| err(format!("cannot read: {e}")))?;
         Self::from_slice(&text, &file, limits)
     }
 
@@ -263,7 +313,7 @@ impl Scenario {
             ));
         }
         let de = &mut serde_json::Deserializer::from_slice(bytes);
-        let raw: RawScenario = serde_path_to_error::deserialize(de).map_err(|e| {
+        let raw: RawScenario = serde_path_to_error::deserialize(&mut *de).map_err(|e| {
             let path = e.path().to_string();
             // "." is the whole file, "?" a path serde could not track (truncated input).
             let field = if path == "." || path == "?" {
@@ -273,6 +323,18 @@ impl Scenario {
             };
             fail(field, e.inner().to_string())
         })?;
+        de.end().map_err(|e| {
+            fail(
+                String::new(),
+                format!("more after the scenario object: {e}"),
+            )
+        })?;
+        if raw.name.is_empty() || raw.name.len() > MAX_NAME_BYTES {
+            return Err(fail(
+                "name".into(),
+                format!("must be 1 to {MAX_NAME_BYTES} bytes, is {}", raw.name.len()),
+            ));
+        }
         if raw.world_size == 0 || raw.world_size > limits.max_world_size {
             return Err(fail(
                 "world_size".into(),
@@ -322,7 +384,7 @@ impl Scenario {
                 ));
             }
             for (r, inputs) in step.iter().enumerate() {
-                for (source, input) in inputs {
+                for (source, input) in &inputs.0 {
                     let field = format!("steps[{s}][{r}].{source}");
                     if !is_identifier(source) {
                         return Err(fail(
@@ -383,6 +445,12 @@ impl Scenario {
                 }
             }
         }
+        if let Some(unknown) = options.overrides.keys().find(|k| !sources.contains(*k)) {
+            return Err(fail(
+                format!("options.overrides.{unknown}"),
+                "names no source of the steps".into(),
+            ));
+        }
         let steps = raw
             .steps
             .into_iter()
@@ -393,7 +461,7 @@ impl Scenario {
                             .iter()
                             .map(|s| (s.clone(), Observation::None))
                             .collect();
-                        for (source, input) in inputs {
+                        for (source, input) in inputs.0 {
                             let obs = match input {
                                 None => Observation::None,
                                 Some(RawInput {
@@ -470,6 +538,11 @@ pub struct RankReport {
     pub dynamic_strides: BTreeMap<String, Vec<usize>>,
     /// Steps that ran uncompiled (recompile limit reached).
     pub uncompiled_steps: u64,
+    /// The group's decisions of the entry compiled last, before 0/1
+    /// specialisation: per source, its dynamic size dims as text (`"[0, 1]"`)
+    /// or `"scalar"`. Equal on every rank with collectives on, even where a
+    /// rank compiled a size-1 dim static. Not part of the §7 output.
+    pub decided: BTreeMap<String, String>,
     /// The error that stopped this rank, if any.
     pub error: Option<RankError>,
 }
@@ -509,6 +582,7 @@ impl RankReport {
             dynamic_scalars: BTreeSet::new(),
             dynamic_strides: BTreeMap::new(),
             uncompiled_steps: 0,
+            decided: BTreeMap::new(),
             error: None,
         }
     }
@@ -592,6 +666,22 @@ pub fn run_rank(
         report.dynamic_dims = last.dynamic_dims.clone();
         report.dynamic_scalars = last.dynamic_scalars.clone();
         report.dynamic_strides = last.dynamic_strides.clone();
+        for (source, d) in &last.decisions {
+            let text = match d {
+                crate::shapes::SourceDecision::Tensor { dynamic_sizes, .. } => {
+                    let dims: Vec<usize> = (0..dynamic_sizes.len())
+                        .filter(|&i| dynamic_sizes[i])
+                        .collect();
+                    if dims.is_empty() {
+                        continue;
+                    }
+                    format!("{dims:?}")
+                }
+                crate::shapes::SourceDecision::Int { dynamic: true } => "scalar".to_string(),
+                _ => continue,
+            };
+            report.decided.insert(source.clone(), text);
+        }
     }
     if let Some(ch) = channel.as_mut() {
         if report.error.is_some() {
@@ -633,8 +723,16 @@ impl RunReport {
 /// engine, each exchange bounded by `timeout`.
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] if threads cannot be started.
+/// [`Error::InvalidArgument`] for more than [`MAX_IN_PROCESS_RANKS`] ranks or
+/// if threads cannot be started.
 pub fn run_in_process(scenario: &Scenario, mode: Mode, timeout: Duration) -> Result<RunReport> {
+    if scenario.world_size > MAX_IN_PROCESS_RANKS {
+        return Err(Error::InvalidArgument(format!(
+            "world_size {} is more ranks than the in-process runner starts threads for ({MAX_IN_PROCESS_RANKS}); \
+             run larger worlds over processes",
+            scenario.world_size
+        )));
+    }
     let (collectives, votes) = mode.flags();
     let transports = InProcessGroup::create(scenario.world_size)?;
     let scenario = Arc::new(scenario.clone());

@@ -109,7 +109,6 @@ fn show_dim(g: &DimGuard) -> String {
         DimGuard::Static(v) => v.to_string(),
         DimGuard::Symbol(s) => format!("s{s}"),
         DimGuard::Free => "any".to_string(),
-        _ => "?".to_string(),
     }
 }
 

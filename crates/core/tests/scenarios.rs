@@ -138,6 +138,10 @@ fn malformed_files_name_the_field() {
     check(r#"{"name": "t", "world_size": 1, "steps": [[{"x": {"size": [1,]}}]]}"#, "steps[0][0].x.size");
     check("", "");
     check("[]", "");
+    check(r#"{"name": "t", "world_size": 1, "steps": []} xyz"#, "");
+    check(r#"{"name": "t", "world_size": 1, "steps": [[{"x": {"int": 1}, "x": {"int": 2}}]]}"#, "steps[0][0]");
+    check(r#"{"name": "t", "world_size": 1, "options": {"overrides": {"z": "force_static"}}, "steps": [[{"x": {"int": 1}}]]}"#, "options.overrides.z");
+    check(r#"{"name": "", "world_size": 1, "steps": []}"#, "name");
     check(r#"["t", null, 1, {}, [[{}]], {}]"#, ""); // serde would take a struct as an array
     // Missing and mistyped fields.
     check(r#"{"world_size": 1, "steps": []}"#, "");
@@ -208,4 +212,26 @@ fn well_formed_edge_cases_are_accepted() {
         ["_y0", "x"]
     );
     assert_eq!(s.default_mode(), Mode::Collectives);
+}
+
+#[test]
+fn files_that_are_not_regular_files_are_refused_without_reading_them() {
+    let limits = ScenarioLimits::default();
+    for path in ["/dev/zero", "/dev/urandom", "/"] {
+        let p = std::path::Path::new(path);
+        if !p.exists() {
+            continue;
+        }
+        let err = Scenario::from_file(p, &limits).expect_err(path);
+        assert!(err.message.contains("not a regular file"), "{path}: {err}");
+    }
+}
+
+#[test]
+fn a_name_longer_than_the_limit_is_refused() {
+    let name = "n".repeat(compiler_collectives_core::scenario::MAX_NAME_BYTES + 1);
+    let json = format!(r#"{{"name": "{name}", "world_size": 1, "steps": []}}"#);
+    let err = Scenario::from_slice(json.as_bytes(), "<test>", &ScenarioLimits::default())
+        .expect_err("too long");
+    assert_eq!(err.field, "name");
 }
