@@ -35,6 +35,9 @@ pub enum PeerLoss {
     Shutdown,
     /// The peer's connection dropped or its process died.
     Disconnected,
+    /// The peer abandoned its channel after an error of its own (a timeout,
+    /// a lost peer, …); its own error says which.
+    Aborted,
 }
 
 impl fmt::Display for PeerLoss {
@@ -42,6 +45,7 @@ impl fmt::Display for PeerLoss {
         f.write_str(match self {
             PeerLoss::Shutdown => "shut its channel down (it has no more exchanges)",
             PeerLoss::Disconnected => "disconnected",
+            PeerLoss::Aborted => "aborted its channel after an error of its own",
         })
     }
 }
@@ -166,7 +170,7 @@ pub enum DecodeError {
 #[non_exhaustive]
 pub enum Error {
     /// Some ranks did not arrive before the deadline. Fatal.
-    #[error("timed out after {} ms waiting for {} {}{}; the channel is unusable: abort it", waited.as_millis(), if missing_ranks.len() == 1 { "rank" } else { "ranks" }, RankList(missing_ranks), fmt_during(during))]
+    #[error("timed out after {} ms {}{}; the channel is unusable: abort it", waited.as_millis(), Missing(missing_ranks), fmt_during(during))]
     Timeout {
         /// Ranks that had not arrived, ascending. Empty when the engine
         /// cannot tell which.
@@ -256,6 +260,19 @@ pub enum Error {
 }
 
 struct DisplayGroups<'a>(&'a [RankGroup], &'a str);
+
+/// "waiting for rank [3]", or a plain statement when the engine cannot tell.
+struct Missing<'a>(&'a [u32]);
+
+impl fmt::Display for Missing<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0.len() {
+            0 => f.write_str("waiting for peers (the engine cannot tell which)"),
+            1 => write!(f, "waiting for rank {}", RankList(self.0)),
+            _ => write!(f, "waiting for ranks {}", RankList(self.0)),
+        }
+    }
+}
 
 impl fmt::Display for DisplayGroups<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -344,24 +344,31 @@ impl Transport for InProcessTransport {
     }
 
     fn shutdown(&self) -> Result<()> {
+        self.depart(PeerLoss::Shutdown);
+        Ok(())
+    }
+
+    fn abort(&self) -> Result<()> {
+        self.depart(PeerLoss::Aborted);
+        Ok(())
+    }
+}
+
+impl InProcessTransport {
+    /// Marks this rank gone (the first reason sticks) and wakes every waiter.
+    fn depart(&self, why: PeerLoss) {
         let mut st = self.shared.lock();
         let me = &mut st.departed[self.rank as usize];
         if me.is_none() {
-            *me = Some(PeerLoss::Shutdown);
+            *me = Some(why);
         }
         self.shared.changed.notify_all();
-        Ok(())
     }
 }
 
 impl Drop for InProcessTransport {
     fn drop(&mut self) {
-        let mut st = self.shared.lock();
-        let me = &mut st.departed[self.rank as usize];
-        if me.is_none() {
-            *me = Some(PeerLoss::Disconnected);
-        }
-        self.shared.changed.notify_all();
+        self.depart(PeerLoss::Disconnected);
     }
 }
 

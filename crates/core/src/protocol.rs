@@ -442,7 +442,7 @@ impl Channel {
         if self.failed.is_none() {
             self.failed = Some("this rank aborted the channel".into());
         }
-        if let Err(e) = self.transport.shutdown() {
+        if let Err(e) = self.transport.abort() {
             tracing::warn!(error = %e, "abort: could not notify peers");
         }
     }

@@ -174,6 +174,17 @@ pub trait Transport: Send + Sync + Debug {
     /// # Errors
     /// [`Error::Backend`](crate::Error::Backend) if the notice could not be sent.
     fn shutdown(&self) -> Result<()>;
+
+    /// Like [`shutdown`](Transport::shutdown), after an error: peers waiting
+    /// for this rank fail at once with [`Error::PeerLost`](crate::Error::PeerLost)
+    /// (reason `Aborted`), so they do not mistake it for a rank that finished.
+    /// The default calls `shutdown`.
+    ///
+    /// # Errors
+    /// As [`shutdown`](Transport::shutdown).
+    fn abort(&self) -> Result<()> {
+        self.shutdown()
+    }
 }
 
 /// The rendezvous key–value store (c10d's `Store`, Gloo's `Store`):

@@ -154,6 +154,31 @@ class CallbackStore : public gloo::rendezvous::Store {
     int64_t timeout_ms_;
 };
 
+// Gives every wait of a store the rendezvous deadline: some Gloo stores fall
+// back to their own 30 s default when a caller passes no timeout.
+class DeadlineStore : public gloo::rendezvous::Store {
+  public:
+    DeadlineStore(gloo::rendezvous::Store& inner, std::chrono::milliseconds timeout)
+        : inner_(inner), timeout_(timeout) {}
+
+    void set(const std::string& key, const std::vector<char>& data) override { inner_.set(key, data); }
+
+    std::vector<char> get(const std::string& key) override {
+        inner_.wait({key}, timeout_);
+        return inner_.get(key);
+    }
+
+    void wait(const std::vector<std::string>& keys) override { inner_.wait(keys, timeout_); }
+
+    void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+        inner_.wait(keys, timeout);
+    }
+
+  private:
+    gloo::rendezvous::Store& inner_;
+    std::chrono::milliseconds timeout_;
+};
+
 }  // namespace
 
 extern "C" {
@@ -302,7 +327,8 @@ void* ccol_gloo_context_new(void* store, int32_t rank, int32_t size, const char*
         auto device = gloo::transport::tcp::CreateDevice(attr);
         auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
         context->setTimeout(millis(timeout_ms));
-        context->connectFullMesh(*static_cast<StoreHandle*>(store)->store, device);
+        DeadlineStore bounded(*static_cast<StoreHandle*>(store)->store, millis(timeout_ms));
+        context->connectFullMesh(bounded, device);
         return new ContextHandle{device, context};
     } catch (...) {
         report(err);
@@ -377,8 +403,8 @@ int32_t ccol_gloo_buffer_wait_recv(void* buffer, int64_t timeout_ms, int32_t* ra
         int r = -1;
         bool ok = static_cast<BufferHandle*>(buffer)->buffer->waitRecv(&r, millis(timeout_ms));
         if (!ok) {
-            set_error(err, CCOL_GLOO_IO, "receive aborted");
-            return CCOL_GLOO_IO;
+            set_error(err, CCOL_GLOO_ABORTED, "receive interrupted at the deadline");
+            return CCOL_GLOO_ABORTED;
         }
         if (rank != nullptr) {
             *rank = r;
@@ -398,8 +424,8 @@ int32_t ccol_gloo_buffer_wait_send(void* buffer, int64_t timeout_ms, int32_t* ra
         int r = -1;
         bool ok = static_cast<BufferHandle*>(buffer)->buffer->waitSend(&r, millis(timeout_ms));
         if (!ok) {
-            set_error(err, CCOL_GLOO_IO, "send aborted");
-            return CCOL_GLOO_IO;
+            set_error(err, CCOL_GLOO_ABORTED, "send interrupted at the deadline");
+            return CCOL_GLOO_ABORTED;
         }
         if (rank != nullptr) {
             *rank = r;
@@ -407,6 +433,21 @@ int32_t ccol_gloo_buffer_wait_send(void* buffer, int64_t timeout_ms, int32_t* ra
         return CCOL_GLOO_OK;
     } catch (...) {
         return report(err);
+    }
+}
+
+void ccol_gloo_buffer_abort_wait(void* buffer, int32_t recv) {
+    try {
+        if (buffer == nullptr) {
+            return;
+        }
+        auto& b = *static_cast<BufferHandle*>(buffer)->buffer;
+        if (recv != 0) {
+            b.abortWaitRecv();
+        } else {
+            b.abortWaitSend();
+        }
+    } catch (...) {
     }
 }
 

@@ -17,7 +17,7 @@
 extern "C" {
 #endif
 
-#define CCOL_GLOO_ABI_VERSION 1u
+#define CCOL_GLOO_ABI_VERSION 2u
 
 /* Status codes. */
 #define CCOL_GLOO_OK 0
@@ -25,6 +25,7 @@ extern "C" {
 #define CCOL_GLOO_IO 2        /* any other gloo::IoException (peer closed, socket error) */
 #define CCOL_GLOO_INVALID 3   /* gloo::EnforceNotMet or a bad argument */
 #define CCOL_GLOO_OTHER 4     /* any other exception */
+#define CCOL_GLOO_ABORTED 5   /* a wait was interrupted by ccol_gloo_buffer_abort_wait */
 
 typedef struct ccol_gloo_error {
     int32_t status;
@@ -77,6 +78,10 @@ int32_t ccol_gloo_buffer_recv(void* buffer, int32_t src, uint64_t slot, size_t o
 /* Waits for one completion; `rank` receives the peer. */
 int32_t ccol_gloo_buffer_wait_recv(void* buffer, int64_t timeout_ms, int32_t* rank, ccol_gloo_error* err);
 int32_t ccol_gloo_buffer_wait_send(void* buffer, int64_t timeout_ms, int32_t* rank, ccol_gloo_error* err);
+/* Interrupts a wait in progress (or the next one) on `buffer` from another
+ * thread; the wait returns CCOL_GLOO_ABORTED. Unlike a Gloo timeout, this
+ * closes no connection. */
+void ccol_gloo_buffer_abort_wait(void* buffer, int32_t recv);
 void ccol_gloo_buffer_free(void* buffer);
 
 #ifdef __cplusplus

@@ -69,6 +69,7 @@ fn status_name(status: i32) -> &'static str {
         sys::TIMEOUT => "timeout",
         sys::IO => "io",
         sys::INVALID => "invalid",
+        sys::ABORTED => "interrupted at the deadline",
         _ => "exception",
     }
 }

@@ -9,12 +9,13 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 /// The adapter's ABI version this crate was written against.
-pub(crate) const ABI_VERSION: u32 = 1;
+pub(crate) const ABI_VERSION: u32 = 2;
 
 pub(crate) const OK: i32 = 0;
 pub(crate) const TIMEOUT: i32 = 1;
 pub(crate) const IO: i32 = 2;
 pub(crate) const INVALID: i32 = 3;
+pub(crate) const ABORTED: i32 = 5;
 
 static ADAPTER: &[u8] = include_bytes!(env!("CCOL_GLOO_ADAPTER_SO"));
 
@@ -118,6 +119,7 @@ pub(crate) struct Api {
         unsafe extern "C" fn(*mut c_void, i64, *mut i32, *mut RawError) -> i32,
     pub(crate) buffer_wait_send:
         unsafe extern "C" fn(*mut c_void, i64, *mut i32, *mut RawError) -> i32,
+    pub(crate) buffer_abort_wait: unsafe extern "C" fn(*mut c_void, i32),
     pub(crate) buffer_free: unsafe extern "C" fn(*mut c_void),
 }
 
@@ -230,6 +232,7 @@ fn load() -> Result<Api, GlooError> {
         buffer_recv: sym!("ccol_gloo_buffer_recv"),
         buffer_wait_recv: sym!("ccol_gloo_buffer_wait_recv"),
         buffer_wait_send: sym!("ccol_gloo_buffer_wait_send"),
+        buffer_abort_wait: sym!("ccol_gloo_buffer_abort_wait"),
         buffer_free: sym!("ccol_gloo_buffer_free"),
         path,
         _lib: lib,

@@ -23,13 +23,14 @@ use compiler_collectives_core::{Deadline, DecodeError, Error, PeerLoss, Transpor
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::ptr::NonNull;
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 const BACKEND: &str = "gloo";
 const MAGIC: u32 = 0x4847_4343; // "CCGH"
 const FLAG_DATA: u32 = 0;
 const FLAG_SHUTDOWN: u32 = 1;
+const FLAG_ABORT: u32 = 2;
 const HEADER: usize = 16;
 const P2P_BIT: u64 = 1 << 63;
 /// A slot nobody sends to: the inbox keeps a receive posted on it on every
@@ -179,10 +180,23 @@ impl Buf {
         })
     }
 
-    fn wait_recv(&self, deadline: Deadline) -> Result<i32, GlooError> {
+    /// Waits for one receive. With a watchdog, the wait is interrupted at
+    /// `deadline` (no connection closes) and Gloo's own timeout is only a
+    /// backstop; without one, Gloo times out at `deadline`, closing every
+    /// pair of the context.
+    fn wait_recv(&self, deadline: Deadline, watchdog: Option<&Watchdog>) -> Result<i32, GlooError> {
+        if let Some(w) = watchdog {
+            return w.guard(self, true, deadline, || {
+                self.wait_recv_gloo(deadline.instant() + BACKSTOP)
+            });
+        }
+        self.wait_recv_gloo(deadline.instant())
+    }
+
+    fn wait_recv_gloo(&self, until: Instant) -> Result<i32, GlooError> {
         let api = api()?;
         let mut rank = -1;
-        let ms = ms_left(deadline);
+        let ms = ms_until(until);
         // SAFETY: the buffer is live; `rank` is writable.
         self.call("wait recv", |h, e| unsafe {
             (api.buffer_wait_recv)(h, ms, &mut rank, e)
@@ -193,7 +207,7 @@ impl Buf {
     fn wait_send(&self, deadline: Deadline) -> Result<(), GlooError> {
         let api = api()?;
         let mut rank = -1;
-        let ms = ms_left(deadline);
+        let ms = ms_until(deadline.instant());
         // SAFETY: the buffer is live; `rank` is writable.
         self.call("wait send", |h, e| unsafe {
             (api.buffer_wait_send)(h, ms, &mut rank, e)
@@ -214,8 +228,107 @@ impl Drop for Buf {
     }
 }
 
-fn ms_left(deadline: Deadline) -> i64 {
-    i64::try_from(deadline.remaining().as_millis()).unwrap_or(i64::MAX)
+/// Milliseconds until `until`, rounded up (Gloo takes whole milliseconds; a
+/// wait must not end before its deadline).
+fn ms_until(until: Instant) -> i64 {
+    let left = until.saturating_duration_since(Instant::now());
+    let ms = left.as_millis() + u128::from(left.subsec_nanos() % 1_000_000 != 0);
+    i64::try_from(ms).unwrap_or(i64::MAX)
+}
+
+/// How long after its deadline Gloo's own timeout ends a watched wait, should
+/// the watchdog not have interrupted it.
+const BACKSTOP: Duration = Duration::from_secs(5);
+
+/// The buffer a watched wait is on.
+#[derive(Clone, Copy)]
+struct Watched(NonNull<c_void>);
+
+// SAFETY: only used to interrupt a wait, under the watchdog's lock, while the
+// waiting thread keeps the buffer alive (it disarms before returning).
+unsafe impl Send for Watched {}
+
+#[derive(Default)]
+struct WatchState {
+    armed: Option<(Instant, Watched, bool)>,
+    stop: bool,
+}
+
+/// Interrupts waits at their deadline with `abortWait*`, so that this rank's
+/// timeout does not close its connections (a Gloo timeout closes every pair,
+/// and peers would then see this rank as lost instead of timing out on the
+/// rank that is really missing).
+struct Watchdog {
+    shared: Arc<(Mutex<WatchState>, Condvar)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Watchdog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Watchdog").finish_non_exhaustive()
+    }
+}
+
+impl Watchdog {
+    fn start(rank: u32) -> Watchdog {
+        let shared: Arc<(Mutex<WatchState>, Condvar)> = Arc::default();
+        let s = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name(format!("ccol-gloo-deadline-{rank}"))
+            .spawn(move || {
+                let (lock, cv) = &*s;
+                let mut st = lock.lock().unwrap_or_else(|e| e.into_inner());
+                while !st.stop {
+                    match st.armed {
+                        None => st = cv.wait(st).unwrap_or_else(|e| e.into_inner()),
+                        Some((deadline, buf, recv)) => {
+                            let now = Instant::now();
+                            if now >= deadline {
+                                if let Ok(api) = api() {
+                                    // SAFETY: the waiting thread keeps the buffer
+                                    // alive until it disarms, which needs this lock.
+                                    unsafe {
+                                        (api.buffer_abort_wait)(buf.0.as_ptr(), i32::from(recv))
+                                    };
+                                }
+                                st.armed = None;
+                            } else {
+                                st = cv
+                                    .wait_timeout(st, deadline - now)
+                                    .unwrap_or_else(|e| e.into_inner())
+                                    .0;
+                            }
+                        }
+                    }
+                }
+            })
+            .ok();
+        Watchdog { shared, thread }
+    }
+
+    /// Runs `wait` on `buf` with an interrupt armed for `deadline`.
+    fn guard<R>(&self, buf: &Buf, recv: bool, deadline: Deadline, wait: impl FnOnce() -> R) -> R {
+        let (lock, cv) = &*self.shared;
+        {
+            let mut st = lock.lock().unwrap_or_else(|e| e.into_inner());
+            st.armed = Some((deadline.instant(), Watched(buf.handle), recv));
+            cv.notify_all();
+        }
+        let r = wait();
+        lock.lock().unwrap_or_else(|e| e.into_inner()).armed = None;
+        r
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        let (lock, cv) = &*self.shared;
+        lock.lock().unwrap_or_else(|e| e.into_inner()).stop = true;
+        cv.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 fn header(flags: u32, len: u64) -> Vec<u8> {
@@ -376,6 +489,7 @@ pub struct GlooTransport {
     state: Mutex<State>,
     failed: Failure,
     reaper: Mutex<Reaper>,
+    watchdog: Watchdog,
     _store: GlooStore,
 }
 
@@ -454,6 +568,7 @@ impl GlooTransport {
                 ..State::default()
             }),
             reaper: Mutex::new(Reaper::start(rank, Arc::clone(&failed))),
+            watchdog: Watchdog::start(rank),
             failed,
             _store: scoped,
         })
@@ -521,7 +636,7 @@ impl GlooTransport {
         let e = match f {
             Fail::Core(e) => e,
             Fail::Gloo(g, missing) => match g.status() {
-                Some(sys::TIMEOUT) => Error::Timeout {
+                Some(sys::TIMEOUT | sys::ABORTED) => Error::Timeout {
                     missing_ranks: missing,
                     waited,
                     during: None,
@@ -619,7 +734,7 @@ impl GlooTransport {
                 .map_err(at(p))?;
         }
         for _ in recv_from {
-            if let Err(e) = inbox.wait_recv(deadline) {
+            if let Err(e) = inbox.wait_recv(deadline, Some(&self.watchdog)) {
                 if e.status() == Some(sys::IO) {
                     let lost = self.broken_pairs(&mut pool, k, recv_from);
                     if !lost.is_empty() {
@@ -650,7 +765,8 @@ impl GlooTransport {
         for &p in recv_from {
             let at = p as usize * HEADER;
             match parse_header(&inbox.mem[at..at + HEADER]) {
-                Some((FLAG_SHUTDOWN, _)) => shut.push(p),
+                Some((FLAG_SHUTDOWN, _)) => shut.push((p, PeerLoss::Shutdown)),
+                Some((FLAG_ABORT, _)) => shut.push((p, PeerLoss::Aborted)),
                 Some((FLAG_DATA, len)) => {
                     let len = usize::try_from(len).unwrap_or(usize::MAX);
                     if len > max_bytes {
@@ -676,10 +792,10 @@ impl GlooTransport {
                 }
             }
         }
-        if !shut.is_empty() {
+        if let Some(&(_, reason)) = shut.first() {
             return Err(Fail::Core(Error::PeerLost {
-                ranks: shut,
-                reason: PeerLoss::Shutdown,
+                ranks: shut.iter().map(|(p, _)| *p).collect(),
+                reason,
                 detail: String::new(),
                 during: None,
             }));
@@ -696,7 +812,7 @@ impl GlooTransport {
             incoming.push((p, b));
         }
         for (i, &(_, b)) in incoming.iter().enumerate() {
-            if let Err(e) = pool.get(b).wait_recv(deadline) {
+            if let Err(e) = pool.get(b).wait_recv(deadline, Some(&self.watchdog)) {
                 let waiting: Vec<u32> = incoming[i..].iter().map(|(p, _)| *p).collect();
                 let lost = self.broken_pairs(&mut pool, k, &waiting);
                 let missing = if lost.is_empty() { waiting } else { lost };
@@ -870,13 +986,19 @@ impl Transport for GlooTransport {
             let mut pool = Pool::default();
             let hdr = pool.add(Buf::new(&self.ctx, vec![0u8; HEADER]).map_err(gl)?);
             pool.get(hdr).recv(peer, slot, 0, HEADER).map_err(gl)?;
-            pool.get(hdr).wait_recv(deadline).map_err(gl)?;
+            pool.get(hdr)
+                .wait_recv(deadline, Some(&self.watchdog))
+                .map_err(gl)?;
             let len = match parse_header(&pool.get(hdr).mem) {
                 Some((FLAG_DATA, len)) => usize::try_from(len).unwrap_or(usize::MAX),
-                Some((FLAG_SHUTDOWN, _)) => {
+                Some((flag @ (FLAG_SHUTDOWN | FLAG_ABORT), _)) => {
                     return Err(Fail::Core(Error::PeerLost {
                         ranks: vec![peer],
-                        reason: PeerLoss::Shutdown,
+                        reason: if flag == FLAG_ABORT {
+                            PeerLoss::Aborted
+                        } else {
+                            PeerLoss::Shutdown
+                        },
                         detail: String::new(),
                         during: None,
                     }))
@@ -905,7 +1027,9 @@ impl Transport for GlooTransport {
             if len > 0 {
                 let body = pool.add(Buf::new(&self.ctx, vec![0u8; len]).map_err(gl)?);
                 pool.get(body).recv(peer, slot + 1, 0, len).map_err(gl)?;
-                pool.get(body).wait_recv(deadline).map_err(gl)?;
+                pool.get(body)
+                    .wait_recv(deadline, Some(&self.watchdog))
+                    .map_err(gl)?;
                 out = std::mem::take(&mut pool.get_mut(body).mem);
             }
             pool.release();
@@ -915,6 +1039,19 @@ impl Transport for GlooTransport {
     }
 
     fn shutdown(&self) -> Result<(), Error> {
+        self.leave(FLAG_SHUTDOWN)
+    }
+
+    fn abort(&self) -> Result<(), Error> {
+        self.leave(FLAG_ABORT)
+    }
+}
+
+impl GlooTransport {
+    /// Shutdown or abort: drain sends, post `flag` as the header of the next
+    /// operation to every peer (those waiting there fail at once, naming this
+    /// rank), then close the connections.
+    fn leave(&self, flag: u32) -> Result<(), Error> {
         let mut st = self.lock();
         if st.shut {
             return Ok(());
@@ -927,10 +1064,10 @@ impl Transport for GlooTransport {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .stop(DRAIN_LIMIT);
-        if self.failure().is_none() {
+        {
             let k = st.op;
             let deadline = Deadline::after(SHUTDOWN_GRACE);
-            if let Ok(hdr) = Buf::new(&self.ctx, header(FLAG_SHUTDOWN, 0)) {
+            if let Ok(hdr) = Buf::new(&self.ctx, header(flag, 0)) {
                 let mut posted = 0;
                 for p in self.peers() {
                     if hdr.send(p, 2 * k, 0, HEADER).is_ok() {

@@ -186,6 +186,12 @@ pub const BEHAVIOURS: &[Behaviour] = &[
         run: missing_rank_times_out,
     },
     Behaviour {
+        name: "abort_is_not_a_shutdown",
+        min_world: 2,
+        timed: true,
+        run: abort_is_not_a_shutdown,
+    },
+    Behaviour {
         name: "shutdown_fails_peers_fast",
         min_world: 2,
         timed: true,
@@ -694,6 +700,32 @@ fn shutdown_fails_peers_fast(ctx: &Ctx) -> Result<(), String> {
                 format!("reason {reason:?}")
             })?;
             ensure(took < ctx.margin * 2, || format!("took {took:?}"))
+        }
+        other => Err(format!(
+            "expected a lost peer naming rank {odd}, got {other:?}"
+        )),
+    }
+}
+
+/// The last rank aborts its channel (as after an error of its own): the
+/// others fail at once naming it, with the reason `Aborted`, not `Shutdown`.
+fn abort_is_not_a_shutdown(ctx: &Ctx) -> Result<(), String> {
+    let odd = ctx.world() - 1;
+    let mut ch = ctx.channel(ctx.timeout)?;
+    if ctx.rank() == odd {
+        ch.abort();
+        return Ok(());
+    }
+    let start = Instant::now();
+    match ch.exchange("f", "", &AnyVote(false)) {
+        Err(Error::PeerLost { ranks, reason, .. }) => {
+            ensure(ranks == vec![odd], || {
+                format!("lost {ranks:?}, want [{odd}]")
+            })?;
+            ensure(reason == PeerLoss::Aborted, || format!("reason {reason:?}"))?;
+            ensure(start.elapsed() < ctx.margin * 2, || {
+                format!("took {:?}", start.elapsed())
+            })
         }
         other => Err(format!(
             "expected a lost peer naming rank {odd}, got {other:?}"

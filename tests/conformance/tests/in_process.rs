@@ -19,6 +19,7 @@ compiler_collectives_conformance::in_process_tests!(
     corrupt_payload_named,
     unusable_after_error,
     missing_rank_times_out,
+    abort_is_not_a_shutdown,
     shutdown_fails_peers_fast,
 );
 
