@@ -5,8 +5,12 @@
 //! - `ccol scenario check [FILE|DIR]...` runs every mode each file has an
 //!   expectation for and compares (the embedded corpus when no path is given).
 //! - `ccol scenario schema` prints the JSON Schema of scenario files.
+//! - `ccol scenario compare FILE|DIR...` runs files on ours and on real
+//!   PyTorch 2.13 (`tests/pytorch-oracle`) and shows the differences.
 //! - `ccol run --nproc-per-node N CMD ARGS...` starts N local ranks of a
 //!   command with torchrun's environment (see the `launch` module).
+//! - `ccol demo` (feature `gloo`): the main job, N rank processes over Gloo
+//!   agreeing on a real text corpus (see the `demo` module).
 //!
 //! Exit codes of `ccol scenario`: 0 success; 1 an expectation did not hold;
 //! 2 a malformed file or bad arguments; 3 a rank failed (timeout, desync,

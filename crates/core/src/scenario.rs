@@ -58,7 +58,7 @@ pub struct ScenarioLimits {
     pub max_ndim: usize,
     /// Largest number of steps (default 1 000 000).
     pub max_steps: usize,
-    /// Largest file, in bytes (default 256 MiB).
+    /// Largest file, in bytes (default 64 MiB: parsing takes several times the file size in memory).
     pub max_file_bytes: u64,
 }
 
@@ -68,7 +68,7 @@ impl Default for ScenarioLimits {
             max_world_size: 65_536,
             max_ndim: 64,
             max_steps: 1_000_000,
-            max_file_bytes: 256 << 20,
+            max_file_bytes: 64 << 20,
         }
     }
 }
