@@ -6,7 +6,7 @@
 //! | feature | backend | status |
 //! |---|---|---|
 //! | *(none)* | in-process (threads), for tests and simulations | available |
-//! | `gloo` | Gloo over TCP, CPU ([`gloo`]; needs `libgloo-dev`) | available |
+//! | `gloo` | Gloo over TCP, CPU (module `gloo`; needs `libgloo-dev`) | available |
 //! | `nccl` | NCCL via cudarc, GPU | planned |
 //! | `tch` | libtorch c10d process groups | planned |
 //!
