@@ -35,3 +35,5 @@ echo "== cargo test: ccol demo over Gloo"
 cargo test --quiet -p compiler-collectives-cli "${features[@]}" --test demo 2>&1
 echo "== cargo test: Debian's Gloo and libtorch's c10d Gloo in one process"
 cargo test --quiet -p compiler-collectives-gloo-libtorch 2>&1
+echo "== cargo test: libtorch c10d process groups (real processes)"
+cargo test --quiet -p compiler-collectives-tch 2>&1

@@ -61,6 +61,22 @@ impl Ctx {
     }
 }
 
+/// What a backend can do beyond moving bytes; behaviours that need a
+/// capability a backend lacks are skipped for it, with the reason printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Capability {
+    /// Timeouts name the ranks that did not arrive.
+    NamesMissingRanks,
+    /// A rank that shuts down or aborts tells waiting peers at once.
+    TellsPeersItLeft,
+}
+
+impl Capability {
+    /// Every capability (what the in-process and Gloo engines have).
+    pub const ALL: &'static [Capability] =
+        &[Capability::NamesMissingRanks, Capability::TellsPeersItLeft];
+}
+
 /// A behaviour: a name, the smallest world it needs, whether it asserts on
 /// time, and the per-rank body.
 #[derive(Debug, Clone, Copy)]
@@ -73,6 +89,15 @@ pub struct Behaviour {
     pub timed: bool,
     /// The body every rank runs.
     pub run: fn(&Ctx) -> Result<(), String>,
+    /// What the backend must be able to do.
+    pub needs: &'static [Capability],
+}
+
+impl Behaviour {
+    /// The first capability in `needs` that `has` lacks.
+    pub fn missing(&self, has: &[Capability]) -> Option<Capability> {
+        self.needs.iter().copied().find(|c| !has.contains(c))
+    }
 }
 
 /// Every behaviour.
@@ -82,120 +107,140 @@ pub const BEHAVIOURS: &[Behaviour] = &[
         min_world: 1,
         timed: false,
         run: all_gather_varlen,
+        needs: &[],
     },
     Behaviour {
         name: "all_gather_empty",
         min_world: 1,
         timed: false,
         run: all_gather_empty,
+        needs: &[],
     },
     Behaviour {
         name: "all_gather_fixed",
         min_world: 1,
         timed: false,
         run: all_gather_fixed,
+        needs: &[],
     },
     Behaviour {
         name: "broadcast_every_root",
         min_world: 1,
         timed: false,
         run: broadcast_every_root,
+        needs: &[],
     },
     Behaviour {
         name: "barrier_repeated",
         min_world: 1,
         timed: false,
         run: barrier_repeated,
+        needs: &[],
     },
     Behaviour {
         name: "send_recv_ring",
         min_world: 2,
         timed: false,
         run: send_recv_ring,
+        needs: &[],
     },
     Behaviour {
         name: "oversized_message_named",
         min_world: 2,
         timed: false,
         run: oversized_message_named,
+        needs: &[],
     },
     Behaviour {
         name: "exchange_identical_fast_path",
         min_world: 1,
         timed: false,
         run: exchange_identical_fast_path,
+        needs: &[],
     },
     Behaviour {
         name: "exchange_merges_differences",
         min_world: 2,
         timed: false,
         run: exchange_merges_differences,
+        needs: &[],
     },
     Behaviour {
         name: "exchange_sequence_advances",
         min_world: 1,
         timed: false,
         run: exchange_sequence_advances,
+        needs: &[],
     },
     Behaviour {
         name: "desync_compile_keys",
         min_world: 2,
         timed: false,
         run: desync_compile_keys,
+        needs: &[],
     },
     Behaviour {
         name: "desync_sequence_numbers",
         min_world: 2,
         timed: false,
         run: desync_sequence_numbers,
+        needs: &[],
     },
     Behaviour {
         name: "desync_decision_kinds",
         min_world: 2,
         timed: false,
         run: desync_decision_kinds,
+        needs: &[],
     },
     Behaviour {
         name: "config_disagreement",
         min_world: 2,
         timed: false,
         run: config_disagreement,
+        needs: &[],
     },
     Behaviour {
         name: "version_mismatch_named",
         min_world: 2,
         timed: false,
         run: version_mismatch_named,
+        needs: &[],
     },
     Behaviour {
         name: "corrupt_payload_named",
         min_world: 2,
         timed: false,
         run: corrupt_payload_named,
+        needs: &[],
     },
     Behaviour {
         name: "unusable_after_error",
         min_world: 2,
         timed: false,
         run: unusable_after_error,
+        needs: &[],
     },
     Behaviour {
         name: "missing_rank_times_out",
         min_world: 2,
         timed: true,
         run: missing_rank_times_out,
+        needs: &[Capability::NamesMissingRanks],
     },
     Behaviour {
         name: "abort_is_not_a_shutdown",
         min_world: 2,
         timed: true,
         run: abort_is_not_a_shutdown,
+        needs: &[Capability::TellsPeersItLeft],
     },
     Behaviour {
         name: "shutdown_fails_peers_fast",
         min_world: 2,
         timed: true,
         run: shutdown_fails_peers_fast,
+        needs: &[Capability::TellsPeersItLeft],
     },
 ];
 

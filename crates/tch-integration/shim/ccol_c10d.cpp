@@ -1,0 +1,444 @@
+// The compiler-collectives c10d shim: a plain C ABI over libtorch's c10d
+// (TCPStore, PrefixStore, ProcessGroupGloo). Every entry catches every C++
+// exception (c10::DistError included) and reports it through ccol_c10d_error;
+// nothing unwinds into Rust.
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+extern "C" {
+
+#define CCOL_C10D_OK 0
+#define CCOL_C10D_TIMEOUT 1
+#define CCOL_C10D_DIST 2
+#define CCOL_C10D_INVALID 3
+#define CCOL_C10D_OTHER 4
+#define CCOL_C10D_UNSUPPORTED 5
+#define CCOL_C10D_NETWORK 6
+
+typedef struct ccol_c10d_error {
+    int32_t status;
+    char message[2048];
+} ccol_c10d_error;
+
+typedef void (*ccol_c10d_append_fn)(void* out, const uint8_t* data, size_t len);
+}
+
+namespace {
+
+struct StoreHandle {
+    c10::intrusive_ptr<c10d::Store> store;
+};
+
+struct GroupHandle {
+    c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
+};
+
+// An operation in flight, with the tensors it reads kept alive.
+struct WorkHandle {
+    c10::intrusive_ptr<c10d::Work> work;
+    std::vector<at::Tensor> tensors;
+};
+
+void set_error(ccol_c10d_error* err, int32_t status, const std::string& what) {
+    if (err == nullptr) {
+        return;
+    }
+    err->status = status;
+    std::snprintf(err->message, sizeof(err->message), "%s", what.c_str());
+}
+
+void clear_error(ccol_c10d_error* err) {
+    if (err != nullptr) {
+        err->status = CCOL_C10D_OK;
+        err->message[0] = '\0';
+    }
+}
+
+bool mentions_timeout(const std::string& what) {
+    std::string lower(what);
+    std::transform(lower.begin(), lower.end(), lower.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    return lower.find("timed out") != std::string::npos || lower.find("timeout") != std::string::npos;
+}
+
+// Maps the exception in flight to a status and message (without C++ stack traces).
+int32_t report(ccol_c10d_error* err) {
+    try {
+        throw;
+    } catch (const c10::DistNetworkError& e) {
+        std::string m = e.what_without_backtrace();
+        int32_t s = mentions_timeout(m) ? CCOL_C10D_TIMEOUT : CCOL_C10D_NETWORK;
+        set_error(err, s, m);
+        return s;
+    } catch (const c10::DistError& e) {
+        std::string m = e.what_without_backtrace();
+        int32_t s = mentions_timeout(m) ? CCOL_C10D_TIMEOUT : CCOL_C10D_DIST;
+        set_error(err, s, m);
+        return s;
+    } catch (const c10::Error& e) {
+        std::string m = e.what_without_backtrace();
+        int32_t s = mentions_timeout(m) ? CCOL_C10D_TIMEOUT : CCOL_C10D_OTHER;
+        set_error(err, s, m);
+        return s;
+    } catch (const std::invalid_argument& e) {
+        set_error(err, CCOL_C10D_INVALID, e.what());
+        return CCOL_C10D_INVALID;
+    } catch (const std::exception& e) {
+        std::string m = e.what();
+        int32_t s = mentions_timeout(m) ? CCOL_C10D_TIMEOUT : CCOL_C10D_OTHER;
+        set_error(err, s, m);
+        return s;
+    } catch (...) {
+        set_error(err, CCOL_C10D_OTHER, "unknown C++ exception");
+        return CCOL_C10D_OTHER;
+    }
+}
+
+std::chrono::milliseconds millis(int64_t ms) { return std::chrono::milliseconds(ms < 1 ? 1 : ms); }
+
+c10d::Store& store_of(void* h) {
+    if (h == nullptr) {
+        throw std::invalid_argument("null store");
+    }
+    return *static_cast<StoreHandle*>(h)->store;
+}
+
+c10d::ProcessGroupGloo& pg_of(void* h) {
+    if (h == nullptr) {
+        throw std::invalid_argument("null process group");
+    }
+    return *static_cast<GroupHandle*>(h)->pg;
+}
+
+at::Tensor& tensor_of(void* t) {
+    if (t == nullptr) {
+        throw std::invalid_argument("null tensor");
+    }
+    return *static_cast<at::Tensor*>(t);
+}
+
+}  // namespace
+
+extern "C" {
+
+uint32_t ccol_c10d_abi_version(void) { return 1; }
+
+void* ccol_c10d_tcpstore_new(const char* host, uint16_t port, int32_t world_size, int32_t is_server,
+                             int32_t wait_workers, int64_t timeout_ms, ccol_c10d_error* err) {
+    clear_error(err);
+    try {
+        if (host == nullptr) {
+            throw std::invalid_argument("null host");
+        }
+        c10d::TCPStoreOptions opts;
+        opts.port = port;
+        opts.isServer = is_server != 0;
+        if (world_size > 0) {
+            opts.numWorkers = static_cast<std::size_t>(world_size);
+        }
+        opts.waitWorkers = wait_workers != 0;
+        opts.timeout = millis(timeout_ms);
+        auto store = c10::make_intrusive<c10d::TCPStore>(host, opts);
+        return new StoreHandle{store};
+    } catch (...) {
+        report(err);
+        return nullptr;
+    }
+}
+
+void* ccol_c10d_prefixstore_new(const char* prefix, void* store, ccol_c10d_error* err) {
+    clear_error(err);
+    try {
+        if (prefix == nullptr || store == nullptr) {
+            throw std::invalid_argument("null prefix or store");
+        }
+        auto inner = static_cast<StoreHandle*>(store)->store;
+        return new StoreHandle{c10::make_intrusive<c10d::PrefixStore>(prefix, inner)};
+    } catch (...) {
+        report(err);
+        return nullptr;
+    }
+}
+
+int32_t ccol_c10d_store_set(void* store, const char* key, const uint8_t* data, size_t len, ccol_c10d_error* err) {
+    clear_error(err);
+    try {
+        if (key == nullptr || (data == nullptr && len > 0)) {
+            throw std::invalid_argument("null key or data");
+        }
+        store_of(store).set(key, std::vector<uint8_t>(data, data + len));
+        return CCOL_C10D_OK;
+    } catch (...) {
+        return report(err);
+    }
+}
+
+int32_t ccol_c10d_store_get(void* store, const char* key, int64_t timeout_ms, void* out, ccol_c10d_append_fn append,
+                            ccol_c10d_error* err) {
+    clear_error(err);
+    try {
+        if (key == nullptr || append == nullptr) {
+            throw std::invalid_argument("null key or sink");
+        }
+        auto& s = store_of(store);
+        s.wait({std::string(key)}, millis(timeout_ms));
+        auto v = s.get(key);
+        append(out, v.data(), v.size());
+        return CCOL_C10D_OK;
+    } catch (...) {
+        return report(err);
+    }
+}
+
+int32_t ccol_c10d_store_add(void* store, const char* key, int64_t delta, int64_t* result, ccol_c10d_error* err) {
+    clear_error(err);
+    try {
+        if (key == nullptr || result == nullptr) {
+            throw std::invalid_argument("null key or result");
+        }
+        *result = store_of(store).add(key, delta);
+        return CCOL_C10D_OK;
+    } catch (...) {
+        return report(err);
+    }
+}
+
+int32_t ccol_c10d_store_wait(void* store, const char* const* keys, size_t n, int64_t timeout_ms,
+                             ccol_c10d_error* err) {
+    clear_error(err);
+    try {
+        if (keys == nullptr && n > 0) {
+            throw std::invalid_argument("null keys");
+        }
+        std::vector<std::string> ks;
+        for (size_t i = 0; i < n; i++) {
+            ks.emplace_back(keys[i]);
+        }
+        store_of(store).wait(ks, millis(timeout_ms));
+        return CCOL_C10D_OK;
+    } catch (...) {
+        return report(err);
+    }
+}
+
+int32_t ccol_c10d_store_delete(void* store, const char* key, int32_t* existed, ccol_c10d_error* err) {
+    clear_error(err);
+    try {
+        if (key == nullptr || existed == nullptr) {
+            throw std::invalid_argument("null key or result");
+        }
+        *existed = store_of(store).deleteKey(key) ? 1 : 0;
+        return CCOL_C10D_OK;
+    } catch (...) {
+        return report(err);
+    }
+}
+
+void ccol_c10d_store_free(void* store) {
+    try {
+        delete static_cast<StoreHandle*>(store);
+    } catch (...) {
+    }
+}
+
+void* ccol_c10d_pg_gloo_new(void* store, int32_t rank, int32_t size, const char* hostname, int64_t timeout_ms,
+                            ccol_c10d_error* err) {
+    clear_error(err);
+    try {
+        if (store == nullptr || hostname == nullptr) {
+            throw std::invalid_argument("null store or hostname");
+        }
+        if (size < 1 || rank < 0 || rank >= size) {
+            throw std::invalid_argument("rank out of range");
+        }
+        auto opts = c10d::ProcessGroupGloo::Options::create(millis(timeout_ms));
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(hostname));
+        auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(static_cast<StoreHandle*>(store)->store, rank, size,
+                                                              opts);
+        return new GroupHandle{pg};
+    } catch (...) {
+        report(err);
+        return nullptr;
+    }
+}
+
+void* ccol_c10d_pg_nccl_new(void*, int32_t, int32_t, int64_t, ccol_c10d_error* err) {
+    clear_error(err);
+    set_error(err, CCOL_C10D_UNSUPPORTED,
+              "ProcessGroupNCCL is not built into this shim: it needs CUDA and NCCL headers at build time and a "
+              "GPU at run time; use ProcessGroupGloo, or the compiler-collectives-nccl crate on a GPU machine");
+    return nullptr;
+}
+
+void ccol_c10d_pg_free(void* pg) {
+    try {
+        delete static_cast<GroupHandle*>(pg);
+    } catch (...) {
+    }
+}
+
+// all_gather of equal-sized tensors: `outputs` receives `size` new tensors
+// (owned by the caller: free each with ccol_c10d_tensor_free or hand them to tch).
+int32_t ccol_c10d_pg_allgather(void* pg, void* input, int64_t timeout_ms, void** outputs, ccol_c10d_error* err) {
+    clear_error(err);
+    try {
+        auto& g = pg_of(pg);
+        auto& t = tensor_of(input);
+        std::vector<std::vector<at::Tensor>> out(1);
+        for (int r = 0; r < g.getSize(); r++) {
+            out[0].push_back(at::empty_like(t));
+        }
+        std::vector<at::Tensor> in{t};
+        c10d::AllgatherOptions opts;
+        opts.timeout = millis(timeout_ms);
+        auto work = g.allgather(out, in, opts);
+        work->wait(millis(timeout_ms));
+        for (int r = 0; r < g.getSize(); r++) {
+            outputs[r] = new at::Tensor(out[0][r]);
+        }
+        return CCOL_C10D_OK;
+    } catch (...) {
+        return report(err);
+    }
+}
+
+// op: 0 sum, 1 product, 2 min, 3 max.
+int32_t ccol_c10d_pg_allreduce(void* pg, void* tensor, int32_t op, int64_t timeout_ms, ccol_c10d_error* err) {
+    clear_error(err);
+    try {
+        auto& g = pg_of(pg);
+        std::vector<at::Tensor> ts{tensor_of(tensor)};
+        c10d::AllreduceOptions opts;
+        switch (op) {
+            case 0: opts.reduceOp = c10d::ReduceOp::SUM; break;
+            case 1: opts.reduceOp = c10d::ReduceOp::PRODUCT; break;
+            case 2: opts.reduceOp = c10d::ReduceOp::MIN; break;
+            case 3: opts.reduceOp = c10d::ReduceOp::MAX; break;
+            default: throw std::invalid_argument("unknown reduce op");
+        }
+        opts.timeout = millis(timeout_ms);
+        g.allreduce(ts, opts)->wait(millis(timeout_ms));
+        return CCOL_C10D_OK;
+    } catch (...) {
+        return report(err);
+    }
+}
+
+int32_t ccol_c10d_pg_broadcast(void* pg, void* tensor, int32_t root, int64_t timeout_ms, ccol_c10d_error* err) {
+    clear_error(err);
+    try {
+        auto& g = pg_of(pg);
+        std::vector<at::Tensor> ts{tensor_of(tensor)};
+        c10d::BroadcastOptions opts;
+        opts.rootRank = root;
+        opts.timeout = millis(timeout_ms);
+        g.broadcast(ts, opts)->wait(millis(timeout_ms));
+        return CCOL_C10D_OK;
+    } catch (...) {
+        return report(err);
+    }
+}
+
+int32_t ccol_c10d_pg_barrier(void* pg, int64_t timeout_ms, ccol_c10d_error* err) {
+    clear_error(err);
+    try {
+        auto& g = pg_of(pg);
+        c10d::BarrierOptions opts;
+        opts.timeout = millis(timeout_ms);
+        g.barrier(opts)->wait(millis(timeout_ms));
+        return CCOL_C10D_OK;
+    } catch (...) {
+        return report(err);
+    }
+}
+
+// Point-to-point over the group: send/recv of a tensor with a tag.
+int32_t ccol_c10d_pg_send(void* pg, void* tensor, int32_t dst, int32_t tag, int64_t timeout_ms,
+                          ccol_c10d_error* err) {
+    clear_error(err);
+    try {
+        std::vector<at::Tensor> ts{tensor_of(tensor)};
+        pg_of(pg).send(ts, dst, tag)->wait(millis(timeout_ms));
+        return CCOL_C10D_OK;
+    } catch (...) {
+        return report(err);
+    }
+}
+
+int32_t ccol_c10d_pg_recv(void* pg, void* tensor, int32_t src, int32_t tag, int64_t timeout_ms,
+                          ccol_c10d_error* err) {
+    clear_error(err);
+    try {
+        std::vector<at::Tensor> ts{tensor_of(tensor)};
+        pg_of(pg).recv(ts, src, tag)->wait(millis(timeout_ms));
+        return CCOL_C10D_OK;
+    } catch (...) {
+        return report(err);
+    }
+}
+
+// Starts a send and returns its work handle (NULL on error): the caller polls
+// it with ccol_c10d_work_done, or waits with ccol_c10d_work_wait, then frees it.
+void* ccol_c10d_pg_isend(void* pg, void* tensor, int32_t dst, int32_t tag, ccol_c10d_error* err) {
+    clear_error(err);
+    try {
+        std::vector<at::Tensor> ts{tensor_of(tensor).contiguous()};
+        auto work = pg_of(pg).send(ts, dst, tag);
+        return new WorkHandle{work, ts};
+    } catch (...) {
+        report(err);
+        return nullptr;
+    }
+}
+
+// 1 when finished, 0 when still running, -1 when it failed (never blocks).
+int32_t ccol_c10d_work_done(void* work) {
+    try {
+        auto& w = *static_cast<WorkHandle*>(work)->work;
+        if (!w.isCompleted()) {
+            return 0;
+        }
+        return w.isSuccess() ? 1 : -1;
+    } catch (...) {
+        return -1;
+    }
+}
+
+int32_t ccol_c10d_work_wait(void* work, int64_t timeout_ms, ccol_c10d_error* err) {
+    clear_error(err);
+    try {
+        if (work == nullptr) {
+            throw std::invalid_argument("null work");
+        }
+        static_cast<WorkHandle*>(work)->work->wait(millis(timeout_ms));
+        return CCOL_C10D_OK;
+    } catch (...) {
+        return report(err);
+    }
+}
+
+void ccol_c10d_work_free(void* work) {
+    try {
+        delete static_cast<WorkHandle*>(work);
+    } catch (...) {
+    }
+}
+
+int32_t ccol_c10d_pg_rank(void* pg) { return pg == nullptr ? -1 : static_cast<GroupHandle*>(pg)->pg->getRank(); }
+int32_t ccol_c10d_pg_size(void* pg) { return pg == nullptr ? -1 : static_cast<GroupHandle*>(pg)->pg->getSize(); }
+
+}  // extern "C"
