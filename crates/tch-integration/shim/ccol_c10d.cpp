@@ -68,6 +68,12 @@ void clear_error(ccol_c10d_error* err) {
     }
 }
 
+bool mentions_network(const std::string& what) {
+    return what.find("Connection reset") != std::string::npos || what.find("Connection closed") != std::string::npos ||
+           what.find("Read error") != std::string::npos || what.find("Write error") != std::string::npos ||
+           what.find("Socket closed") != std::string::npos || what.find("Broken pipe") != std::string::npos;
+}
+
 bool mentions_timeout(const std::string& what) {
     std::string lower(what);
     std::transform(lower.begin(), lower.end(), lower.begin(),
@@ -86,12 +92,12 @@ int32_t report(ccol_c10d_error* err) {
         return s;
     } catch (const c10::DistError& e) {
         std::string m = e.what_without_backtrace();
-        int32_t s = mentions_timeout(m) ? CCOL_C10D_TIMEOUT : CCOL_C10D_DIST;
+        int32_t s = mentions_timeout(m) ? CCOL_C10D_TIMEOUT : mentions_network(m) ? CCOL_C10D_NETWORK : CCOL_C10D_DIST;
         set_error(err, s, m);
         return s;
     } catch (const c10::Error& e) {
         std::string m = e.what_without_backtrace();
-        int32_t s = mentions_timeout(m) ? CCOL_C10D_TIMEOUT : CCOL_C10D_OTHER;
+        int32_t s = mentions_timeout(m) ? CCOL_C10D_TIMEOUT : mentions_network(m) ? CCOL_C10D_NETWORK : CCOL_C10D_OTHER;
         set_error(err, s, m);
         return s;
     } catch (const std::invalid_argument& e) {
@@ -99,7 +105,7 @@ int32_t report(ccol_c10d_error* err) {
         return CCOL_C10D_INVALID;
     } catch (const std::exception& e) {
         std::string m = e.what();
-        int32_t s = mentions_timeout(m) ? CCOL_C10D_TIMEOUT : CCOL_C10D_OTHER;
+        int32_t s = mentions_timeout(m) ? CCOL_C10D_TIMEOUT : mentions_network(m) ? CCOL_C10D_NETWORK : CCOL_C10D_OTHER;
         set_error(err, s, m);
         return s;
     } catch (...) {
@@ -232,6 +238,21 @@ int32_t ccol_c10d_store_wait(void* store, const char* const* keys, size_t n, int
         return CCOL_C10D_OK;
     } catch (...) {
         return report(err);
+    }
+}
+
+// 1 when every key is set, 0 when not (never blocks), -1 on error.
+int32_t ccol_c10d_store_check(void* store, const char* const* keys, size_t n, ccol_c10d_error* err) {
+    clear_error(err);
+    try {
+        std::vector<std::string> ks;
+        for (size_t i = 0; i < n; i++) {
+            ks.emplace_back(keys[i]);
+        }
+        return store_of(store).check(ks) ? 1 : 0;
+    } catch (...) {
+        report(err);
+        return -1;
     }
 }
 

@@ -89,6 +89,12 @@ mod sys {
             timeout_ms: i64,
             err: *mut RawError,
         ) -> i32;
+        pub(crate) fn ccol_c10d_store_check(
+            s: *mut c_void,
+            keys: *const *const c_char,
+            n: usize,
+            err: *mut RawError,
+        ) -> i32;
         pub(crate) fn ccol_c10d_store_delete(
             s: *mut c_void,
             key: *const c_char,
@@ -337,6 +343,26 @@ impl C10dStore {
             let s = err.status;
             err.into_error(s, "TCPStore")
         })
+    }
+
+    /// Whether `key` is set, without waiting.
+    ///
+    /// # Errors
+    /// [`C10dError`].
+    pub fn check(&self, key: &str) -> Result<bool, C10dError> {
+        let k = cstr(key, "key")?;
+        let ptrs = [k.as_ptr()];
+        let mut err = RawError::new();
+        // SAFETY: handle live; `ptrs` points at `k`, both outlive the call.
+        let s = unsafe { sys::ccol_c10d_store_check(self.0.as_ptr(), ptrs.as_ptr(), 1, &mut err) };
+        match s {
+            1 => Ok(true),
+            0 => Ok(false),
+            _ => {
+                let status = err.status;
+                Err(err.into_error(status, "store check"))
+            }
+        }
     }
 
     /// A `PrefixStore` over this store: key `k` is stored as `prefix/k`.
@@ -770,6 +796,14 @@ impl C10dProcessGroup {
     }
 }
 
+/// How long a failed rank waits for the other failed ranks to check in,
+/// before naming the ranks that did not.
+pub const POST_MORTEM: Duration = Duration::from_millis(500);
+
+/// How long after an operation's deadline a failed rank still waits for
+/// peers to check in (peers started the operation a little later).
+const LATE_CHECK_IN: Duration = Duration::from_millis(900);
+
 /// How long `shutdown` and drop wait for peers to take this rank's sends.
 const DRAIN_LIMIT: Duration = Duration::from_secs(10);
 
@@ -787,7 +821,16 @@ pub fn observe(t: &Tensor) -> Observation {
 /// uint8 tensors; a variable-length all_gather is a lengths round (one int64
 /// per rank) then a round padded to the longest.
 ///
-/// c10d cannot tell which rank a timeout waited for: timeouts name no ranks.
+/// c10d cannot tell which rank a timeout waited for, nor which peer a broken
+/// connection belonged to. After a failed collective this transport finds out
+/// through the store: every rank that failed sets `postmortem/<rank>`,
+/// and until the operation's deadline plus [`POST_MORTEM`] the failing rank
+/// collects the others' keys (stopping early when a single rank stayed
+/// silent for the window);
+/// ranks that set none are named (missing on a timeout, lost on a network
+/// error).
+/// The store is touched only after a failure. A rank that shuts down cannot
+/// interrupt peers blocked in c10d; they fail at their deadline.
 #[derive(Debug)]
 pub struct C10dTransport {
     pg: C10dProcessGroup,
@@ -838,6 +881,65 @@ impl C10dTransport {
         }
     }
 
+    /// Turns a failed operation into core's error, naming the ranks that did
+    /// not check in after it (see the type's docs).
+    fn failed(&self, start: Instant, deadline: Deadline, e: C10dError) -> Error {
+        let network = matches!(e, C10dError::Torch { network: true, .. });
+        let timeout = matches!(e, C10dError::Torch { timeout: true, .. });
+        if !(network || timeout) {
+            return e.into();
+        }
+        // Ranks may fail in different operations (one in a lengths round,
+        // another in the padded round), and a transport fails only once: the
+        // key is per rank, not per operation.
+        let me = self.pg.rank;
+        let key = |r: u32| format!("postmortem/{r}");
+        // Live peers check in when they fail too: at once after a broken
+        // connection, at the latest at this operation's deadline (they may be
+        // blocked on a rank that is itself reporting). Wait for them until
+        // then, plus the post-mortem window.
+        let until = Instant::now().max(deadline.instant()) + LATE_CHECK_IN;
+        let mut silent: Vec<u32> = (0..self.pg.world).filter(|&r| r != me).collect();
+        if self
+            ._store
+            .set(&key(me), b"", Deadline::after(POST_MORTEM))
+            .is_ok()
+        {
+            // One silent rank, quiet for the post-mortem window, is the usual
+            // single failure: stop there. Several silent ranks may include
+            // live ones blocked until their deadline: wait for them.
+            let mut changed = Instant::now();
+            while !silent.is_empty() && Instant::now() < until {
+                let before = silent.len();
+                silent.retain(|&r| !self._store.check(&key(r)).unwrap_or(false));
+                if silent.len() != before {
+                    changed = Instant::now();
+                }
+                if silent.len() == 1 && changed.elapsed() >= POST_MORTEM {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        tracing::debug!(error = %e, ?silent, "c10d operation failed");
+        if network && !silent.is_empty() {
+            Error::PeerLost {
+                ranks: silent,
+                reason: compiler_collectives_core::PeerLoss::Disconnected,
+                detail: e.to_string(),
+                during: None,
+            }
+        } else if timeout {
+            Error::Timeout {
+                missing_ranks: silent,
+                waited: start.elapsed(),
+                during: None,
+            }
+        } else {
+            e.into()
+        }
+    }
+
     fn guard(&self) -> compiler_collectives_core::Result<std::sync::MutexGuard<'_, bool>> {
         self.reap();
         let g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
@@ -847,21 +949,6 @@ impl C10dTransport {
             ));
         }
         Ok(g)
-    }
-}
-
-fn timed(start: Instant, e: C10dError) -> Error {
-    match Error::from(e) {
-        Error::Timeout {
-            missing_ranks,
-            during,
-            ..
-        } => Error::Timeout {
-            missing_ranks,
-            waited: start.elapsed(),
-            during,
-        },
-        other => other,
     }
 }
 
@@ -909,7 +996,7 @@ impl Transport for C10dTransport {
                 &Tensor::from_slice(&[as_i64(data.len())]),
                 deadline.remaining(),
             )
-            .map_err(|e| timed(start, e))?;
+            .map_err(|e| self.failed(start, deadline, e))?;
         let mut sizes = Vec::with_capacity(lens.len());
         for (r, t) in (0u32..).zip(&lens) {
             let n = t.int64_value(&[0]);
@@ -941,7 +1028,7 @@ impl Transport for C10dTransport {
         let parts = self
             .pg
             .all_gather(&Tensor::from_slice(&padded), deadline.remaining())
-            .map_err(|e| timed(start, e))?;
+            .map_err(|e| self.failed(start, deadline, e))?;
         Ok(parts
             .iter()
             .zip(&sizes)
@@ -963,7 +1050,7 @@ impl Transport for C10dTransport {
         let parts = self
             .pg
             .all_gather(&Tensor::from_slice(data), deadline.remaining())
-            .map_err(|e| timed(start, e))?;
+            .map_err(|e| self.failed(start, deadline, e))?;
         Ok(parts.iter().flat_map(bytes_of).collect())
     }
 
@@ -985,7 +1072,7 @@ impl Transport for C10dTransport {
         let mut len = Tensor::from_slice(&[as_i64(mine.len())]);
         self.pg
             .broadcast(&mut len, root, deadline.remaining())
-            .map_err(|e| timed(start, e))?;
+            .map_err(|e| self.failed(start, deadline, e))?;
         let n = usize::try_from(len.int64_value(&[0])).unwrap_or(usize::MAX);
         if n > max_bytes {
             return Err(Error::Decode {
@@ -1007,7 +1094,7 @@ impl Transport for C10dTransport {
         };
         self.pg
             .broadcast(&mut body, root, deadline.remaining())
-            .map_err(|e| timed(start, e))?;
+            .map_err(|e| self.failed(start, deadline, e))?;
         Ok(bytes_of(&body))
     }
 
@@ -1016,7 +1103,7 @@ impl Transport for C10dTransport {
         let start = Instant::now();
         self.pg
             .barrier(deadline.remaining())
-            .map_err(|e| timed(start, e))
+            .map_err(|e| self.failed(start, deadline, e))
     }
 
     fn send(
@@ -1061,7 +1148,7 @@ impl Transport for C10dTransport {
         let mut len = Tensor::zeros([1], (Kind::Int64, tch::Device::Cpu));
         self.pg
             .recv(&mut len, peer, tag, deadline.remaining())
-            .map_err(|e| timed(start, e))?;
+            .map_err(|e| self.failed(start, deadline, e))?;
         let n = usize::try_from(len.int64_value(&[0])).unwrap_or(usize::MAX);
         if n > max_bytes {
             return Err(Error::Decode {
@@ -1079,7 +1166,7 @@ impl Transport for C10dTransport {
         let mut body = Tensor::zeros([as_i64(n)], (Kind::Uint8, tch::Device::Cpu));
         self.pg
             .recv(&mut body, peer, tag, deadline.remaining())
-            .map_err(|e| timed(start, e))?;
+            .map_err(|e| self.failed(start, deadline, e))?;
         Ok(bytes_of(&body))
     }
 

@@ -21,12 +21,17 @@ const PORT: &str = "CCOL_TEST_PORT";
 const DIR: &str = "CCOL_TEST_DIR";
 const BEHAVIOUR: &str = "CCOL_TEST_BEHAVIOUR";
 
-/// What c10d gives: no names for missing ranks, no leave notices.
-const HAS: &[Capability] = &[];
+/// What c10d gives: missing ranks are named (the store post-mortem); a rank
+/// that leaves cannot interrupt peers blocked in c10d.
+const HAS: &[Capability] = &[Capability::NamesMissingRanks];
+const KILL_TRIALS: u32 = 5;
+const KILL_DEADLINE: Duration = Duration::from_secs(3);
 
 fn main() {
-    if std::env::var(ROLE).as_deref() == Ok("behaviour") {
-        std::process::exit(rank_behaviour());
+    match std::env::var(ROLE).as_deref() {
+        Ok("behaviour") => std::process::exit(rank_behaviour()),
+        Ok("kill_loop") => std::process::exit(rank_kill_loop()),
+        _ => {}
     }
     std::process::exit(driver());
 }
@@ -81,6 +86,105 @@ fn linger(world: u32) {
     while Instant::now() < until && !(0..world).all(|r| dir.join(format!("done-{r}")).exists()) {
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+fn now_ms() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0)
+}
+
+/// Exchanges in a loop until an error; prints its kind, ranks and time.
+fn rank_kill_loop() -> i32 {
+    use compiler_collectives_core::shapes::{FrameState, Observation};
+    use compiler_collectives_core::{Channel, ChannelOptions};
+    let t = connect();
+    let rank = t.rank();
+    let mut ch = Channel::with_options(t, ChannelOptions::default().with_timeout(KILL_DEADLINE))
+        .expect("channel");
+    println!("READY");
+    for i in 0u64.. {
+        let mut s = FrameState::new();
+        s.record(
+            "x",
+            &Observation::tensor([u64::from(rank) + 2 + (i % 3), 8]),
+        );
+        if let Err(e) = ch.exchange("loop", "", &s) {
+            println!(
+                "ERROR {} {:?} {} {}",
+                e.kind(),
+                e.missing_ranks(),
+                now_ms(),
+                e
+            );
+            std::thread::sleep(Duration::from_secs(2));
+            return 0;
+        }
+    }
+    0
+}
+
+/// 3 ranks exchange in a loop; the last is killed with SIGKILL. Every
+/// survivor must name it (lost peer or timeout) within the deadline + 1 s.
+fn kill_trial() -> Result<(), String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let port = free_port().to_string();
+    let mut children = Vec::new();
+    for r in 0..3u32 {
+        children.push(
+            Command::new(&exe)
+                .env(ROLE, "kill_loop")
+                .env(RANK, r.to_string())
+                .env(WORLD, "3")
+                .env(PORT, &port)
+                .env(DIR, dir.path())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .map_err(|e| e.to_string())?,
+        );
+    }
+    let mut victim = children.pop().ok_or("no victim")?;
+    let mut reader = BufReader::new(victim.stdout.take().ok_or("stdout")?);
+    let mut line = String::new();
+    reader.read_line(&mut line).map_err(|e| e.to_string())?;
+    if line.trim() != "READY" {
+        return Err(format!("victim said {line:?}"));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    victim.kill().map_err(|e| e.to_string())?;
+    let killed_at = now_ms();
+    let _ = victim.wait();
+    let mut all = Vec::new();
+    for mut c in children {
+        let out = c.stdout.take().ok_or("stdout")?;
+        let lines: Vec<String> = BufReader::new(out).lines().map_while(Result::ok).collect();
+        let _ = c.wait();
+        all.push(lines);
+    }
+    let context = |r: usize| format!("(kill at {killed_at}; all ranks: {all:?}, rank {r})");
+    for (r, lines) in all.iter().enumerate() {
+        let err = lines
+            .iter()
+            .find(|l| l.starts_with("ERROR "))
+            .ok_or_else(|| format!("rank {r} printed no error: {lines:?}"))?;
+        let parts: Vec<&str> = err.splitn(5, ' ').collect();
+        let (kind, ranks, at) = (parts[1], parts[2], parts[3].parse::<u128>().unwrap_or(0));
+        if !(kind == "peer_lost" || kind == "timeout") || ranks != "[2]" {
+            return Err(format!("rank {r}: {err} {}", context(r)));
+        }
+        let after = at.saturating_sub(killed_at);
+        let bound = (KILL_DEADLINE + Duration::from_secs(1)).as_millis();
+        if after > bound {
+            return Err(format!(
+                "rank {r} reported {after} ms after the kill (bound {bound} ms): {err}"
+            ));
+        }
+        println!("    rank {r}: {kind} naming [2], {after} ms after the kill");
+    }
+    Ok(())
 }
 
 fn free_port() -> u16 {
@@ -169,6 +273,25 @@ fn driver() -> i32 {
                     println!("test {name} ... FAILED");
                     failures.push(format!("---- {name} ----\n{e}"));
                 }
+            }
+        }
+    }
+    for t in 0..KILL_TRIALS {
+        let name = format!("c10d::sigkill_mid_exchange::trial_{t}");
+        if !selected(&name) {
+            continue;
+        }
+        count += 1;
+        let start = Instant::now();
+        match kill_trial() {
+            Ok(()) => {
+                passed += 1;
+                println!("test {name} ... ok ({} ms)", start.elapsed().as_millis());
+            }
+            Err(e) => {
+                failed += 1;
+                println!("test {name} ... FAILED");
+                failures.push(format!("---- {name} ----\n{e}"));
             }
         }
     }
