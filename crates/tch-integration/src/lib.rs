@@ -310,8 +310,10 @@ impl Drop for C10dStore {
 
 impl C10dStore {
     /// c10d's `TCPStore` at `host:port`: the server (and a client of it) when
-    /// `is_server`, else only a client. The server waits for `world_size`
-    /// clients when `wait_workers`.
+    /// `is_server`, else only a client. With `wait_workers`, every store
+    /// counts itself in and the server waits until `world_size` have (as
+    /// Python's `init_process_group` does: a client that does not count
+    /// itself in leaves such a server waiting).
     ///
     /// # Errors
     /// [`C10dError`] with libtorch's text (connect timeouts included).
