@@ -343,6 +343,19 @@ impl Error {
         self
     }
 
+    /// A peer's message of `len` bytes over the `limit` (bytes) this rank
+    /// accepts: a decode error naming that rank.
+    pub fn message_too_large(rank: u32, len: usize, limit: usize) -> Self {
+        Error::Decode {
+            rank: Some(rank),
+            source: DecodeError::TooLarge {
+                field: "message",
+                len: len as u64,
+                limit: limit as u64,
+            },
+        }
+    }
+
     /// Wraps a backend's error, keeping its text.
     pub fn backend<E>(backend: &'static str, err: E) -> Self
     where

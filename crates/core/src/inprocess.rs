@@ -11,7 +11,7 @@
 //! [`PeerLoss::Disconnected`]; one that shuts down as [`PeerLoss::Shutdown`].
 //! Either way, peers waiting for it fail at once.
 
-use crate::error::{DecodeError, Error, PeerLoss, Result};
+use crate::error::{Error, PeerLoss, Result};
 use crate::transport::{Deadline, Store, Transport};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -211,14 +211,7 @@ impl InProcessTransport {
 }
 
 fn too_large(rank: usize, len: usize, limit: usize) -> Error {
-    Error::Decode {
-        rank: u32::try_from(rank).ok(),
-        source: DecodeError::TooLarge {
-            field: "message",
-            len: len as u64,
-            limit: limit as u64,
-        },
-    }
+    Error::message_too_large(u32::try_from(rank).unwrap_or(u32::MAX), len, limit)
 }
 
 impl Transport for InProcessTransport {

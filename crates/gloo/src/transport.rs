@@ -770,14 +770,7 @@ impl GlooTransport {
                 Some((FLAG_DATA, len)) => {
                     let len = usize::try_from(len).unwrap_or(usize::MAX);
                     if len > max_bytes {
-                        return Err(Fail::Core(Error::Decode {
-                            rank: Some(p),
-                            source: DecodeError::TooLarge {
-                                field: "message",
-                                len: len as u64,
-                                limit: max_bytes as u64,
-                            },
-                        }));
+                        return Err(Fail::Core(Error::message_too_large(p, len, max_bytes)));
                     }
                     lens[p as usize] = len;
                 }
@@ -1014,14 +1007,7 @@ impl Transport for GlooTransport {
                 }
             };
             if len > max_bytes {
-                return Err(Fail::Core(Error::Decode {
-                    rank: Some(peer),
-                    source: DecodeError::TooLarge {
-                        field: "message",
-                        len: len as u64,
-                        limit: max_bytes as u64,
-                    },
-                }));
+                return Err(Fail::Core(Error::message_too_large(peer, len, max_bytes)));
             }
             let mut out = Vec::new();
             if len > 0 {

@@ -1010,14 +1010,7 @@ impl Transport for C10dTransport {
                 },
             })?;
             if n > max_bytes {
-                return Err(Error::Decode {
-                    rank: Some(r),
-                    source: DecodeError::TooLarge {
-                        field: "message",
-                        len: n as u64,
-                        limit: max_bytes as u64,
-                    },
-                });
+                return Err(Error::message_too_large(r, n, max_bytes));
             }
             sizes.push(n);
         }
@@ -1077,14 +1070,7 @@ impl Transport for C10dTransport {
             .map_err(|e| self.failed(start, deadline, e))?;
         let n = usize::try_from(len.int64_value(&[0])).unwrap_or(usize::MAX);
         if n > max_bytes {
-            return Err(Error::Decode {
-                rank: Some(root),
-                source: DecodeError::TooLarge {
-                    field: "message",
-                    len: n as u64,
-                    limit: max_bytes as u64,
-                },
-            });
+            return Err(Error::message_too_large(root, n, max_bytes));
         }
         if n == 0 {
             return Ok(Vec::new());
@@ -1153,14 +1139,7 @@ impl Transport for C10dTransport {
             .map_err(|e| self.failed(start, deadline, e))?;
         let n = usize::try_from(len.int64_value(&[0])).unwrap_or(usize::MAX);
         if n > max_bytes {
-            return Err(Error::Decode {
-                rank: Some(peer),
-                source: DecodeError::TooLarge {
-                    field: "message",
-                    len: n as u64,
-                    limit: max_bytes as u64,
-                },
-            });
+            return Err(Error::message_too_large(peer, n, max_bytes));
         }
         if n == 0 {
             return Ok(Vec::new());
