@@ -9,7 +9,9 @@ apt_install libgloo-dev redis-server
 # The pinned torch (outside the checkout): torchrun and libtorch for the tests
 # that need them.
 eval "$(scripts/setup-torch.sh)"
-# Backends this script installs must not be skipped by their tests.
+# Backends this script installs must not be skipped by their tests for being
+# missing. (A behaviour an engine cannot show — c10d cannot interrupt peers
+# blocked inside a collective — is skipped with its reason printed.)
 export CCOL_STRICT_SKIPS=1
 features=(--features compiler-collectives-cli/gloo)
 
