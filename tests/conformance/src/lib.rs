@@ -14,6 +14,8 @@
 //! run one at a time (the in-process runner holds [`TIMING_LOCK`]).
 
 use compiler_collectives_core::shapes::{FrameState, Observation};
+pub mod process;
+
 use compiler_collectives_core::RankGroup;
 use compiler_collectives_core::{
     envelope, join::AnyVote, Channel, ChannelOptions, Deadline, Error, InProcessGroup, PeerLoss,
