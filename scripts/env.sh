@@ -1,6 +1,9 @@
 # Shared settings of the project's scripts; source it, don't run it.
 # Build outputs and downloaded toolchains live outside the checkout so that a
-# fresh clone reuses them.
+# fresh clone reuses them. Cargo decides freshness by file times: a clone has
+# new times and rebuilds the project's crates; but an older working tree built
+# after a newer clone can see the clone's outputs as fresh. If that happens,
+# `touch` the sources (or give each tree its own CARGO_TARGET_DIR).
 CCOL_CACHE="${CCOL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/compiler-collectives}"
 export CCOL_CACHE
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$CCOL_CACHE/target}"
