@@ -280,6 +280,23 @@ fn collect_sources(paths: &[PathBuf]) -> anyhow::Result<Vec<Source>> {
             })
             .collect());
     }
+    let files = scenario_files(paths)?;
+    files
+        .into_iter()
+        .map(|f| {
+            let text =
+                std::fs::read(&f).with_context(|| format!("{}: cannot read", f.display()))?;
+            Ok(Source {
+                label: f.display().to_string(),
+                text,
+            })
+        })
+        .collect()
+}
+
+/// The scenario files among `paths`: files as given, and the `*.json` files
+/// (not `*.schema.json`) of directories, sorted by name.
+pub(crate) fn scenario_files(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     for p in paths {
         if p.is_dir() {
@@ -294,17 +311,7 @@ fn collect_sources(paths: &[PathBuf]) -> anyhow::Result<Vec<Source>> {
             files.push(p.clone());
         }
     }
-    files
-        .into_iter()
-        .map(|f| {
-            let text =
-                std::fs::read(&f).with_context(|| format!("{}: cannot read", f.display()))?;
-            Ok(Source {
-                label: f.display().to_string(),
-                text,
-            })
-        })
-        .collect()
+    Ok(files)
 }
 
 fn is_scenario_file(p: &Path) -> bool {

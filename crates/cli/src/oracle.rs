@@ -87,29 +87,6 @@ struct Job {
     ours: Value,
 }
 
-fn scenario_files(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
-    let mut files = Vec::new();
-    for p in paths {
-        if p.is_dir() {
-            let mut in_dir: Vec<PathBuf> = std::fs::read_dir(p)
-                .with_context(|| format!("{}: cannot list", p.display()))?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|f| {
-                    f.extension().is_some_and(|x| x == "json")
-                        && !f
-                            .file_name()
-                            .is_some_and(|n| n.to_string_lossy().ends_with(".schema.json"))
-                })
-                .collect();
-            in_dir.sort();
-            files.extend(in_dir);
-        } else {
-            files.push(p.clone());
-        }
-    }
-    Ok(files)
-}
-
 fn timeout(flag: Option<&str>) -> anyhow::Result<Duration> {
     if let Some(t) = flag {
         return parse_timeout_secs(t).context("--timeout");
@@ -159,7 +136,7 @@ pub(crate) fn compare(args: &CompareArgs) -> ExitCode {
 
 fn compare_inner(args: &CompareArgs) -> anyhow::Result<ExitCode> {
     let timeout = timeout(args.timeout.as_deref())?;
-    let files = scenario_files(&args.paths)?;
+    let files = crate::scenario_files(&args.paths)?;
     if files.is_empty() {
         bail!("no scenario files in {:?}", args.paths);
     }
