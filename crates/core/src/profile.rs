@@ -294,10 +294,13 @@ impl Profile {
         let entries: BTreeMap<ProfileKey, ProfileValue> =
             crate::envelope::decode_payload(Profile::KIND, body)?;
         if entries.len() > limits.max_entries {
-            return Err(DecodeError::TooLarge {
+            return Err(DecodeError::Invalid {
                 field: "profile entries",
-                len: entries.len() as u64,
-                limit: limits.max_entries as u64,
+                detail: format!(
+                    "{} entries, over the limit of {}",
+                    entries.len(),
+                    limits.max_entries
+                ),
             });
         }
         if let Some((k, v)) = entries.iter().find(|(k, v)| k.kind != v.kind()) {
@@ -343,7 +346,7 @@ impl Profile {
                             "scalar": e.scalar.to_string(),
                             "size": e.size.to_string(),
                             "stride": e.stride.to_string(),
-                            "dynamic": dynamic_of(e),
+                            "dynamic": persisted_decision(e),
                         })
                     })
                     .collect();
@@ -394,7 +397,7 @@ impl Profile {
 /// `"all"` when the size tuple itself is dynamic and the scalar too (an int
 /// that varied, tensors of different ndim, or a tensor on one rank and an
 /// int on another), `[]` for a static int.
-fn dynamic_of(e: &crate::lattice::SizeEntry) -> Value {
+pub fn persisted_decision(e: &crate::lattice::SizeEntry) -> Value {
     match &e.size {
         crate::lattice::Dims::Known(atoms) => {
             json!((0..atoms.len())

@@ -1,0 +1,134 @@
+//! Exchange traces: every rank writes one JSON line per exchange, and
+//! `first_divergence` names the first exchange where ranks differ.
+
+use compiler_collectives_core::shapes::{FrameState, Observation};
+use compiler_collectives_core::trace::{first_divergence, read_trace, TraceRecord};
+use compiler_collectives_core::{Channel, ChannelOptions, InProcessGroup, Transport};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Runs 2 ranks, each exchanging under the keys of its list, with traces in `dir`.
+fn run(dir: &Path, keys: [&'static [&'static str]; 2]) -> Vec<(u32, Vec<TraceRecord>)> {
+    let ranks = InProcessGroup::create(2).expect("group");
+    let handles: Vec<_> = ranks
+        .into_iter()
+        .map(|t| {
+            let dir = dir.to_owned();
+            std::thread::spawn(move || {
+                let r = t.rank();
+                let opts = ChannelOptions::default()
+                    .with_timeout(Duration::from_secs(5))
+                    .with_trace_dir(&dir);
+                let mut ch = Channel::with_options(Arc::new(t), opts).expect("channel");
+                for key in keys[r as usize] {
+                    let mut seen = FrameState::new();
+                    seen.record("x", &Observation::tensor([u64::from(r) + 4, 10]));
+                    if ch.exchange(key, "", &seen).is_err() {
+                        break;
+                    }
+                }
+                ch.abort();
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("rank");
+    }
+    (0..2)
+        .map(|r| {
+            (
+                r,
+                read_trace(&dir.join(format!("rank-{r}.jsonl"))).expect("trace"),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn ranks_that_agree_have_no_divergence() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let traces = run(dir.path(), [&["a", "b"], &["a", "b"]]);
+    for (r, recs) in &traces {
+        assert_eq!(recs.len(), 2);
+        assert_eq!(recs[1].seq, 1);
+        assert_eq!(recs[1].key, "b");
+        assert_eq!(recs[1].rank, *r);
+        assert_eq!(recs[1].outcome, "ok");
+        // Ranks saw different sizes: the slow path, both envelopes gathered.
+        assert_eq!(recs[0].fast_path, Some(false));
+        assert!(recs[0].bytes_received > recs[0].bytes_sent);
+    }
+    // Local payloads differ; the merged value does not.
+    assert_ne!(traces[0].1[0].payload_digest, traces[1].1[0].payload_digest);
+    assert_eq!(traces[0].1[0].merged_digest, traces[1].1[0].merged_digest);
+    assert!(traces[0].1[0].merged_digest.is_some());
+    assert_eq!(first_divergence(&traces), None);
+}
+
+#[test]
+fn a_desync_is_named_at_its_exchange_with_both_keys() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let traces = run(dir.path(), [&["a", "train", "c"], &["a", "eval", "c"]]);
+    for (_, recs) in &traces {
+        assert_eq!(recs.len(), 2, "the desync ends the run: {recs:?}");
+        assert_eq!(recs[1].outcome, "desync");
+        assert!(recs[1]
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("desync")));
+    }
+    let d = first_divergence(&traces).expect("diverges");
+    assert_eq!(d.seq, 1);
+    assert_eq!(d.groups.len(), 2);
+    assert_eq!(d.groups[0].ranks, [0]);
+    assert!(d.groups[0].what.starts_with("#1 'train'"), "{d}");
+    assert!(d.groups[1].what.starts_with("#1 'eval'"), "{d}");
+    assert!(
+        d.to_string()
+            .starts_with("first divergence at exchange #1: rank [0]: #1 'train'"),
+        "{d}"
+    );
+}
+
+#[test]
+fn a_missing_exchange_is_a_divergence() {
+    let mk = |seq: u64| TraceRecord {
+        rank: 0,
+        world_size: 2,
+        seq,
+        key: "k".into(),
+        kind: "shape.frame_state".into(),
+        config_digest: "0".into(),
+        payload_digest: "1".into(),
+        merged_digest: Some("2".into()),
+        bytes_sent: 32,
+        bytes_received: 64,
+        duration_us: 5,
+        fast_path: Some(true),
+        outcome: "ok".into(),
+        error: None,
+    };
+    let traces = vec![(0, vec![mk(0), mk(1), mk(2)]), (1, vec![mk(0), mk(1)])];
+    let d = first_divergence(&traces).expect("diverges");
+    assert_eq!(d.seq, 2);
+    assert_eq!(d.groups[1].ranks, [1]);
+    assert_eq!(d.groups[1].what, "no exchange #2 (trace ends at #1)");
+    // A truncated trace stops the comparison there.
+    let mut cut = mk(2);
+    cut.outcome = compiler_collectives_core::trace::TRUNCATED.into();
+    let traces = vec![(0, vec![mk(0), mk(1), cut]), (1, vec![mk(0), mk(1)])];
+    assert_eq!(first_divergence(&traces), None);
+}
+
+#[test]
+fn a_malformed_trace_line_names_file_and_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = dir.path().join("rank-0.jsonl");
+    std::fs::write(&p, "\n{\"not\": \"a record\"}\n").expect("write");
+    let e = read_trace(&p).expect_err("malformed").to_string();
+    assert!(
+        e.contains("rank-0.jsonl: line 2: not a trace record"),
+        "{e}"
+    );
+}
