@@ -138,6 +138,9 @@ impl ProfileValue {
 
 /// Persisted decisions: (compile key, kind) → joined state.
 ///
+/// Its serde form is the postcard body of the file (keys are structs, so
+/// not JSON: use [`Profile::to_json`]).
+///
 /// Join: per entry, missing = ⊥ (a [`Join`], kind `"profile"`), so profiles
 /// from several ranks or runs merge order-independently.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -246,7 +246,8 @@ fn inputs(sizes: &[u64]) -> Inputs {
 /// Runs one compile per rank, rank r starting from `persisted[r]`, and
 /// returns each rank's resulting state and dynamic dims.
 fn compile_once(persisted: Vec<FrameState>, seen: &[u64]) -> Vec<(FrameState, Vec<usize>)> {
-    let ranks = InProcessGroup::create(persisted.len() as u32).expect("group");
+    let ranks =
+        InProcessGroup::create(u32::try_from(persisted.len()).expect("few ranks")).expect("group");
     let handles: Vec<_> = ranks
         .into_iter()
         .zip(persisted)
