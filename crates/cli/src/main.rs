@@ -121,10 +121,13 @@ struct RunArgs {
     #[arg(long)]
     json: bool,
     /// Load and save decisions in this profile directory (a restarted run
-    /// starts from what earlier runs decided).
+    /// starts from what earlier runs decided). Default: CCOL_PROFILE_DIR/<job
+    /// id> when CCOL_PROFILE_DIR is set (job id: CCOL_JOB_ID, else
+    /// TORCHELASTIC_RUN_ID); else no profile.
     #[arg(long, value_name = "DIR")]
     profile: Option<PathBuf>,
-    /// Write each rank's exchange trace to DIR/rank-<r>.jsonl (see `ccol trace`).
+    /// Write each rank's exchange trace to DIR/rank-<r>.jsonl (see `ccol
+    /// trace`). Default: CCOL_TRACE_DIR when set; else no trace files.
     #[arg(long, value_name = "DIR")]
     trace: Option<PathBuf>,
 }
@@ -221,13 +224,15 @@ fn run(args: &RunArgs) -> ExitCode {
     }
     let mode = Mode::from_flags(collectives, votes);
     let mut options = RunOptions::default();
-    if let Some(dir) = &args.profile {
-        match ProfileStore::open(dir) {
-            Ok(store) => options.profile = Some(store),
-            Err(e) => {
-                eprintln!("ccol: {e}");
-                return ExitCode::from(EXIT_MALFORMED);
-            }
+    let store = match &args.profile {
+        Some(dir) => ProfileStore::open(dir).map(Some),
+        None => ProfileStore::from_env(),
+    };
+    match store {
+        Ok(store) => options.profile = store,
+        Err(e) => {
+            eprintln!("ccol: {e}");
+            return ExitCode::from(EXIT_MALFORMED);
         }
     }
     options.trace_dir.clone_from(&args.trace);

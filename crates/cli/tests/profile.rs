@@ -351,3 +351,56 @@ fn sigkill_during_saves_never_leaves_a_corrupt_or_partial_file() {
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+#[test]
+fn the_environment_names_the_profile_per_job_and_the_trace_directory() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path().join("profiles");
+    let traces = tmp.path().join("traces");
+    let run = |job: Option<&str>| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_ccol"));
+        c.args([
+            "scenario",
+            "run",
+            s(&scenario("09_issue_seq_len.json")),
+            "--json",
+        ])
+        .env_remove("CCOL_TIMEOUT_S")
+        .env_remove("CCOL_JOB_ID")
+        .env_remove("TORCHELASTIC_RUN_ID")
+        .env("CCOL_PROFILE_DIR", &root)
+        .env("CCOL_TRACE_DIR", &traces);
+        if let Some(j) = job {
+            c.env("TORCHELASTIC_RUN_ID", j);
+        }
+        c.output().expect("ccol runs")
+    };
+    let compiles = |o: &Output| -> Value {
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let v: Value = serde_json::from_str(stdout(o).trim()).expect("JSON");
+        v["ranks"][0]["compiles"].clone()
+    };
+    assert_eq!(compiles(&run(Some("run-7"))), 2);
+    assert!(root.join("run-7").join("profile.ccol").is_file());
+    assert_eq!(compiles(&run(Some("run-7"))), 1);
+    // Another job id starts from nothing.
+    assert_eq!(compiles(&run(Some("run-8"))), 2);
+    // Each rank traced the last run (job run-8: two compiles, two exchanges).
+    for r in 0..2 {
+        let t = std::fs::read_to_string(traces.join(format!("rank-{r}.jsonl"))).expect("trace");
+        assert_eq!(t.lines().count(), 2, "{t}");
+    }
+    // A profile directory without a job id is an error naming both variables.
+    let out = run(None);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("CCOL_JOB_ID") && err.contains("TORCHELASTIC_RUN_ID"),
+        "{err}"
+    );
+}
