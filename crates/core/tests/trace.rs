@@ -133,10 +133,13 @@ fn a_malformed_trace_line_names_file_and_line() {
     );
 }
 
+/// What was seen: (`span:<name>` or `event:<target>`, its fields).
+type Seen = Vec<(String, std::collections::BTreeMap<String, String>)>;
+
 /// A `tracing` subscriber that keeps every span's and event's fields.
 #[derive(Clone, Default)]
 struct Capture {
-    seen: Arc<std::sync::Mutex<Vec<(String, std::collections::BTreeMap<String, String>)>>>,
+    seen: Arc<std::sync::Mutex<Seen>>,
     next: Arc<std::sync::atomic::AtomicU64>,
 }
 
