@@ -6,8 +6,7 @@
 //! or is not a trace.
 
 use clap::Args;
-use compiler_collectives::trace::{first_divergence, read_trace, TraceRecord};
-use std::collections::BTreeMap;
+use compiler_collectives::trace::{by_seq, first_divergence, read_trace, TraceRecord};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -89,10 +88,7 @@ fn compare(args: &TraceArgs) -> anyhow::Result<bool> {
         traces.push((rank, records));
     }
     let divergence = first_divergence(&traces);
-    let by_seq: Vec<BTreeMap<u64, &TraceRecord>> = traces
-        .iter()
-        .map(|(_, recs)| recs.iter().map(|r| (r.seq, r)).collect())
-        .collect();
+    let by_seq = by_seq(traces.as_slice());
     let last = by_seq
         .iter()
         .filter_map(|m| m.keys().next_back().copied())

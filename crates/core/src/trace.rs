@@ -300,15 +300,20 @@ pub fn position(record: Option<&TraceRecord>, seq: u64, last: Option<u64>) -> St
     }
 }
 
+/// Each trace's records by sequence number (`traces[i]` = (rank, its records)).
+pub fn by_seq(traces: &[(u32, Vec<TraceRecord>)]) -> Vec<BTreeMap<u64, &TraceRecord>> {
+    traces
+        .iter()
+        .map(|(_, recs)| recs.iter().map(|r| (r.seq, r)).collect())
+        .collect()
+}
+
 /// Lines up traces by sequence number (`traces[i]` = (rank, its records))
 /// and returns the first exchange where they differ: one rank has it and
 /// another not, or key, kind, configuration, outcome or merged value
 /// differ. Exchanges at or after a [`TRUNCATED`] record are not compared.
 pub fn first_divergence(traces: &[(u32, Vec<TraceRecord>)]) -> Option<Divergence> {
-    let by_seq: Vec<BTreeMap<u64, &TraceRecord>> = traces
-        .iter()
-        .map(|(_, recs)| recs.iter().map(|r| (r.seq, r)).collect())
-        .collect();
+    let by_seq = by_seq(traces);
     let stop = traces
         .iter()
         .flat_map(|(_, recs)| recs.iter())
