@@ -145,8 +145,16 @@ fn merge(args: &MergeArgs) -> anyhow::Result<ExitCode> {
     for p in &args.inputs {
         merged.join(&read_named(p)?);
     }
-    let out = file_of(&args.output);
-    write_profile_atomic(&out, &merged)?;
+    // A directory is a store: replace its profile under its lock, so a job
+    // saving into it at the same time loses nothing to a half-done merge.
+    let out = if args.output.is_dir() {
+        let store = ProfileStore::open(&args.output)?;
+        store.replace(&merged)?;
+        store.path()
+    } else {
+        write_profile_atomic(&args.output, &merged)?;
+        args.output.clone()
+    };
     println!(
         "wrote {} ({} entries from {} profiles)",
         out.display(),

@@ -141,6 +141,13 @@ fn profile_merge_and_diff() {
             .to_string(),
         "(Dyn,10)"
     );
+    // Into a directory (a store): its profile.ccol, replaced under its lock.
+    let into_dir = tmp.path().join("c");
+    std::fs::create_dir(&into_dir).expect("mkdir");
+    let out = ccol(&["profile", "merge", s(&b), s(&a), "-o", s(&into_dir)]);
+    assert_eq!(out.status.code(), Some(0));
+    let same = ccol(&["profile", "diff", s(&merged), s(&into_dir)]);
+    assert_eq!(same.status.code(), Some(0), "{}", stdout(&same));
     // Missing and corrupt inputs exit 2 naming the file.
     let missing = ccol(&["profile", "show", s(&tmp.path().join("nope"))]);
     assert_eq!(missing.status.code(), Some(2));

@@ -703,6 +703,17 @@ impl ProfileStore {
         self.save(&p).map(|_| ())
     }
 
+    /// Replaces the stored profile with exactly `profile` (no join), under
+    /// the lock and atomically, as [`ProfileStore::save`] writes.
+    ///
+    /// # Errors
+    /// [`ProfileError::LockTimeout`]; [`ProfileError::Io`] naming the failed step.
+    pub fn replace(&self, profile: &Profile) -> Result<(), ProfileError> {
+        let _lock = self.lock()?;
+        self.remove_stale_temp_files();
+        write_profile_atomic(&self.path(), profile)
+    }
+
     fn lock(&self) -> Result<LockGuard, ProfileError> {
         let path = self.dir.join(LOCK_FILE);
         let file = OpenOptions::new()

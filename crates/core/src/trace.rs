@@ -59,9 +59,11 @@ pub struct TraceRecord {
     /// XXH3-64 of the merged value, 16 hex digits; the same on every rank
     /// after a successful exchange. `None` on error.
     pub merged_digest: Option<String>,
-    /// Bytes this rank handed to the transport.
+    /// Bytes this rank handed to the transport in the collective rounds
+    /// that completed (a round that failed is not counted).
     pub bytes_sent: u64,
-    /// Bytes this rank received from the transport (its own included).
+    /// Bytes this rank received from the transport (its own included) in
+    /// the rounds that completed.
     pub bytes_received: u64,
     /// Wall time of the exchange, in microseconds.
     pub duration_us: u64,
