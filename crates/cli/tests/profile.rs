@@ -309,7 +309,22 @@ fn sigkill_during_saves_never_leaves_a_corrupt_or_partial_file() {
     for trial in 0..100 {
         let prefix = format!("t{trial}");
         let mut child = writer(&dir, &prefix, 1000, 0).spawn().expect("spawn");
-        std::thread::sleep(Duration::from_micros(5_000 + next(&mut rng) % 150_000));
+        if trial % 10 == 9 {
+            // Every tenth trial waits for the first save to land, then kills
+            // at once (inside the next save): a loaded machine cannot make
+            // every kill fall before the first save.
+            let start = std::time::Instant::now();
+            while start.elapsed() < Duration::from_secs(30)
+                && !std::fs::read(&path)
+                    .ok()
+                    .and_then(|b| Profile::decode(&b, &ProfileLimits::default()).ok())
+                    .is_some_and(|p| p.shapes(&format!("{prefix}-0")).is_some())
+            {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        } else {
+            std::thread::sleep(Duration::from_micros(5_000 + next(&mut rng) % 150_000));
+        }
         child.kill().expect("SIGKILL");
         child.wait().expect("reaped");
         let temp_left = std::fs::read_dir(&dir).expect("list").any(|e| {
