@@ -313,13 +313,14 @@ fn sigkill_during_saves_never_leaves_a_corrupt_or_partial_file() {
             // Every tenth trial waits for the first save to land, then kills
             // at once (inside the next save): a loaded machine cannot make
             // every kill fall before the first save.
-            let start = std::time::Instant::now();
-            while start.elapsed() < Duration::from_secs(30)
-                && !std::fs::read(&path)
+            let first_saved = || {
+                std::fs::read(&path)
                     .ok()
                     .and_then(|b| Profile::decode(&b, &ProfileLimits::default()).ok())
                     .is_some_and(|p| p.shapes(&format!("{prefix}-0")).is_some())
-            {
+            };
+            let start = std::time::Instant::now();
+            while !first_saved() && start.elapsed() < Duration::from_secs(30) {
                 std::thread::sleep(Duration::from_millis(1));
             }
         } else {
