@@ -35,6 +35,7 @@ echo "== cargo test: Gloo backend (real processes, redis, torchrun)"
 cargo test --quiet -p compiler-collectives-gloo 2>&1
 echo "== cargo test: ccol demo over Gloo"
 cargo test --quiet -p compiler-collectives-cli "${features[@]}" --test demo 2>&1
+cargo test --quiet -p compiler-collectives-cli "${features[@]}" --test demo_profile 2>&1
 echo "== cargo test: Debian's Gloo and libtorch's c10d Gloo in one process"
 cargo test --quiet -p compiler-collectives-gloo-libtorch 2>&1
 echo "== cargo test: libtorch c10d process groups (real processes)"

@@ -432,7 +432,16 @@ fn worker_inner(args: &WorkerArgs) -> anyhow::Result<ExitCode> {
     } else {
         None
     };
-    let report = compiler_collectives::scenario::run_rank(&scenario, mode, rank, channel);
+    // CCOL_PROFILE_DIR (with the run id `ccol run` and torchrun export): a
+    // restarted job starts from the decisions its earlier runs saved.
+    let profile = compiler_collectives::profile::ProfileStore::from_env()?;
+    let report = compiler_collectives::scenario::run_rank_with(
+        &scenario,
+        mode,
+        rank,
+        channel,
+        profile.as_ref(),
+    );
     let path = args.results.join(format!("rank-{rank}.json"));
     let mut out = report.to_json();
     if let Some(o) = out.as_object_mut() {

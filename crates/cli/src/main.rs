@@ -11,6 +11,9 @@
 //!   command with torchrun's environment (see the `launch` module).
 //! - `ccol demo` (feature `gloo`): the main job, N rank processes over Gloo
 //!   agreeing on a real text corpus (see the `demo` module).
+//! - `ccol profile show|merge|diff` reads profiles (persisted decisions, see
+//!   the `profile_cmd` module); `ccol trace FILES...` lines up ranks' trace
+//!   files and names the first exchange where they diverge (`trace_cmd`).
 //!
 //! Exit codes of `ccol scenario`: 0 success; 1 an expectation did not hold;
 //! 2 a malformed file or bad arguments; 3 a rank failed (timeout, desync,
@@ -20,9 +23,11 @@
 
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
+use compiler_collectives::profile::ProfileStore;
 use compiler_collectives::protocol::{parse_timeout_secs, timeout_from_env};
 use compiler_collectives::scenario::{
-    check_expectation, run_in_process, Mode, RunReport, Scenario, ScenarioLimits, RUNNER_TIMEOUT,
+    check_expectation, run_in_process, run_in_process_with, Mode, RunOptions, RunReport, Scenario,
+    ScenarioLimits, RUNNER_TIMEOUT,
 };
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -31,6 +36,8 @@ use std::time::Duration;
 mod demo;
 mod launch;
 mod oracle;
+mod profile_cmd;
+mod trace_cmd;
 
 mod embedded {
     include!(concat!(env!("OUT_DIR"), "/embedded.rs"));
@@ -63,6 +70,14 @@ enum Command {
     /// Lattice cases on stdin, our joins and decisions on stdout (the randomized differential).
     #[command(hide = true)]
     LatticeEval(oracle::LatticeEvalArgs),
+    /// Profiles: decisions persisted across runs (PGO).
+    #[command(subcommand)]
+    Profile(profile_cmd::ProfileCmd),
+    /// Line up ranks' trace files by exchange and name the first divergence.
+    Trace(trace_cmd::TraceArgs),
+    /// Saves entries one by one into a profile store (crash-safety tests).
+    #[command(hide = true)]
+    ProfileWriter(profile_cmd::WriterArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -105,6 +120,16 @@ struct RunArgs {
     /// Print one line of JSON (keys sorted) instead of a table.
     #[arg(long)]
     json: bool,
+    /// Load and save decisions in this profile directory (a restarted run
+    /// starts from what earlier runs decided). Default: CCOL_PROFILE_DIR/<job
+    /// id> when CCOL_PROFILE_DIR is set (job id: CCOL_JOB_ID, else
+    /// TORCHELASTIC_RUN_ID); else no profile.
+    #[arg(long, value_name = "DIR")]
+    profile: Option<PathBuf>,
+    /// Write each rank's exchange trace to DIR/rank-<r>.jsonl (see `ccol
+    /// trace`). Default: CCOL_TRACE_DIR when set; else no trace files.
+    #[arg(long, value_name = "DIR")]
+    trace: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -131,6 +156,9 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::demo(&args),
         Command::DemoWorker(args) => demo::worker(&args),
         Command::LatticeEval(args) => oracle::lattice_eval(&args),
+        Command::Profile(cmd) => profile_cmd::run(&cmd),
+        Command::Trace(args) => trace_cmd::run(&args),
+        Command::ProfileWriter(args) => profile_cmd::writer(&args),
         Command::Scenario(ScenarioCmd::Compare(args)) => oracle::compare(&args),
         Command::Scenario(ScenarioCmd::Schema) => {
             println!("{}", embedded::SCHEMA.trim_end());
@@ -195,7 +223,20 @@ fn run(args: &RunArgs) -> ExitCode {
         votes = false;
     }
     let mode = Mode::from_flags(collectives, votes);
-    let report = match run_in_process(&scenario, mode, timeout) {
+    let mut options = RunOptions::default();
+    let store = match &args.profile {
+        Some(dir) => ProfileStore::open(dir).map(Some),
+        None => ProfileStore::from_env(),
+    };
+    match store {
+        Ok(store) => options.profile = store,
+        Err(e) => {
+            eprintln!("ccol: {e}");
+            return ExitCode::from(EXIT_MALFORMED);
+        }
+    }
+    options.trace_dir.clone_from(&args.trace);
+    let report = match run_in_process_with(&scenario, mode, timeout, &options) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("ccol: {}: {e}", args.file.display());

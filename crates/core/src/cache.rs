@@ -357,6 +357,10 @@ impl<A> CompileCache<A> {
         // Preflight: this call's inputs, everything static, plus hints.
         let mut local = FrameState::from_inputs(inputs);
         local.join(&self.hints);
+        // The persisted state (a loaded profile, earlier compiles) is sent too,
+        // so every rank ends with persisted ⊔ every rank's observations even
+        // when ranks loaded different profiles (DESIGN §5).
+        local.join(&self.state);
         let mut fast_path = None;
         let merged = if self.options.collectives {
             match channel {

@@ -251,6 +251,9 @@ pub enum Error {
     /// The transport cannot do this.
     #[error("unsupported: {0}")]
     Unsupported(String),
+    /// A profile (persisted decisions) could not be loaded or saved. Not fatal.
+    #[error(transparent)]
+    Profile(#[from] crate::profile::ProfileError),
     /// The channel failed earlier and can no longer be used.
     #[error("the channel is unusable after an earlier error ({cause}); abort it and rebuild the process group")]
     ChannelUnusable {
@@ -292,14 +295,17 @@ impl Error {
     pub fn is_fatal(&self) -> bool {
         !matches!(
             self,
-            Error::InvalidArgument(_) | Error::Unsupported(_) | Error::Decode { rank: None, .. }
+            Error::InvalidArgument(_)
+                | Error::Unsupported(_)
+                | Error::Decode { rank: None, .. }
+                | Error::Profile(_)
         )
     }
 
     /// A short machine-readable name of the variant: `"timeout"`,
     /// `"peer_lost"`, `"desync"`, `"version_mismatch"`, `"disagreement"`,
     /// `"decode"`, `"backend"`, `"invalid_argument"`, `"unsupported"`,
-    /// `"channel_unusable"`.
+    /// `"channel_unusable"`, `"profile"`.
     pub fn kind(&self) -> &'static str {
         match self {
             Error::Timeout { .. } => "timeout",
@@ -312,6 +318,7 @@ impl Error {
             Error::InvalidArgument(_) => "invalid_argument",
             Error::Unsupported(_) => "unsupported",
             Error::ChannelUnusable { .. } => "channel_unusable",
+            Error::Profile(_) => "profile",
         }
     }
 

@@ -18,6 +18,8 @@
 //! | [`inprocess`] | an engine whose ranks are threads (tests, simulations, the template for backends) |
 //! | [`cache`] | the reference compile cache a JIT front-end can use as is |
 //! | [`scenario`] | scenario files (one job each) and the program they stand for |
+//! | [`profile`] | profiles: decisions persisted per job across runs (PGO), crash-safe store |
+//! | [`trace`] | one `tracing` span per exchange and JSON-lines trace files per rank |
 //!
 //! Backends live in their own crates (Gloo, NCCL, libtorch c10d); the facade
 //! crate `compiler-collectives` re-exports this one and the backends behind
@@ -51,10 +53,12 @@ mod error;
 pub mod inprocess;
 pub mod join;
 pub mod lattice;
+pub mod profile;
 pub mod protocol;
 pub mod scenario;
 pub mod shapes;
 pub mod torchelastic;
+pub mod trace;
 pub mod transport;
 
 pub use error::{

@@ -87,6 +87,9 @@ pub struct ChannelOptions {
     pub limits: Limits,
     /// Use the identical-envelope fast path (default on).
     pub fast_path: bool,
+    /// Directory of per-rank JSON-lines trace files (`<dir>/rank-<r>.jsonl`,
+    /// see [`crate::trace`]); `None` = `CCOL_TRACE_DIR`, else no file.
+    pub trace_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for ChannelOptions {
@@ -95,6 +98,7 @@ impl Default for ChannelOptions {
             timeout: None,
             limits: Limits::default(),
             fast_path: true,
+            trace_dir: None,
         }
     }
 }
@@ -118,6 +122,13 @@ impl ChannelOptions {
     #[must_use]
     pub fn with_fast_path(mut self, on: bool) -> Self {
         self.fast_path = on;
+        self
+    }
+
+    /// Writes a trace file per rank into `dir` (see [`crate::trace`]).
+    #[must_use]
+    pub fn with_trace_dir(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
+        self.trace_dir = Some(dir.into());
         self
     }
 }
@@ -189,6 +200,7 @@ pub struct Channel {
     seq: u64,
     last_completed: Option<u64>,
     failed: Option<String>,
+    trace: Option<crate::trace::TraceFile>,
 }
 
 impl Channel {
@@ -204,12 +216,14 @@ impl Channel {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] if `CCOL_TIMEOUT_S` is read (no timeout in
-    /// `options`) and invalid.
+    /// `options`) and invalid, or the trace file cannot be created.
     pub fn with_options(transport: Arc<dyn Transport>, options: ChannelOptions) -> Result<Self> {
         let timeout = match options.timeout {
             Some(t) => t,
             None => timeout_from_env()?.unwrap_or(DEFAULT_TIMEOUT),
         };
+        let trace =
+            crate::trace::TraceFile::for_channel(options.trace_dir.as_deref(), transport.rank())?;
         Ok(Channel {
             transport,
             timeout,
@@ -218,6 +232,7 @@ impl Channel {
             seq: 0,
             last_completed: None,
             failed: None,
+            trace,
         })
     }
 
@@ -310,7 +325,9 @@ impl Channel {
         let start = std::time::Instant::now();
         let deadline = Deadline::after(options.timeout.unwrap_or(self.timeout));
         let seq = self.seq;
-        match self.run(&env, &encoded, local, deadline) {
+        let _span = tracing::debug_span!("exchange", seq, key, kind = J::KIND).entered();
+        let mut traffic = crate::trace::Traffic::default();
+        let result = match self.run(&env, &encoded, local, deadline, &mut traffic) {
             Ok(per_rank) => {
                 self.last_completed = Some(seq);
                 self.seq += 1;
@@ -339,7 +356,19 @@ impl Channel {
                 }
                 Err(e)
             }
-        }
+        };
+        let (rank, world_size) = (self.rank(), self.world_size());
+        let elapsed = start.elapsed();
+        crate::trace::finish(
+            self.trace.as_mut(),
+            &env,
+            rank,
+            world_size,
+            traffic,
+            elapsed,
+            &result,
+        );
+        result
     }
 
     fn run<J: Join>(
@@ -348,6 +377,7 @@ impl Channel {
         encoded: &[u8],
         local: &J,
         deadline: Deadline,
+        traffic: &mut crate::trace::Traffic,
     ) -> Result<Option<Vec<J>>> {
         let t = &*self.transport;
         if t.world_size() == 1 {
@@ -357,6 +387,7 @@ impl Channel {
             let mine =
                 envelope::encode_digest_msg(WIRE_VERSION, env.seq, &envelope::digest(encoded));
             let all = t.all_gather_fixed(&mine, deadline)?;
+            traffic.add(mine.len(), all.len());
             let mut same = true;
             let mut versions = Vec::with_capacity(t.world_size() as usize);
             for (rank, chunk) in (0u32..).zip(all.chunks(DIGEST_MSG_LEN)) {
@@ -373,6 +404,7 @@ impl Channel {
             }
         }
         let all = t.all_gather(encoded, self.limits.max_message_bytes, deadline)?;
+        traffic.add(encoded.len(), all.iter().map(Vec::len).sum());
         let mut versions = Vec::with_capacity(all.len());
         for (rank, bytes) in (0u32..).zip(&all) {
             let (version, _) = envelope::peek_header(bytes).map_err(|source| Error::Decode {

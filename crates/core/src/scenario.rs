@@ -641,17 +641,49 @@ pub fn run_rank(
     scenario: &Scenario,
     mode: Mode,
     rank: u32,
+    channel: Option<Channel>,
+) -> RankReport {
+    run_rank_with(scenario, mode, rank, channel, None)
+}
+
+/// [`run_rank`] with a profile: the rank loads the state persisted for the
+/// scenario's compile key (`scenario:<name>`) before its first step and
+/// saves its state after every compile (see [`crate::profile`]).
+pub fn run_rank_with(
+    scenario: &Scenario,
+    mode: Mode,
+    rank: u32,
     mut channel: Option<Channel>,
+    profile: Option<&crate::profile::ProfileStore>,
 ) -> RankReport {
     let options = scenario.options_for(mode);
     let mut cache: CompileCache<()> =
         CompileCache::new(format!("scenario:{}", scenario.name), options);
     let mut report = RankReport::new(rank);
+    if let Some(store) = profile {
+        match store.load_shapes(cache.key()) {
+            Ok(Some(state)) => cache = cache.with_state(state),
+            Ok(None) => {}
+            Err(e) => report.error = Some(RankError::from_error(&e.into())),
+        }
+    }
     for (s, step) in scenario.steps.iter().enumerate() {
         let Some(inputs) = step.get(rank as usize) else {
             break;
         };
-        match cache.call(inputs, channel.as_mut(), |_| ()) {
+        if report.error.is_some() {
+            break;
+        }
+        let outcome = cache.call(inputs, channel.as_mut(), |_| ());
+        let outcome = match (outcome, profile) {
+            (Ok(Outcome::Compiled(i)), Some(store)) => {
+                let key = cache.key();
+                (store.save_shapes(key, cache.state()).map_err(Error::from))
+                    .map(|()| Outcome::Compiled(i))
+            }
+            (o, _) => o,
+        };
+        match outcome {
             Ok(Outcome::Compiled(_)) => report.compile_steps.push(s as u64),
             Ok(Outcome::Hit(_)) => {}
             Ok(Outcome::Uncompiled) => report.uncompiled_steps += 1,
@@ -726,6 +758,32 @@ impl RunReport {
 /// [`Error::InvalidArgument`] for more than [`MAX_IN_PROCESS_RANKS`] ranks or
 /// if threads cannot be started.
 pub fn run_in_process(scenario: &Scenario, mode: Mode, timeout: Duration) -> Result<RunReport> {
+    run_in_process_with(scenario, mode, timeout, &RunOptions::default())
+}
+
+/// Options of a scenario run beyond mode and deadline. New knobs are added
+/// as fields.
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct RunOptions {
+    /// Load and save decisions in this profile (every rank loads before its
+    /// first step and saves after each compile).
+    pub profile: Option<crate::profile::ProfileStore>,
+    /// Write each rank's trace file (`rank-<r>.jsonl`) into this directory.
+    pub trace_dir: Option<std::path::PathBuf>,
+}
+
+/// [`run_in_process`] with a profile and trace files.
+///
+/// # Errors
+/// As [`run_in_process`]; [`Error::InvalidArgument`] when a trace file
+/// cannot be created.
+pub fn run_in_process_with(
+    scenario: &Scenario,
+    mode: Mode,
+    timeout: Duration,
+    run: &RunOptions,
+) -> Result<RunReport> {
     if scenario.world_size > MAX_IN_PROCESS_RANKS {
         return Err(Error::InvalidArgument(format!(
             "world_size {} is more ranks than the in-process runner starts threads for ({MAX_IN_PROCESS_RANKS}); \
@@ -740,18 +798,18 @@ pub fn run_in_process(scenario: &Scenario, mode: Mode, timeout: Duration) -> Res
     for t in transports {
         let rank = crate::Transport::rank(&t);
         let channel = if collectives || votes {
-            Some(Channel::with_options(
-                Arc::new(t),
-                ChannelOptions::default().with_timeout(timeout),
-            )?)
+            let mut opts = ChannelOptions::default().with_timeout(timeout);
+            opts.trace_dir.clone_from(&run.trace_dir);
+            Some(Channel::with_options(Arc::new(t), opts)?)
         } else {
             None
         };
         let sc = Arc::clone(&scenario);
+        let store = run.profile.clone();
         let h = std::thread::Builder::new()
             .name(format!("rank-{rank}"))
             .stack_size(512 << 10)
-            .spawn(move || run_rank(&sc, mode, rank, channel))
+            .spawn(move || run_rank_with(&sc, mode, rank, channel, store.as_ref()))
             .map_err(|e| {
                 Error::InvalidArgument(format!("cannot start the thread of rank {rank}: {e}"))
             })?;

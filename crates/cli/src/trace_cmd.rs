@@ -1,0 +1,135 @@
+//! `ccol trace FILES...`: lines up several ranks' trace files (JSON lines,
+//! see `compiler_collectives::trace`) by sequence number, prints a table of
+//! the exchanges around the first divergence and names it.
+//!
+//! Exit codes: 0 the traces agree; 1 they diverge; 2 a file cannot be read
+//! or is not a trace.
+
+use clap::Args;
+use compiler_collectives::trace::{by_seq, first_divergence, read_trace, TraceRecord};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Args, Debug)]
+pub(crate) struct TraceArgs {
+    /// Trace files (`rank-<r>.jsonl`), or directories of them.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// Rows shown before the first divergence (before the last exchange
+    /// when the traces agree).
+    #[arg(long, default_value_t = 10)]
+    context: u64,
+}
+
+/// The trace files among `paths`: files as given, and the `rank-*.jsonl`
+/// files of directories, sorted by name.
+fn trace_files(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            let mut in_dir: Vec<PathBuf> = std::fs::read_dir(p)
+                .map_err(|e| anyhow::anyhow!("{}: cannot list: {e}", p.display()))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|f| {
+                    f.file_name().is_some_and(|n| {
+                        let n = n.to_string_lossy();
+                        n.starts_with("rank-") && n.ends_with(".jsonl")
+                    })
+                })
+                .collect();
+            in_dir.sort();
+            files.extend(in_dir);
+        } else {
+            files.push(p.clone());
+        }
+    }
+    if files.is_empty() {
+        anyhow::bail!("no trace files found");
+    }
+    Ok(files)
+}
+
+pub(crate) fn run(args: &TraceArgs) -> ExitCode {
+    match compare(args) {
+        Ok(true) => ExitCode::FAILURE,
+        Ok(false) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ccol: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// One table cell: `outcome [fast] 'key' (kind)`, at most 44 characters.
+fn cell(r: Option<&TraceRecord>) -> String {
+    let Some(r) = r else {
+        return "-".into();
+    };
+    let fast = match r.fast_path {
+        Some(true) => " fast",
+        _ => "",
+    };
+    let mut s = format!("{}{fast} '{}' ({})", r.outcome, r.key, r.kind);
+    if s.chars().count() > 44 {
+        s = s.chars().take(43).collect::<String>() + "…";
+    }
+    s
+}
+
+/// Prints the table and the verdict; `Ok(true)` when the traces diverge.
+fn compare(args: &TraceArgs) -> anyhow::Result<bool> {
+    let files = trace_files(&args.files)?;
+    let mut traces = Vec::with_capacity(files.len());
+    for (i, f) in files.iter().enumerate() {
+        let records = read_trace(f)?;
+        let rank = records
+            .first()
+            .map_or(u32::try_from(i).unwrap_or(u32::MAX), |r| r.rank);
+        traces.push((rank, records));
+    }
+    let divergence = first_divergence(&traces);
+    let by_seq = by_seq(traces.as_slice());
+    let last = by_seq
+        .iter()
+        .filter_map(|m| m.keys().next_back().copied())
+        .max();
+    let Some(last) = last else {
+        println!("{} traces, no exchanges", traces.len());
+        return Ok(false);
+    };
+    let (from, to) = match &divergence {
+        Some(d) => (d.seq.saturating_sub(args.context), (d.seq + 2).min(last)),
+        None => (last.saturating_sub(args.context), last),
+    };
+    print!("{:>6}", "seq");
+    for (rank, _) in &traces {
+        print!("  {:<44}", format!("rank {rank}"));
+    }
+    println!();
+    if from > 0 {
+        println!("{:>6}", "…");
+    }
+    for seq in from..=to {
+        print!("{:>6}", format!("#{seq}"));
+        for m in &by_seq {
+            print!("  {:<44}", cell(m.get(&seq).copied()));
+        }
+        if divergence.as_ref().is_some_and(|d| d.seq == seq) {
+            print!("  <== first divergence");
+        }
+        println!();
+    }
+    match divergence {
+        Some(d) => {
+            println!("{d}");
+            Ok(true)
+        }
+        None => {
+            println!(
+                "{} traces agree on every exchange (#0..#{last})",
+                traces.len()
+            );
+            Ok(false)
+        }
+    }
+}

@@ -1,0 +1,53 @@
+//! `ccol demo` restarted with its profile (CCOL_PROFILE_DIR + CCOL_JOB_ID):
+//! rank processes over Gloo load what the first run decided and compile
+//! fewer times, dynamic from step 0.
+
+#[cfg(feature = "gloo")]
+#[test]
+fn a_restarted_demo_job_compiles_fewer_times_from_its_profile() {
+    use serde_json::Value;
+    let root = tempfile::tempdir().expect("tempdir");
+    let run = || -> Value {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ccol"))
+            .args(["demo", "--nproc", "2", "--json"])
+            .env_remove("CCOL_TIMEOUT_S")
+            .env_remove("CCOL_GLOO_STORE")
+            .env("CCOL_PROFILE_DIR", root.path())
+            .env("CCOL_JOB_ID", "demo-job")
+            .output()
+            .expect("ccol runs");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        serde_json::from_str(stdout.lines().last().unwrap_or_default()).expect("JSON")
+    };
+    let steps = |v: &Value, r: usize| -> Vec<u64> {
+        v["ranks"][r]["compile_steps"]
+            .as_array()
+            .expect("steps")
+            .iter()
+            .map(|s| s.as_u64().expect("step"))
+            .collect()
+    };
+    let first = run();
+    let second = run();
+    for r in 0..2 {
+        let (a, b) = (steps(&first, r), steps(&second, r));
+        assert!(a.len() >= 2 && a[..2] == [0, 1], "first run: {a:?}");
+        assert!(b.len() < a.len(), "restart compiled {b:?}, first run {a:?}");
+        assert_eq!(b[0], 0);
+        assert!(!b.contains(&1), "the step-1 recompile is gone: {b:?}");
+    }
+    assert_eq!(steps(&second, 0), steps(&second, 1));
+    assert!(root.path().join("demo-job").join("profile.ccol").is_file());
+}
+
+#[cfg(not(feature = "gloo"))]
+#[test]
+fn a_restarted_demo_job_compiles_fewer_times_from_its_profile() {
+    eprintln!("skipped: ccol was built without the `gloo` feature (needs libgloo-dev)");
+}

@@ -1,0 +1,221 @@
+//! Exchange traces: every rank writes one JSON line per exchange, and
+//! `first_divergence` names the first exchange where ranks differ.
+
+use compiler_collectives_core::shapes::{FrameState, Observation};
+use compiler_collectives_core::trace::{first_divergence, read_trace, TraceRecord};
+use compiler_collectives_core::{Channel, ChannelOptions, InProcessGroup, Transport};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Runs 2 ranks, each exchanging under the keys of its list, with traces in `dir`.
+fn run(dir: &Path, keys: [&'static [&'static str]; 2]) -> Vec<(u32, Vec<TraceRecord>)> {
+    let ranks = InProcessGroup::create(2).expect("group");
+    let handles: Vec<_> = ranks
+        .into_iter()
+        .map(|t| {
+            let dir = dir.to_owned();
+            std::thread::spawn(move || {
+                let r = t.rank();
+                let opts = ChannelOptions::default()
+                    .with_timeout(Duration::from_secs(5))
+                    .with_trace_dir(&dir);
+                let mut ch = Channel::with_options(Arc::new(t), opts).expect("channel");
+                for key in keys[r as usize] {
+                    let mut seen = FrameState::new();
+                    seen.record("x", &Observation::tensor([u64::from(r) + 4, 10]));
+                    if ch.exchange(key, "", &seen).is_err() {
+                        break;
+                    }
+                }
+                ch.abort();
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("rank");
+    }
+    (0..2)
+        .map(|r| {
+            (
+                r,
+                read_trace(&dir.join(format!("rank-{r}.jsonl"))).expect("trace"),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn ranks_that_agree_have_no_divergence() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let traces = run(dir.path(), [&["a", "b"], &["a", "b"]]);
+    for (r, recs) in &traces {
+        assert_eq!(recs.len(), 2);
+        assert_eq!(recs[1].seq, 1);
+        assert_eq!(recs[1].key, "b");
+        assert_eq!(recs[1].rank, *r);
+        assert_eq!(recs[1].outcome, "ok");
+        // Ranks saw different sizes: the slow path, both envelopes gathered.
+        assert_eq!(recs[0].fast_path, Some(false));
+        assert!(recs[0].bytes_received > recs[0].bytes_sent);
+    }
+    // Local payloads differ; the merged value does not.
+    assert_ne!(traces[0].1[0].payload_digest, traces[1].1[0].payload_digest);
+    assert_eq!(traces[0].1[0].merged_digest, traces[1].1[0].merged_digest);
+    assert!(traces[0].1[0].merged_digest.is_some());
+    assert_eq!(first_divergence(&traces), None);
+}
+
+#[test]
+fn a_desync_is_named_at_its_exchange_with_both_keys() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let traces = run(dir.path(), [&["a", "train", "c"], &["a", "eval", "c"]]);
+    for (_, recs) in &traces {
+        assert_eq!(recs.len(), 2, "the desync ends the run: {recs:?}");
+        assert_eq!(recs[1].outcome, "desync");
+        assert!(recs[1]
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("desync")));
+    }
+    let d = first_divergence(&traces).expect("diverges");
+    assert_eq!(d.seq, 1);
+    assert_eq!(d.groups.len(), 2);
+    assert_eq!(d.groups[0].ranks, [0]);
+    assert!(d.groups[0].what.starts_with("#1 'train'"), "{d}");
+    assert!(d.groups[1].what.starts_with("#1 'eval'"), "{d}");
+    assert!(
+        d.to_string()
+            .starts_with("first divergence at exchange #1: rank [0]: #1 'train'"),
+        "{d}"
+    );
+}
+
+#[test]
+fn a_missing_exchange_is_a_divergence() {
+    let mk = |seq: u64| TraceRecord {
+        rank: 0,
+        world_size: 2,
+        seq,
+        key: "k".into(),
+        kind: "shape.frame_state".into(),
+        config_digest: "0".into(),
+        payload_digest: "1".into(),
+        merged_digest: Some("2".into()),
+        bytes_sent: 32,
+        bytes_received: 64,
+        duration_us: 5,
+        fast_path: Some(true),
+        outcome: "ok".into(),
+        error: None,
+    };
+    let traces = vec![(0, vec![mk(0), mk(1), mk(2)]), (1, vec![mk(0), mk(1)])];
+    let d = first_divergence(&traces).expect("diverges");
+    assert_eq!(d.seq, 2);
+    assert_eq!(d.groups[1].ranks, [1]);
+    assert_eq!(d.groups[1].what, "no exchange #2 (trace ends at #1)");
+    // A truncated trace stops the comparison there.
+    let mut cut = mk(2);
+    cut.outcome = compiler_collectives_core::trace::TRUNCATED.into();
+    let traces = vec![(0, vec![mk(0), mk(1), cut]), (1, vec![mk(0), mk(1)])];
+    assert_eq!(first_divergence(&traces), None);
+}
+
+#[test]
+fn a_malformed_trace_line_names_file_and_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = dir.path().join("rank-0.jsonl");
+    std::fs::write(&p, "\n{\"not\": \"a record\"}\n").expect("write");
+    let e = read_trace(&p).expect_err("malformed").to_string();
+    assert!(
+        e.contains("rank-0.jsonl: line 2: not a trace record"),
+        "{e}"
+    );
+}
+
+/// What was seen: (`span:<name>` or `event:<target>`, its fields).
+type Seen = Vec<(String, std::collections::BTreeMap<String, String>)>;
+
+/// A `tracing` subscriber that keeps every span's and event's fields.
+#[derive(Clone, Default)]
+struct Capture {
+    seen: Arc<std::sync::Mutex<Seen>>,
+    next: Arc<std::sync::atomic::AtomicU64>,
+}
+
+struct Fields<'a>(&'a mut std::collections::BTreeMap<String, String>);
+
+impl tracing::field::Visit for Fields<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.insert(field.name().to_owned(), format!("{value:?}"));
+    }
+}
+
+impl tracing::Subscriber for Capture {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, attrs: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        let mut f = std::collections::BTreeMap::new();
+        attrs.record(&mut Fields(&mut f));
+        let name = format!("span:{}", attrs.metadata().name());
+        self.seen.lock().expect("lock").push((name, f));
+        tracing::span::Id::from_u64(
+            1 + self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        )
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        let mut f = std::collections::BTreeMap::new();
+        event.record(&mut Fields(&mut f));
+        let name = format!("event:{}", event.metadata().target());
+        self.seen.lock().expect("lock").push((name, f));
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+#[test]
+fn every_exchange_has_a_span_and_an_event_with_its_figures() {
+    let capture = Capture::default();
+    let ranks = InProcessGroup::create(2).expect("group");
+    let handles: Vec<_> = ranks
+        .into_iter()
+        .map(|t| {
+            let capture = capture.clone();
+            std::thread::spawn(move || {
+                tracing::subscriber::with_default(capture, || {
+                    let mut ch = Channel::new(t).expect("channel");
+                    let mut seen = FrameState::new();
+                    seen.record("x", &Observation::tensor([4, 10]));
+                    ch.exchange("step", "", &seen).expect("exchange");
+                })
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("rank");
+    }
+    let seen = capture.seen.lock().expect("lock").clone();
+    let spans: Vec<_> = seen.iter().filter(|(n, _)| n == "span:exchange").collect();
+    let events: Vec<_> = seen
+        .iter()
+        .filter(|(n, _)| n == "event:ccol::exchange")
+        .collect();
+    assert_eq!(spans.len(), 2, "{seen:?}");
+    assert_eq!(events.len(), 2, "{seen:?}");
+    for (_, f) in spans {
+        assert_eq!(f["seq"], "0");
+        assert_eq!(f["key"], "\"step\"");
+        assert_eq!(f["kind"], "\"shape.frame_state\"");
+    }
+    for (_, f) in events {
+        // Identical envelopes: the fast path, one 32-byte digest each way.
+        assert_eq!(f["fast_path"], "true");
+        assert_eq!(f["outcome"], "\"ok\"");
+        assert_eq!(f["bytes_sent"], "32");
+        assert_eq!(f["bytes_received"], "64");
+        assert!(f["duration_us"].parse::<u64>().is_ok(), "{f:?}");
+    }
+}
