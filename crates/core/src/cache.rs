@@ -67,6 +67,9 @@ pub struct CacheOptions {
     pub duck_sizing: bool,
     /// Per-source overrides; every rank must hold the same ones.
     pub overrides: BTreeMap<String, Override>,
+    /// With a persistent artifact store ([`crate::artifacts`]): keep a disk
+    /// hit only if every rank hit, else every rank compiles. Default on.
+    pub cache_hit_agreement: bool,
 }
 
 impl Default for CacheOptions {
@@ -78,6 +81,7 @@ impl Default for CacheOptions {
             specialize_zero_one: true,
             duck_sizing: false,
             overrides: BTreeMap::new(),
+            cache_hit_agreement: true,
         }
     }
 }
@@ -308,11 +312,28 @@ impl<A> CompileCache<A> {
     pub fn call<F>(
         &mut self,
         inputs: &Inputs,
-        mut channel: Option<&mut Channel>,
+        channel: Option<&mut Channel>,
         compile: F,
     ) -> Result<Outcome>
     where
         F: FnOnce(&CompiledFrame) -> A,
+    {
+        self.call_inner(inputs, channel, "", |frame, _| Ok(compile(frame)))
+    }
+
+    /// [`CompileCache::call`] with configuration text appended to the
+    /// options' (`extra_config`, shared by every rank) and a fallible compile
+    /// that may exchange on the channel (the persistent artifact path,
+    /// `crate::artifacts`).
+    pub(crate) fn call_inner<F>(
+        &mut self,
+        inputs: &Inputs,
+        mut channel: Option<&mut Channel>,
+        extra_config: &str,
+        compile: F,
+    ) -> Result<Outcome>
+    where
+        F: FnOnce(&CompiledFrame, Option<&mut Channel>) -> Result<A>,
     {
         for (source, obs) in inputs {
             if let Observation::Tensor {
@@ -338,7 +359,7 @@ impl<A> CompileCache<A> {
         }
         let call_no = self.calls;
         self.calls += 1;
-        let config = self.options.config_text();
+        let config = self.options.config_text() + extra_config;
         let mut hit = self.lookup(inputs);
         if self.options.guard_collectives && !self.frames.is_empty() {
             if let Some(ch) = channel.as_deref_mut() {
@@ -359,7 +380,7 @@ impl<A> CompileCache<A> {
         local.join(&self.hints);
         let mut fast_path = None;
         let merged = if self.options.collectives {
-            match channel {
+            match channel.as_deref_mut() {
                 Some(ch) => {
                     let g = ch.exchange(&self.key, &config, &local)?;
                     fast_path = Some(g.fast_path());
@@ -373,7 +394,7 @@ impl<A> CompileCache<A> {
         self.state.join(&merged);
         let mut frame = self.build_frame(inputs);
         frame.fast_path = fast_path;
-        let artifact = compile(&frame);
+        let artifact = compile(&frame, channel)?;
         self.frames.push(frame);
         self.artifacts.push(artifact);
         self.compile_calls.push(call_no);

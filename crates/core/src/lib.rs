@@ -44,6 +44,9 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod agree;
+pub mod artifacts;
+pub mod autotune;
 pub mod cache;
 pub mod corpus;
 pub mod envelope;
