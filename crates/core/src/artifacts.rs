@@ -36,7 +36,9 @@
 //! let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
 //! let inputs = [("x".to_string(), Observation::tensor([8, 16]))].into_iter().collect();
 //! {
-//!     let mut earlier: CompileCache<String> = CompileCache::new("step", CacheOptions::default());
+//!     let mut alone = CacheOptions::default();
+//!     alone.collectives = false;                               // a run of one rank
+//!     let mut earlier: CompileCache<String> = CompileCache::new("step", alone);
 //!     let store = DiskArtifacts::open(dirs[0].path()).unwrap();
 //!     earlier.call_persistent(&inputs, None, &store, |_, _| Ok("kernel".to_string()))?;
 //! }

@@ -378,9 +378,7 @@ impl Scenario {
         options.recompile_limit = o.recompile_limit.unwrap_or(options.recompile_limit);
         options.specialize_zero_one = o.specialize_zero_one.unwrap_or(options.specialize_zero_one);
         options.duck_sizing = o.duck_sizing.unwrap_or(options.duck_sizing);
-        options.cache_hit_agreement = o
-            .cache_hit_agreement
-            .unwrap_or(options.cache_hit_agreement);
+        options.cache_hit_agreement = o.cache_hit_agreement.unwrap_or(options.cache_hit_agreement);
         for source in o.overrides.keys() {
             if !is_identifier(source) {
                 return Err(fail(
@@ -714,7 +712,9 @@ pub fn run_rank(
         let outcome = match &store {
             None => cache.call(inputs, channel.as_mut(), |_| String::new()),
             Some(store) => {
-                store.warm_now.set(warm.is_some_and(|w| w.contains(&(s as u64))));
+                store
+                    .warm_now
+                    .set(warm.is_some_and(|w| w.contains(&(s as u64))));
                 cache
                     .call_persistent(inputs, channel.as_mut(), store, |frame, ch| {
                         setup::backend_compile(&cache_key, frame, ch)

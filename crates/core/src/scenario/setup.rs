@@ -145,7 +145,9 @@ pub(super) fn parse(
                 if d >= ndim {
                     return Err(fail(
                         format!("{field}[{i}]"),
-                        format!("dim {d} is out of range: `{source}` has {ndim} dims on rank {rank}"),
+                        format!(
+                            "dim {d} is out of range: `{source}` has {ndim} dims on rank {rank}"
+                        ),
                     ));
                 }
             }
