@@ -18,6 +18,13 @@
 //! | [`inprocess`] | an engine whose ranks are threads (tests, simulations, the template for backends) |
 //! | [`cache`] | the reference compile cache a JIT front-end can use as is |
 //! | [`scenario`] | scenario files (one job each) and the program they stand for |
+//! | [`agree`] | must-agree values (compiler version, config hash, code fingerprint) |
+//! | [`autotune`] | best-choice and sharded autotuning: the same winner per op on every rank |
+//! | [`artifacts`] | a persistent artifact cache and cache-hit agreement |
+//!
+//! Every decision kind — votes, shapes, must-agree values, autotuning timings —
+//! is a [`Join`] exchanged by the same protocol; [`join`] lists them, and each
+//! module above opens with a runnable example over in-process ranks.
 //!
 //! Backends live in their own crates (Gloo, NCCL, libtorch c10d); the facade
 //! crate `compiler-collectives` re-exports this one and the backends behind
