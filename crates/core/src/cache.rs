@@ -39,6 +39,14 @@
 //! [`Error::PeerLost`] once a peer shuts down) naming
 //! them. Turn guard votes on (`guard_collectives`) to make every rank
 //! recompile whenever any rank misses; it costs one small exchange per call.
+//!
+//! # Persistent artifacts
+//! [`CompileCache::call_persistent`] (module [`crate::artifacts`]) compiles
+//! through an on-disk artifact store. A rank whose store is warm while
+//! another's is cold is one more way to fall out of step (it skips the
+//! compile's own collectives); cache-hit agreement
+//! ([`CacheOptions::cache_hit_agreement`], default on) keeps a disk hit only
+//! if every rank hit.
 
 use crate::error::{Error, Result};
 use crate::join::{AnyVote, Join};

@@ -258,3 +258,39 @@ fn a_name_longer_than_the_limit_is_refused() {
         .expect_err("too long");
     assert_eq!(err.field, "name");
 }
+
+/// Issue 9's must-show: one rank warm, one cold — with cache-hit agreement
+/// every rank runs the same number of backend compiles in every mode that has
+/// a channel; without it the cold rank fails naming the warm one.
+#[test]
+fn cache_hit_agreement_keeps_backend_compile_counts_equal() {
+    let limits = ScenarioLimits::default();
+    let agree = Scenario::from_file(&scenario_dir().join("14_cache_hit_agreement.json"), &limits)
+        .unwrap_or_else(|e| panic!("{e}"));
+    for mode in [
+        Mode::Collectives,
+        Mode::GuardCollectives,
+        Mode::CollectivesAndGuardCollectives,
+    ] {
+        let report = run_in_process(&agree, mode, RUNNER_TIMEOUT).expect("runs");
+        assert!(!report.failed(), "{mode}: {}", report.to_json());
+        let a: Vec<_> = report
+            .ranks
+            .iter()
+            .map(|r| r.artifacts.clone().expect("artifact cache on"))
+            .collect();
+        assert_eq!(a[0].compiled_steps, [0], "{mode}");
+        assert_eq!(a[1].compiled_steps, [0], "{mode}");
+        assert_eq!(a[0].disk_hit_steps, [0, 2], "{mode}: rank 0's dropped hit");
+        assert_eq!(a[0].loaded_steps, a[1].loaded_steps, "{mode}");
+    }
+    let alone = Scenario::from_file(
+        &scenario_dir().join("15_cache_hit_without_agreement.json"),
+        &limits,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let report = run_in_process(&alone, Mode::Collectives, RUNNER_TIMEOUT).expect("runs");
+    let err = report.ranks[1].error.as_ref().expect("the cold rank fails");
+    assert_eq!(err.missing_ranks, [0]);
+    assert!(report.ranks[0].error.is_none());
+}
