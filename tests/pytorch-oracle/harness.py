@@ -117,7 +117,10 @@ def load_scenario(path: str) -> dict:
         raise Malformed(f"{path}: {e}") from e
     if not isinstance(raw, dict):
         raise Malformed(f"{path}: a scenario file is one JSON object")
-    known = {"name", "description", "world_size", "options", "steps", "expect"}
+    known = {
+        "name", "description", "world_size", "options", "steps", "expect",
+        "warm_cache", "mark_dynamic",
+    }
     for k in raw:
         if k not in known:
             raise Malformed(f"{path}: unknown field `{k}`")
@@ -140,6 +143,8 @@ def load_scenario(path: str) -> dict:
         "specialize_zero_one": opts.get("specialize_zero_one", True),
         "duck_sizing": opts.get("duck_sizing", False),
         "overrides": opts.get("overrides", {}) or {},
+        "artifact_cache": opts.get("artifact_cache", "warm_cache" in raw),
+        "cache_hit_agreement": opts.get("cache_hit_agreement", True),
     }
     for k in opts:
         if k not in options:
@@ -195,6 +200,7 @@ def load_scenario(path: str) -> dict:
         "sources": sorted(sources),
         "steps": norm_steps,
         "expect": expect,
+        "mark_dynamic": raw.get("mark_dynamic") or {},
     }
 
 
@@ -218,6 +224,14 @@ def unsupported_reason(sc: dict) -> str | None:
             "options.overrides: Dynamo has no per-source force_static/force_dynamic "
             "that covers both tensors and ints with these semantics"
         )
+    if o["artifact_cache"]:
+        return (
+            "warm_cache / options.artifact_cache: the harness does not model per-rank "
+            "persistent artifact caches (PyTorch's FX graph cache has no cache-hit "
+            "agreement to compare with)"
+        )
+    if sc["mark_dynamic"]:
+        return "mark_dynamic: the harness does not apply per-rank mark_dynamic hints yet"
     if not isinstance(o["recompile_limit"], int) or o["recompile_limit"] < 0:
         return "options.recompile_limit must be a non-negative int"
     for src in sc["sources"]:

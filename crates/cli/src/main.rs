@@ -302,6 +302,17 @@ fn print_table(scenario: &Scenario, report: &RunReport) {
                 .as_ref()
                 .map_or("-".to_string(), |e| e.message.clone())
         );
+        if let Some(a) = &r.artifacts {
+            println!(
+                "{:>5}  backend compiles {} at {:?}, loaded {} at {:?}, disk hits at {:?}",
+                "",
+                a.compiled_steps.len(),
+                a.compiled_steps,
+                a.loaded_steps.len(),
+                a.loaded_steps,
+                a.disk_hit_steps
+            );
+        }
     }
 }
 

@@ -39,6 +39,14 @@
 //! [`Error::PeerLost`] once a peer shuts down) naming
 //! them. Turn guard votes on (`guard_collectives`) to make every rank
 //! recompile whenever any rank misses; it costs one small exchange per call.
+//!
+//! # Persistent artifacts
+//! [`CompileCache::call_persistent`] (module [`crate::artifacts`]) compiles
+//! through an on-disk artifact store. A rank whose store is warm while
+//! another's is cold is one more way to fall out of step (it skips the
+//! compile's own collectives); cache-hit agreement
+//! ([`CacheOptions::cache_hit_agreement`], default on) keeps a disk hit only
+//! if every rank hit.
 
 use crate::error::{Error, Result};
 use crate::join::{AnyVote, Join};
@@ -67,6 +75,9 @@ pub struct CacheOptions {
     pub duck_sizing: bool,
     /// Per-source overrides; every rank must hold the same ones.
     pub overrides: BTreeMap<String, Override>,
+    /// With a persistent artifact store ([`crate::artifacts`]): keep a disk
+    /// hit only if every rank hit, else every rank compiles. Default on.
+    pub cache_hit_agreement: bool,
 }
 
 impl Default for CacheOptions {
@@ -78,6 +89,7 @@ impl Default for CacheOptions {
             specialize_zero_one: true,
             duck_sizing: false,
             overrides: BTreeMap::new(),
+            cache_hit_agreement: true,
         }
     }
 }
@@ -308,11 +320,28 @@ impl<A> CompileCache<A> {
     pub fn call<F>(
         &mut self,
         inputs: &Inputs,
-        mut channel: Option<&mut Channel>,
+        channel: Option<&mut Channel>,
         compile: F,
     ) -> Result<Outcome>
     where
         F: FnOnce(&CompiledFrame) -> A,
+    {
+        self.call_inner(inputs, channel, "", |frame, _| Ok(compile(frame)))
+    }
+
+    /// [`CompileCache::call`] with configuration text appended to the
+    /// options' (`extra_config`, shared by every rank) and a fallible compile
+    /// that may exchange on the channel (the persistent artifact path,
+    /// `crate::artifacts`).
+    pub(crate) fn call_inner<F>(
+        &mut self,
+        inputs: &Inputs,
+        mut channel: Option<&mut Channel>,
+        extra_config: &str,
+        compile: F,
+    ) -> Result<Outcome>
+    where
+        F: FnOnce(&CompiledFrame, Option<&mut Channel>) -> Result<A>,
     {
         for (source, obs) in inputs {
             if let Observation::Tensor {
@@ -338,7 +367,7 @@ impl<A> CompileCache<A> {
         }
         let call_no = self.calls;
         self.calls += 1;
-        let config = self.options.config_text();
+        let config = self.options.config_text() + extra_config;
         let mut hit = self.lookup(inputs);
         if self.options.guard_collectives && !self.frames.is_empty() {
             if let Some(ch) = channel.as_deref_mut() {
@@ -363,7 +392,7 @@ impl<A> CompileCache<A> {
         local.join(&self.state);
         let mut fast_path = None;
         let merged = if self.options.collectives {
-            match channel {
+            match channel.as_deref_mut() {
                 Some(ch) => {
                     let g = ch.exchange(&self.key, &config, &local)?;
                     fast_path = Some(g.fast_path());
@@ -377,7 +406,7 @@ impl<A> CompileCache<A> {
         self.state.join(&merged);
         let mut frame = self.build_frame(inputs);
         frame.fast_path = fast_path;
-        let artifact = compile(&frame);
+        let artifact = compile(&frame, channel)?;
         self.frames.push(frame);
         self.artifacts.push(artifact);
         self.compile_calls.push(call_no);

@@ -864,6 +864,7 @@ impl Corpus {
             sources: BTreeSet::from([MASK.to_owned(), TOKENS.to_owned()]),
             steps,
             expect: BTreeMap::new(),
+            setup: Default::default(),
         })
     }
 

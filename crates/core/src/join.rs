@@ -6,6 +6,41 @@
 //! associative and idempotent, every rank gets the same result whatever the
 //! arrival order, and identical contributions need not be sent at all (the
 //! digest fast path).
+//!
+//! Decision kinds (DESIGN §4.4 — one framework, not one mechanism each):
+//!
+//! | kind | join | used by |
+//! |---|---|---|
+//! | [`AnyVote`] (`vote.any`) | or | guard votes of [`crate::cache::CompileCache`]: any miss ⇒ every rank recompiles |
+//! | [`AllVote`] (`vote.all`) | and | cache-hit agreement ([`crate::artifacts`]): keep a disk hit only if every rank hit |
+//! | [`Max`] / [`Min`] (`vote.max` / `vote.min`) | max / min | e.g. the largest batch any rank will see |
+//! | [`crate::shapes::FrameState`] (`shape.frame_state`) | size-entry lattice | automatic dynamic shapes |
+//! | [`crate::agree::AgreedValues`] (`agree.values`) | union per name | must-agree values ([`crate::agree::MustAgree`]) |
+//! | [`crate::autotune::Timings`] (`autotune.timings`) | max per candidate | best-choice and sharded autotuning |
+//!
+//! Every kind goes through the same [`crate::Channel::exchange`], with the
+//! same checks (desync, configuration, version), deadlines and fast path.
+//!
+//! ```
+//! use compiler_collectives_core::join::{AllVote, AnyVote, Max};
+//! use compiler_collectives_core::{Channel, InProcessGroup, Transport};
+//!
+//! let ranks = InProcessGroup::create(3)?;
+//! let handles: Vec<_> = ranks.into_iter().map(|t| std::thread::spawn(move || {
+//!     let rank = t.rank();
+//!     let mut channel = Channel::new(t)?;
+//!     // Rank 1's guards failed: everybody recompiles.
+//!     let recompile = channel.exchange("step", "", &AnyVote(rank == 1))?.merged().0;
+//!     // Rank 2's disk cache is cold: nobody keeps a hit.
+//!     let keep_hits = channel.exchange("step", "", &AllVote(rank != 2))?.merged().0;
+//!     let longest = channel.exchange("step", "", &Max(100 + i64::from(rank)))?.merged().0;
+//!     Ok::<_, compiler_collectives_core::Error>((recompile, keep_hits, longest))
+//! })).collect();
+//! for h in handles {
+//!     assert_eq!(h.join().unwrap()?, (true, false, 102));
+//! }
+//! # Ok::<(), compiler_collectives_core::Error>(())
+//! ```
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};

@@ -20,6 +20,13 @@
 //! | [`scenario`] | scenario files (one job each) and the program they stand for |
 //! | [`profile`] | profiles: decisions persisted per job across runs (PGO), crash-safe store |
 //! | [`trace`] | one `tracing` span per exchange and JSON-lines trace files per rank |
+//! | [`agree`] | must-agree values (compiler version, config hash, code fingerprint) |
+//! | [`autotune`] | best-choice and sharded autotuning: the same winner per op on every rank |
+//! | [`artifacts`] | a persistent artifact cache and cache-hit agreement |
+//!
+//! Every decision kind — votes, shapes, must-agree values, autotuning timings —
+//! is a [`Join`] exchanged by the same protocol; [`join`] lists them, and each
+//! module above opens with a runnable example over in-process ranks.
 //!
 //! Backends live in their own crates (Gloo, NCCL, libtorch c10d); the facade
 //! crate `compiler-collectives` re-exports this one and the backends behind
@@ -46,6 +53,9 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod agree;
+pub mod artifacts;
+pub mod autotune;
 pub mod cache;
 pub mod corpus;
 pub mod envelope;

@@ -468,6 +468,15 @@ impl Channel {
         self.transport.shutdown()
     }
 
+    /// Marks the channel unusable after a fatal error that a decision kind
+    /// found in the gathered values of a completed exchange (every rank holds
+    /// the same values, so every rank finds the same error).
+    pub(crate) fn fail(&mut self, error: &Error) {
+        if self.failed.is_none() {
+            self.failed = Some(error.to_string());
+        }
+    }
+
     /// Abandons the channel after an error: marks it unusable and tells the
     /// peers (as [`Channel::shutdown`]), ignoring transport errors.
     pub fn abort(&mut self) {
@@ -513,7 +522,8 @@ impl std::fmt::Display for Position<'_> {
     }
 }
 
-struct ConfigText<'a>(&'a str);
+/// Quotes text for error groups, cut after 200 bytes.
+pub(crate) struct ConfigText<'a>(pub(crate) &'a str);
 
 impl std::fmt::Display for ConfigText<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

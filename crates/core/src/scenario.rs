@@ -25,11 +25,16 @@
 //! - `steps`: one array per step, each with `world_size` maps from source
 //!   name (an identifier) to `{"size": [...], "stride": [...]}` (stride
 //!   optional, defaults to contiguous) or `{"int": n}` or `null`;
+//! - per-rank setup (the [`setup`] module): `warm_cache` (rank → steps whose
+//!   compile finds its artifact in that rank's persistent artifact cache),
+//!   `mark_dynamic` (rank → source → dims), and the options `artifact_cache`
+//!   and `cache_hit_agreement` (default true);
 //! - `expect`: expected output per mode: `collectives` (collectives on,
 //!   votes off), `no_collectives` (both off), `guard_collectives` (collectives
 //!   off, votes on), `collectives_and_guard_collectives` (both on). Outputs
 //!   compare by parsed equality, ignoring error `message` texts.
 
+use crate::artifacts::ArtifactOrigin;
 use crate::cache::{CacheOptions, CompileCache, Inputs, Outcome};
 use crate::error::{Error, Result};
 use crate::inprocess::InProcessGroup;
@@ -42,6 +47,9 @@ use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
+
+pub mod setup;
+pub use setup::{ArtifactSteps, RankSetup};
 
 /// Most ranks [`run_in_process`] starts (one thread each).
 pub const MAX_IN_PROCESS_RANKS: u32 = 4096;
@@ -161,6 +169,10 @@ struct RawScenario {
     steps: Vec<Vec<RankInputs>>,
     #[serde(default)]
     expect: BTreeMap<String, Value>,
+    #[serde(default)]
+    warm_cache: Option<BTreeMap<String, Vec<u64>>>,
+    #[serde(default)]
+    mark_dynamic: BTreeMap<String, BTreeMap<String, Vec<usize>>>,
 }
 
 /// One rank's inputs at one step; a source named twice is an error (plain
@@ -209,6 +221,8 @@ struct RawOptions {
     duck_sizing: Option<bool>,
     #[serde(default)]
     overrides: BTreeMap<String, Override>,
+    artifact_cache: Option<bool>,
+    cache_hit_agreement: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -237,6 +251,8 @@ pub struct Scenario {
     pub steps: Vec<Vec<Inputs>>,
     /// Expected output per mode.
     pub expect: BTreeMap<Mode, Value>,
+    /// Per-rank warm artifact caches and mark-dynamic hints.
+    pub setup: RankSetup,
 }
 
 fn is_identifier(s: &str) -> bool {
@@ -362,6 +378,7 @@ impl Scenario {
         options.recompile_limit = o.recompile_limit.unwrap_or(options.recompile_limit);
         options.specialize_zero_one = o.specialize_zero_one.unwrap_or(options.specialize_zero_one);
         options.duck_sizing = o.duck_sizing.unwrap_or(options.duck_sizing);
+        options.cache_hit_agreement = o.cache_hit_agreement.unwrap_or(options.cache_hit_agreement);
         for source in o.overrides.keys() {
             if !is_identifier(source) {
                 return Err(fail(
@@ -451,7 +468,7 @@ impl Scenario {
                 "names no source of the steps".into(),
             ));
         }
-        let steps = raw
+        let steps: Vec<Vec<Inputs>> = raw
             .steps
             .into_iter()
             .map(|step| {
@@ -482,6 +499,14 @@ impl Scenario {
                     .collect()
             })
             .collect();
+        let setup = setup::parse(
+            file,
+            raw.world_size,
+            &steps,
+            o.artifact_cache,
+            raw.warm_cache,
+            raw.mark_dynamic,
+        )?;
         let mut expect = BTreeMap::new();
         for (k, v) in raw.expect {
             let mode = Mode::from_name(&k).ok_or_else(|| {
@@ -507,6 +532,7 @@ impl Scenario {
             sources,
             steps,
             expect,
+            setup,
         })
     }
 
@@ -545,6 +571,8 @@ pub struct RankReport {
     pub decided: BTreeMap<String, String>,
     /// The error that stopped this rank, if any.
     pub error: Option<RankError>,
+    /// With the persistent artifact cache: where compiles got their artifacts.
+    pub artifacts: Option<ArtifactSteps>,
 }
 
 /// A rank's failure, as the JSON output shows it.
@@ -584,6 +612,7 @@ impl RankReport {
             uncompiled_steps: 0,
             decided: BTreeMap::new(),
             error: None,
+            artifacts: None,
         }
     }
 
@@ -619,6 +648,9 @@ impl RankReport {
         obj.insert("compile_steps".into(), json!(self.compile_steps));
         obj.insert("dynamic".into(), Value::Object(dynamic));
         obj.insert("dynamic_strides".into(), Value::Object(strides));
+        if let Some(a) = &self.artifacts {
+            obj.insert("artifacts".into(), a.to_json());
+        }
         if let Some(e) = &self.error {
             obj.insert(
                 "error".into(),
@@ -657,7 +689,7 @@ pub fn run_rank_with(
     profile: Option<&crate::profile::ProfileStore>,
 ) -> RankReport {
     let options = scenario.options_for(mode);
-    let mut cache: CompileCache<()> =
+    let mut cache: CompileCache<String> =
         CompileCache::new(format!("scenario:{}", scenario.name), options);
     let mut report = RankReport::new(rank);
     if let Some(store) = profile {
@@ -667,6 +699,29 @@ pub fn run_rank_with(
             Err(e) => report.error = Some(RankError::from_error(&e.into())),
         }
     }
+    for (source, (ndim, dims)) in scenario.setup.mark_dynamic.get(&rank).into_iter().flatten() {
+        for &d in dims {
+            cache.mark_dynamic(source, *ndim, d);
+        }
+    }
+    let store = if scenario.setup.artifact_cache {
+        match setup::ScenarioStore::new() {
+            Ok(s) => Some(s),
+            Err(e) => {
+                report.error = Some(RankError::from_error(&Error::InvalidArgument(format!(
+                    "cannot create the rank's artifact cache directory: {e}"
+                ))));
+                None
+            }
+        }
+    } else {
+        None
+    };
+    if store.is_some() {
+        report.artifacts = Some(ArtifactSteps::default());
+    }
+    let warm = scenario.setup.warm_cache.get(&rank);
+    let cache_key = cache.key().to_owned();
     for (s, step) in scenario.steps.iter().enumerate() {
         let Some(inputs) = step.get(rank as usize) else {
             break;
@@ -674,7 +729,35 @@ pub fn run_rank_with(
         if report.error.is_some() {
             break;
         }
-        let outcome = cache.call(inputs, channel.as_mut(), |_| ());
+        let outcome = match &store {
+            None => cache.call(inputs, channel.as_mut(), |_| String::new()),
+            Some(store) => {
+                store
+                    .warm_now
+                    .set(warm.is_some_and(|w| w.contains(&(s as u64))));
+                cache
+                    .call_persistent(inputs, channel.as_mut(), store, |frame, ch| {
+                        setup::backend_compile(&cache_key, frame, ch)
+                    })
+                    .map(|call| {
+                        let a = report.artifacts.get_or_insert_with(ArtifactSteps::default);
+                        match call.origin {
+                            Some(ArtifactOrigin::Loaded) => {
+                                a.loaded_steps.push(s as u64);
+                                a.disk_hit_steps.push(s as u64);
+                            }
+                            Some(ArtifactOrigin::Compiled { local_hit }) => {
+                                a.compiled_steps.push(s as u64);
+                                if local_hit {
+                                    a.disk_hit_steps.push(s as u64);
+                                }
+                            }
+                            None => {}
+                        }
+                        call.outcome
+                    })
+            }
+        };
         let outcome = match (outcome, profile) {
             (Ok(Outcome::Compiled(i)), Some(store)) => {
                 let key = cache.key();

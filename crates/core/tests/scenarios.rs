@@ -8,8 +8,10 @@ use compiler_collectives_core::scenario::{
 };
 use std::path::{Path, PathBuf};
 
-/// Scenarios DESIGN §7 lists: eight PyTorch scenarios and three issue-derived cases.
-const MIN_SCENARIOS: usize = 11;
+/// Scenarios DESIGN §7 lists (eight PyTorch scenarios, three issue-derived
+/// cases) and issue 9's four (cache-hit agreement with and without, mark-dynamic,
+/// overrides).
+const MIN_SCENARIOS: usize = 15;
 
 fn scenario_dir() -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/scenarios");
@@ -193,6 +195,18 @@ fn malformed_files_name_the_field() {
     check(r#"{"name": "t", "world_size": 1, "steps": [[{"L['x']": {"size": [2]}}]]}"#, "steps[0][0].L['x']");
     check(r#"{"name": "t", "world_size": 2, "steps": [[{}, {"": {"int": 2}}]]}"#, "steps[0][1].");
     check(r#"{"name": "t", "world_size": 1, "options": {"overrides": {"x-y": "force_static"}}, "steps": []}"#, "options.overrides.x-y");
+    // Per-rank setup (issue 9): warm artifact caches and mark-dynamic hints.
+    check(r#"{"name": "t", "world_size": 2, "warm_cache": {"2": [0]}, "steps": [[{}, {}]]}"#, "warm_cache.2");
+    check(r#"{"name": "t", "world_size": 2, "warm_cache": {"01": [0]}, "steps": [[{}, {}]]}"#, "warm_cache.01");
+    check(r#"{"name": "t", "world_size": 2, "warm_cache": {"+1": [0]}, "steps": [[{}, {}]]}"#, "warm_cache.+1");
+    check(r#"{"name": "t", "world_size": 2, "warm_cache": {"1": [0, 1]}, "steps": [[{}, {}]]}"#, "warm_cache.1[1]");
+    check(r#"{"name": "t", "world_size": 2, "warm_cache": {"1": [-1]}, "steps": [[{}, {}]]}"#, "warm_cache.1[0]");
+    check(r#"{"name": "t", "world_size": 2, "warm_cache": {}, "options": {"artifact_cache": false}, "steps": []}"#, "options.artifact_cache");
+    check(r#"{"name": "t", "world_size": 1, "options": {"cache_hit_agreement": 1}, "steps": []}"#, "options.cache_hit_agreement");
+    check(r#"{"name": "t", "world_size": 2, "mark_dynamic": {"1": {"x": [0]}}, "steps": [[{"x": {"size": [4]}}, {"x": {"int": 4}}]]}"#, "mark_dynamic.1.x");
+    check(r#"{"name": "t", "world_size": 2, "mark_dynamic": {"0": {"x": [0, 2]}}, "steps": [[{"x": {"size": [4, 2]}}, {}]]}"#, "mark_dynamic.0.x[1]");
+    check(r#"{"name": "t", "world_size": 2, "mark_dynamic": {"5": {"x": [0]}}, "steps": [[{"x": {"size": [4]}}, {}]]}"#, "mark_dynamic.5");
+    check(r#"{"name": "t", "world_size": 1, "mark_dynamic": {"0": {"x": 0}}, "steps": [[{"x": {"size": [4]}}]]}"#, "mark_dynamic.0.x");
 }
 
 #[test]
@@ -212,6 +226,15 @@ fn well_formed_edge_cases_are_accepted() {
         ["_y0", "x"]
     );
     assert_eq!(s.default_mode(), Mode::Collectives);
+    // A warm cache turns the artifact cache on; a rank may be warm for no step.
+    let s = check_ok(r#"{"name": "t", "world_size": 2, "warm_cache": {"1": []}, "steps": []}"#);
+    assert!(s.setup.artifact_cache && s.options.cache_hit_agreement);
+    let s = check_ok(
+        r#"{"name": "t", "world_size": 2, "mark_dynamic": {"1": {"x": [1]}},
+            "steps": [[{}, {"x": null}], [{}, {"x": {"size": [3, 5, 7]}}]]}"#,
+    );
+    assert_eq!(s.setup.mark_dynamic[&1]["x"], (3, vec![1]));
+    assert!(!s.setup.artifact_cache);
 }
 
 #[test]
@@ -234,4 +257,40 @@ fn a_name_longer_than_the_limit_is_refused() {
     let err = Scenario::from_slice(json.as_bytes(), "<test>", &ScenarioLimits::default())
         .expect_err("too long");
     assert_eq!(err.field, "name");
+}
+
+/// Issue 9's must-show: one rank warm, one cold — with cache-hit agreement
+/// every rank runs the same number of backend compiles in every mode that has
+/// a channel; without it the cold rank fails naming the warm one.
+#[test]
+fn cache_hit_agreement_keeps_backend_compile_counts_equal() {
+    let limits = ScenarioLimits::default();
+    let agree = Scenario::from_file(&scenario_dir().join("14_cache_hit_agreement.json"), &limits)
+        .unwrap_or_else(|e| panic!("{e}"));
+    for mode in [
+        Mode::Collectives,
+        Mode::GuardCollectives,
+        Mode::CollectivesAndGuardCollectives,
+    ] {
+        let report = run_in_process(&agree, mode, RUNNER_TIMEOUT).expect("runs");
+        assert!(!report.failed(), "{mode}: {}", report.to_json());
+        let a: Vec<_> = report
+            .ranks
+            .iter()
+            .map(|r| r.artifacts.clone().expect("artifact cache on"))
+            .collect();
+        assert_eq!(a[0].compiled_steps, [0], "{mode}");
+        assert_eq!(a[1].compiled_steps, [0], "{mode}");
+        assert_eq!(a[0].disk_hit_steps, [0, 2], "{mode}: rank 0's dropped hit");
+        assert_eq!(a[0].loaded_steps, a[1].loaded_steps, "{mode}");
+    }
+    let alone = Scenario::from_file(
+        &scenario_dir().join("15_cache_hit_without_agreement.json"),
+        &limits,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let report = run_in_process(&alone, Mode::Collectives, RUNNER_TIMEOUT).expect("runs");
+    let err = report.ranks[1].error.as_ref().expect("the cold rank fails");
+    assert_eq!(err.missing_ranks, [0]);
+    assert!(report.ranks[0].error.is_none());
 }

@@ -14,6 +14,7 @@
 //! run one at a time (the in-process runner holds [`TIMING_LOCK`]).
 
 use compiler_collectives_core::shapes::{FrameState, Observation};
+mod decisions;
 pub mod process;
 
 use compiler_collectives_core::RankGroup;
@@ -243,6 +244,34 @@ pub const BEHAVIOURS: &[Behaviour] = &[
         timed: true,
         run: shutdown_fails_peers_fast,
         needs: &[Capability::TellsPeersItLeft],
+    },
+    Behaviour {
+        name: "must_agree_names_values",
+        min_world: 2,
+        timed: false,
+        run: decisions::must_agree_names_values,
+        needs: &[],
+    },
+    Behaviour {
+        name: "autotune_sharded_same_winner",
+        min_world: 1,
+        timed: false,
+        run: decisions::autotune_sharded_same_winner,
+        needs: &[],
+    },
+    Behaviour {
+        name: "autotune_lists_differ",
+        min_world: 2,
+        timed: false,
+        run: decisions::autotune_lists_differ,
+        needs: &[],
+    },
+    Behaviour {
+        name: "cache_hit_agreement",
+        min_world: 1,
+        timed: false,
+        run: decisions::cache_hit_agreement,
+        needs: &[],
     },
 ];
 

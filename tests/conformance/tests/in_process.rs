@@ -21,6 +21,10 @@ compiler_collectives_conformance::in_process_tests!(
     missing_rank_times_out,
     abort_is_not_a_shutdown,
     shutdown_fails_peers_fast,
+    must_agree_names_values,
+    autotune_sharded_same_winner,
+    autotune_lists_differ,
+    cache_hit_agreement,
 );
 
 /// Every behaviour of the suite is stamped above.
