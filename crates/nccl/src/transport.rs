@@ -1,0 +1,884 @@
+//! [`NcclTransport`]: core's `Transport` over one NCCL communicator per
+//! rank, and [`Communicator`], the owned communicator handle.
+//!
+//! Bytes are staged through two device buffers per transport (grown on
+//! demand, never shrunk). Every collective: copy in (host → device), enqueue
+//! the NCCL call on the transport's own non-blocking stream, record an
+//! event, then poll the event and `ncclCommGetAsyncError` until done or the
+//! deadline (crate docs, "Deadlines"); copy out only after the stream is
+//! idle (a device → pageable-host copy blocks the calling thread).
+
+use crate::sys::{self, NcclLib, IN_PROGRESS, SUCCESS};
+use crate::{NcclError, UniqueId};
+use compiler_collectives_core::{Deadline, Error, PeerLoss, Store};
+use cudarc::driver::{result as cu, sys as cusys};
+use cudarc::nccl::sys::{cudaStream_t, ncclComm_t};
+use std::collections::HashMap;
+use std::ffi::{c_int, c_void};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// Knobs of [`NcclTransport::connect`]. Additive: build with
+/// `NcclOptions::default().with_…`.
+#[derive(Clone, Debug)]
+pub struct NcclOptions {
+    /// CUDA device ordinal of this rank (default: `LOCAL_RANK`, else 0).
+    pub device: Option<usize>,
+    /// Deadline of the bootstrap: fetching the unique id and creating the
+    /// communicator (default 300 s, like an exchange).
+    pub connect_timeout: Duration,
+    /// How long, after a timeout, a rank waits for the others' arrival
+    /// marks in the store before naming the absent ones (default 250 ms).
+    pub post_mortem: Duration,
+    /// Prefix of every store key of this group (default `ccol/nccl`).
+    pub prefix: String,
+    /// The NCCL library to use (default: [`crate::library`]).
+    pub lib: Option<Arc<NcclLib>>,
+}
+
+impl Default for NcclOptions {
+    fn default() -> Self {
+        NcclOptions {
+            device: None,
+            connect_timeout: Duration::from_secs(300),
+            post_mortem: Duration::from_millis(250),
+            prefix: "ccol/nccl".into(),
+            lib: None,
+        }
+    }
+}
+
+impl NcclOptions {
+    /// Sets the device ordinal.
+    #[must_use]
+    pub fn with_device(mut self, device: usize) -> Self {
+        self.device = Some(device);
+        self
+    }
+    /// Sets the bootstrap deadline.
+    #[must_use]
+    pub fn with_connect_timeout(mut self, t: Duration) -> Self {
+        self.connect_timeout = t;
+        self
+    }
+    /// Sets the post-mortem window.
+    #[must_use]
+    pub fn with_post_mortem(mut self, t: Duration) -> Self {
+        self.post_mortem = t;
+        self
+    }
+    /// Sets the key prefix.
+    #[must_use]
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+    /// Uses this NCCL library.
+    #[must_use]
+    pub fn with_lib(mut self, lib: Arc<NcclLib>) -> Self {
+        self.lib = Some(lib);
+        self
+    }
+}
+
+/// How a wait on NCCL work ended badly.
+enum WaitFail {
+    Deadline,
+    Nccl(c_int),
+    Cuda(cudarc::driver::DriverError),
+}
+
+/// Sleeps 50 µs, doubling up to 1 ms, never past `deadline`.
+fn backoff(delay: &mut Duration, deadline: Deadline) {
+    std::thread::sleep((*delay).min(deadline.remaining()));
+    *delay = (*delay * 2).min(Duration::from_millis(1));
+}
+
+/// Polls a non-blocking communicator until it leaves `ncclInProgress`.
+fn wait_ready(lib: &NcclLib, comm: ncclComm_t, deadline: Deadline) -> Result<(), WaitFail> {
+    let mut delay = Duration::from_micros(50);
+    loop {
+        // SAFETY: `comm` is live (callers hold it and have not aborted it).
+        match unsafe { lib.async_error(comm) } {
+            SUCCESS => return Ok(()),
+            IN_PROGRESS => {}
+            code => return Err(WaitFail::Nccl(code)),
+        }
+        if deadline.expired() {
+            return Err(WaitFail::Deadline);
+        }
+        backoff(&mut delay, deadline);
+    }
+}
+
+/// One NCCL communicator, owned. Drop finalizes and destroys it (bounded:
+/// after 5 s of a finalize that does not complete, it aborts instead);
+/// Drop never panics.
+pub struct Communicator {
+    lib: Arc<NcclLib>,
+    comm: ncclComm_t,
+}
+
+// SAFETY: an NCCL communicator may be used from any thread as long as calls
+// are not concurrent; `Communicator` is only reached through `&mut` or a
+// `Mutex` in this crate.
+unsafe impl Send for Communicator {}
+
+impl std::fmt::Debug for Communicator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Communicator")
+            .field("comm", &self.comm)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Communicator {
+    /// Creates this rank's communicator with `ncclCommInitRankConfig`
+    /// (non-blocking unless `blocking`), polling until it is ready or
+    /// `deadline`, when it is aborted.
+    ///
+    /// This is the result-level call: it needs no CUDA stream, and the
+    /// calling thread's current CUDA device is the one used. On a machine
+    /// without a GPU it returns NCCL's `ncclUnhandledCudaError`.
+    ///
+    /// # Errors
+    /// [`Error::Backend`] with [`NcclError::Nccl`] (code and last-error
+    /// text); [`Error::Timeout`] (no ranks named) at the deadline;
+    /// [`Error::InvalidArgument`] for `rank >= world`.
+    pub fn init(
+        lib: Arc<NcclLib>,
+        id: &UniqueId,
+        world: u32,
+        rank: u32,
+        blocking: bool,
+        deadline: Deadline,
+    ) -> Result<Self, Error> {
+        if rank >= world {
+            return Err(Error::InvalidArgument(format!(
+                "rank {rank} is not below world size {world}"
+            )));
+        }
+        let to_int = |v: u32| {
+            c_int::try_from(v)
+                .map_err(|_| Error::InvalidArgument(format!("{v} does not fit NCCL's int")))
+        };
+        let mut config = sys::config(blocking);
+        let mut comm: ncclComm_t = std::ptr::null_mut();
+        let start = Instant::now();
+        // SAFETY: `comm` and `config` are valid for the call; NCCL copies
+        // the config.
+        let rc = unsafe {
+            lib.init_rank_config(
+                &mut comm,
+                to_int(world)?,
+                id.to_raw(),
+                to_int(rank)?,
+                &mut config,
+            )
+        };
+        if rc != SUCCESS && rc != IN_PROGRESS {
+            let err = lib.error(rc, "ncclCommInitRankConfig", None);
+            if !comm.is_null() {
+                // SAFETY: NCCL handed out this communicator; it is freed here
+                // and never used again.
+                unsafe { lib.abort(comm) };
+            }
+            return Err(err.into());
+        }
+        let this = Communicator { lib, comm };
+        match wait_ready(&this.lib, this.comm, deadline) {
+            Ok(()) => Ok(this),
+            Err(fail) => Err(this.fail(fail, "ncclCommInitRankConfig", start)),
+        }
+    }
+
+    /// The raw handle.
+    pub fn raw(&self) -> ncclComm_t {
+        self.comm
+    }
+
+    /// Aborts after a failed wait and turns it into an error.
+    fn fail(self, fail: WaitFail, operation: &str, start: Instant) -> Error {
+        let err = match fail {
+            WaitFail::Deadline => Error::Timeout {
+                missing_ranks: Vec::new(),
+                waited: start.elapsed(),
+                during: None,
+            },
+            WaitFail::Nccl(code) => self.lib.error(code, operation, Some(self.comm)).into(),
+            WaitFail::Cuda(e) => NcclError::cuda(operation, &e).into(),
+        };
+        self.abort();
+        err
+    }
+
+    /// `ncclCommAbort`: frees the communicator at once, interrupting NCCL
+    /// work in flight. Peers blocked in a collective with this rank are not
+    /// told (they reach their own deadlines).
+    pub fn abort(mut self) {
+        // SAFETY: the communicator is live; the handle is cleared so Drop
+        // does not free it again.
+        let rc = unsafe { self.lib.abort(self.comm) };
+        self.comm = std::ptr::null_mut();
+        if rc != SUCCESS && rc != IN_PROGRESS {
+            tracing::debug!(code = rc, "ncclCommAbort failed");
+        }
+    }
+}
+
+impl Drop for Communicator {
+    fn drop(&mut self) {
+        if self.comm.is_null() {
+            return;
+        }
+        let deadline = Deadline::after(Duration::from_secs(5));
+        // SAFETY: the communicator is live until the destroy/abort below.
+        let rc = unsafe { self.lib.finalize(self.comm) };
+        let finalized = (rc == SUCCESS || rc == IN_PROGRESS)
+            && wait_ready(&self.lib, self.comm, deadline).is_ok();
+        // SAFETY: freed exactly once, never used again.
+        let rc = unsafe {
+            if finalized {
+                self.lib.destroy(self.comm)
+            } else {
+                self.lib.abort(self.comm)
+            }
+        };
+        if rc != SUCCESS && rc != IN_PROGRESS {
+            tracing::debug!(code = rc, "releasing the NCCL communicator failed");
+        }
+    }
+}
+
+/// A device buffer from `cuMemAlloc`.
+struct DevBuf {
+    ptr: cusys::CUdeviceptr,
+    len: usize,
+}
+
+impl DevBuf {
+    const fn empty() -> Self {
+        DevBuf { ptr: 0, len: 0 }
+    }
+
+    /// Makes room for `need` bytes (at least 1). The context must be current.
+    fn reserve(&mut self, need: usize) -> Result<(), NcclError> {
+        if self.len >= need.max(1) {
+            return Ok(());
+        }
+        self.release();
+        let len = need.max(256).next_power_of_two();
+        // SAFETY: the transport's context is current (callers).
+        self.ptr = unsafe { cu::malloc_sync(len) }.map_err(|e| NcclError::cuda("cuMemAlloc", &e))?;
+        self.len = len;
+        Ok(())
+    }
+
+    fn release(&mut self) {
+        if self.len > 0 {
+            // SAFETY: allocated by `reserve`, not in use (the stream is idle).
+            if let Err(e) = unsafe { cu::free_sync(self.ptr) } {
+                tracing::debug!(error = %e, "cuMemFree failed");
+            }
+        }
+        *self = DevBuf::empty();
+    }
+
+    fn as_ptr(&self) -> *mut c_void {
+        // A device address handed to NCCL as a pointer (64-bit on the
+        // targets CUDA supports).
+        self.ptr as usize as *mut c_void
+    }
+}
+
+/// The CUDA side: primary context, stream, event, staging buffers.
+struct Cuda {
+    device: cusys::CUdevice,
+    ctx: cusys::CUcontext,
+    stream: cusys::CUstream,
+    event: cusys::CUevent,
+    send: DevBuf,
+    recv: DevBuf,
+    /// Set when work may still be running after an abort: then nothing is
+    /// freed (freeing memory a kernel still touches is worse than a leak).
+    leaked: bool,
+}
+
+impl Cuda {
+    fn new(ordinal: usize) -> Result<Self, NcclError> {
+        let ord = c_int::try_from(ordinal).map_err(|_| NcclError::DeviceOutOfRange {
+            device: ordinal,
+            count: 0,
+        })?;
+        let device = cu::device::get(ord).map_err(|e| NcclError::cuda("cuDeviceGet", &e))?;
+        // SAFETY: `device` came from cuDeviceGet.
+        let ctx = unsafe { cu::primary_ctx::retain(device) }
+            .map_err(|e| NcclError::cuda("cuDevicePrimaryCtxRetain", &e))?;
+        let mut this = Cuda {
+            device,
+            ctx,
+            stream: std::ptr::null_mut(),
+            event: std::ptr::null_mut(),
+            send: DevBuf::empty(),
+            recv: DevBuf::empty(),
+            leaked: false,
+        };
+        this.make_current()?;
+        this.stream = cu::stream::create(cu::stream::StreamKind::NonBlocking)
+            .map_err(|e| NcclError::cuda("cuStreamCreate", &e))?;
+        this.event = cu::event::create(cusys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
+            .map_err(|e| NcclError::cuda("cuEventCreate", &e))?;
+        Ok(this)
+    }
+
+    fn make_current(&self) -> Result<(), NcclError> {
+        // SAFETY: `ctx` is a retained primary context.
+        unsafe { cu::ctx::set_current(self.ctx) }.map_err(|e| NcclError::cuda("cuCtxSetCurrent", &e))
+    }
+
+    fn nccl_stream(&self) -> cudaStream_t {
+        self.stream.cast()
+    }
+
+    /// Polls the event recorded after the NCCL call, and the communicator.
+    fn wait(&self, lib: &NcclLib, comm: ncclComm_t, deadline: Deadline) -> Result<(), WaitFail> {
+        // SAFETY: event and stream belong to the current context.
+        unsafe { cu::event::record(self.event, self.stream) }.map_err(WaitFail::Cuda)?;
+        let mut delay = Duration::from_micros(20);
+        loop {
+            // SAFETY: a live event.
+            match unsafe { cu::event::query(self.event) } {
+                Ok(()) => return Ok(()),
+                Err(e) if e.0 == cusys::cudaError_enum::CUDA_ERROR_NOT_READY => {}
+                Err(e) => return Err(WaitFail::Cuda(e)),
+            }
+            // SAFETY: `comm` is live (the caller holds it).
+            match unsafe { lib.async_error(comm) } {
+                SUCCESS | IN_PROGRESS => {}
+                code => return Err(WaitFail::Nccl(code)),
+            }
+            if deadline.expired() {
+                return Err(WaitFail::Deadline);
+            }
+            backoff(&mut delay, deadline);
+        }
+    }
+
+    /// After an abort: gives the stream up to 2 s to drain; marks the
+    /// resources leaked when it does not.
+    fn drain_after_abort(&mut self) {
+        let until = Instant::now() + Duration::from_secs(2);
+        loop {
+            // SAFETY: a live event recorded after the aborted work.
+            match unsafe { cu::event::query(self.event) } {
+                Ok(()) => return,
+                Err(e) if e.0 == cusys::cudaError_enum::CUDA_ERROR_NOT_READY => {}
+                Err(_) => break,
+            }
+            if Instant::now() >= until {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        tracing::warn!("NCCL work still running after abort: its buffers are leaked");
+        self.leaked = true;
+    }
+}
+
+impl Drop for Cuda {
+    fn drop(&mut self) {
+        if self.make_current().is_err() || self.leaked {
+            return;
+        }
+        self.send.release();
+        self.recv.release();
+        // SAFETY: event and stream were created by `new` and are idle.
+        unsafe {
+            if !self.event.is_null() {
+                let _ = cu::event::destroy(self.event);
+            }
+            if !self.stream.is_null() {
+                let _ = cu::stream::destroy(self.stream);
+            }
+            let _ = cu::primary_ctx::release(self.device);
+        }
+    }
+}
+
+/// Everything behind the transport's lock.
+struct Inner {
+    // Field order = drop order: the communicator before the CUDA resources.
+    comm: Option<Communicator>,
+    cuda: Cuda,
+    /// Collective operations issued so far (names post-mortem keys).
+    op: u64,
+    /// Why the transport can no longer be used.
+    dead: Option<String>,
+}
+
+// SAFETY: the raw CUDA handles are used only under the transport's mutex,
+// with the context made current on the calling thread first.
+unsafe impl Send for Inner {}
+
+/// core's `Transport` over NCCL (module docs; deadlines in the crate docs).
+///
+/// - `all_gather`: two NCCL all_gathers — 16 bytes per rank (length and
+///   this rank's `max_bytes`), then every buffer padded to the longest.
+///   A buffer over any rank's limit is refused by every rank after the
+///   first round, naming the sender.
+/// - `all_gather_fixed`: one NCCL all_gather. Every rank must pass the same
+///   length (the protocol's digests are fixed-size); NCCL cannot detect a
+///   mismatch, which ends at the deadline at worst.
+/// - `broadcast`: one 16-byte all_gather (root's length, every limit), then
+///   one NCCL broadcast.
+/// - `barrier`: one 1-byte NCCL all_gather.
+/// - `send`/`recv`: through the store, not NCCL (NCCL's point-to-point
+///   calls complete only when both sides are inside one group, which the
+///   trait's send-now-receive-later contract cannot promise; the protocol
+///   never uses them). One store `set` per message, one `get` and `delete`
+///   per receive; per (peer, tag) in order.
+/// - `shutdown`/`abort`: mark this rank as gone in the store (a peer's
+///   post-mortem then reports it as lost) and release the communicator.
+///   Peers are not interrupted: NCCL has no remote notice.
+pub struct NcclTransport {
+    rank: u32,
+    world: u32,
+    lib: Arc<NcclLib>,
+    store: Arc<dyn Store>,
+    prefix: String,
+    post_mortem: Duration,
+    inner: Mutex<Inner>,
+    p2p: Mutex<HashMap<(bool, u32, u32), u64>>,
+}
+
+impl std::fmt::Debug for NcclTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NcclTransport")
+            .field("rank", &self.rank)
+            .field("world", &self.world)
+            .field("nccl", &self.lib.version_string())
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+fn local_rank() -> Option<usize> {
+    std::env::var("LOCAL_RANK").ok()?.trim().parse().ok()
+}
+
+fn le_u64(b: &[u8]) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[..8]);
+    u64::from_le_bytes(a)
+}
+
+impl NcclTransport {
+    /// Joins the group: checks library, driver and device (this rank's is
+    /// `options.device`, else `LOCAL_RANK`, else 0); rank 0 publishes the
+    /// unique id under `<prefix>/unique-id`, the others fetch it; then the
+    /// communicator is created (non-blocking) and this rank's arrival is
+    /// checked by the same post-mortem as any operation.
+    ///
+    /// Cost: one store `set` (rank 0) or `get` (others), NCCL's own
+    /// bootstrap, device buffers of 256 bytes each.
+    ///
+    /// # Errors
+    /// The probe's typed errors as [`Error::Backend`] (no library, no
+    /// driver, no device, device out of range); [`Error::Timeout`] if the id
+    /// or a rank does not come by `connect_timeout`;
+    /// [`Error::InvalidArgument`] for `rank >= world`.
+    pub fn connect(
+        store: Arc<dyn Store>,
+        rank: u32,
+        world: u32,
+        options: &NcclOptions,
+    ) -> Result<Self, Error> {
+        if world == 0 || rank >= world {
+            return Err(Error::InvalidArgument(format!(
+                "rank {rank} is not below world size {world}"
+            )));
+        }
+        let lib = match &options.lib {
+            Some(l) => Arc::clone(l),
+            None => crate::library()?,
+        };
+        let count = crate::device_count()?;
+        let device = options.device.or_else(local_rank).unwrap_or(0);
+        if device >= count {
+            return Err(NcclError::DeviceOutOfRange { device, count }.into());
+        }
+        let deadline = Deadline::after(options.connect_timeout);
+        let key = format!("{}/unique-id", options.prefix);
+        let id = if rank == 0 {
+            crate::publish_unique_id(&lib, store.as_ref(), &key, deadline)?
+        } else {
+            crate::fetch_unique_id(store.as_ref(), &key, deadline)?
+        };
+        let cuda = Cuda::new(device)?;
+        let start = Instant::now();
+        let comm = Communicator::init(Arc::clone(&lib), &id, world, rank, false, deadline);
+        let this = NcclTransport {
+            rank,
+            world,
+            lib,
+            store,
+            prefix: options.prefix.clone(),
+            post_mortem: options.post_mortem,
+            inner: Mutex::new(Inner {
+                comm: None,
+                cuda,
+                op: 0,
+                dead: None,
+            }),
+            p2p: Mutex::new(HashMap::new()),
+        };
+        match comm {
+            Ok(c) => {
+                this.lock().comm = Some(c);
+                Ok(this)
+            }
+            Err(Error::Timeout { .. }) => Err(this.post_mortem_error("init", start)),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock cannot leave NCCL state half-made
+        // that later calls would trust (they check `dead`), so poisoning is
+        // ignored.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn key(&self, what: &str) -> String {
+        format!("{}/{what}", self.prefix)
+    }
+
+    /// After a timeout at operation `op`: marks this rank as arrived, waits
+    /// up to the post-mortem window for the others' marks, and names the
+    /// ranks without one (as lost when they left the group, else missing).
+    fn post_mortem_error(&self, op: &str, start: Instant) -> Error {
+        let window = Deadline::after(self.post_mortem);
+        let mine = self.key(&format!("arrived/{op}/{}", self.rank));
+        if let Err(e) = self.store.set(&mine, b"1", window) {
+            tracing::debug!(error = %e, "post-mortem: cannot mark arrival");
+        }
+        let mut absent = Vec::new();
+        for r in (0..self.world).filter(|r| *r != self.rank) {
+            let k = self.key(&format!("arrived/{op}/{r}"));
+            if self.store.wait(&[k.as_str()], window).is_err() {
+                absent.push(r);
+            }
+        }
+        let mut left = Vec::new();
+        let mut reason = PeerLoss::Aborted;
+        for &r in &absent {
+            let k = self.key(&format!("left/{r}"));
+            if let Ok(v) = self.store.get(&k, Deadline::after(Duration::ZERO)) {
+                if v == b"shutdown" {
+                    reason = PeerLoss::Shutdown;
+                }
+                left.push(r);
+            }
+        }
+        if !left.is_empty() {
+            return Error::PeerLost {
+                ranks: left,
+                reason,
+                detail: format!("NCCL operation #{op} could not complete"),
+                during: None,
+            };
+        }
+        Error::Timeout {
+            missing_ranks: absent,
+            waited: start.elapsed(),
+            during: None,
+        }
+    }
+
+    /// One NCCL collective: `input` to the send buffer, `enqueue(send,
+    /// recv, comm, stream)`, wait, `out_len` bytes back from the receive
+    /// buffer.
+    fn collective(
+        &self,
+        what: &str,
+        input: &[u8],
+        out_len: usize,
+        deadline: Deadline,
+        enqueue: impl FnOnce(&NcclLib, *mut c_void, *mut c_void, ncclComm_t, cudaStream_t) -> c_int,
+    ) -> Result<Vec<u8>, Error> {
+        let start = Instant::now();
+        let mut inner = self.lock();
+        let inner = &mut *inner;
+        if let Some(cause) = &inner.dead {
+            return Err(Error::ChannelUnusable {
+                cause: cause.clone(),
+            });
+        }
+        let Some(comm) = inner.comm.as_ref().map(Communicator::raw) else {
+            return Err(Error::ChannelUnusable {
+                cause: "the NCCL communicator was released".into(),
+            });
+        };
+        let cuda = &mut inner.cuda;
+        let prepared = (|| -> Result<(), NcclError> {
+            cuda.make_current()?;
+            cuda.send.reserve(input.len())?;
+            cuda.recv.reserve(out_len)?;
+            if !input.is_empty() {
+                // SAFETY: the send buffer holds at least `input.len()` bytes;
+                // from pageable memory the call returns once `input` is
+                // staged, so it may be released afterwards.
+                unsafe { cu::memcpy_htod_async(cuda.send.ptr, input, cuda.stream) }
+                    .map_err(|e| NcclError::cuda("cuMemcpyHtoDAsync", &e))?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = prepared {
+            inner.dead = Some(e.to_string());
+            return Err(e.into());
+        }
+        inner.op += 1;
+        let op = inner.op;
+        let rc = enqueue(
+            &self.lib,
+            inner.cuda.send.as_ptr(),
+            inner.cuda.recv.as_ptr(),
+            comm,
+            inner.cuda.nccl_stream(),
+        );
+        let waited = if rc == SUCCESS || rc == IN_PROGRESS {
+            wait_ready(&self.lib, comm, deadline)
+                .and_then(|()| inner.cuda.wait(&self.lib, comm, deadline))
+        } else {
+            Err(WaitFail::Nccl(rc))
+        };
+        match waited {
+            Ok(()) => {
+                let mut out = vec![0u8; out_len];
+                if out_len > 0 {
+                    // SAFETY: the stream is idle; the receive buffer holds
+                    // at least `out_len` bytes.
+                    unsafe { cu::memcpy_dtoh_async(&mut out, inner.cuda.recv.ptr, inner.cuda.stream) }
+                        .map_err(|e| {
+                            let e = NcclError::cuda("cuMemcpyDtoHAsync", &e);
+                            inner.dead = Some(e.to_string());
+                            Error::from(e)
+                        })?;
+                }
+                Ok(out)
+            }
+            Err(fail) => {
+                let err = match &fail {
+                    WaitFail::Deadline => None,
+                    WaitFail::Nccl(code) => Some(Error::from(self.lib.error(*code, what, Some(comm)))),
+                    WaitFail::Cuda(e) => Some(Error::from(NcclError::cuda(what, e))),
+                };
+                if let Some(c) = inner.comm.take() {
+                    c.abort();
+                }
+                inner.cuda.drain_after_abort();
+                let err = err.unwrap_or_else(|| self.post_mortem_error(&op.to_string(), start));
+                inner.dead = Some(err.to_string());
+                Err(err)
+            }
+        }
+    }
+
+    fn all_gather_raw(&self, data: &[u8], deadline: Deadline) -> Result<Vec<u8>, Error> {
+        let world = self.world as usize;
+        let count = data.len();
+        self.collective("ncclAllGather", data, count * world, deadline, |lib, s, r, c, st| {
+            // SAFETY: send holds `count` bytes, recv `count * world`
+            // (reserved by `collective`); comm and stream are live.
+            unsafe { lib.all_gather_bytes(s, r, count, c, st) }
+        })
+    }
+
+    /// The first round of `all_gather`/`broadcast`: every rank's (length,
+    /// limit). Returns them, index = rank.
+    fn lengths(&self, len: usize, max: usize, deadline: Deadline) -> Result<Vec<(u64, u64)>, Error> {
+        let mut msg = [0u8; 16];
+        msg[..8].copy_from_slice(&(len as u64).to_le_bytes());
+        msg[8..].copy_from_slice(&(max as u64).to_le_bytes());
+        let all = self.all_gather_raw(&msg, deadline)?;
+        Ok(all
+            .chunks_exact(16)
+            .map(|c| (le_u64(&c[..8]), le_u64(&c[8..])))
+            .collect())
+    }
+
+    fn check_usable_peer(&self, peer: u32) -> Result<(), Error> {
+        if peer >= self.world || peer == self.rank {
+            return Err(Error::InvalidArgument(format!(
+                "peer {peer} is not another rank of a group of {}",
+                self.world
+            )));
+        }
+        Ok(())
+    }
+
+    fn p2p_key(&self, src: u32, dst: u32, tag: u32, n: u64) -> String {
+        self.key(&format!("p2p/{src}-{dst}-{tag}/{n}"))
+    }
+
+    fn next_p2p(&self, recv: bool, peer: u32, tag: u32) -> u64 {
+        let mut m = self.p2p.lock().unwrap_or_else(|p| p.into_inner());
+        let n = m.entry((recv, peer, tag)).or_insert(0);
+        let cur = *n;
+        *n += 1;
+        cur
+    }
+
+    fn leave(&self, how: &[u8]) {
+        if let Err(e) = self.store.set(
+            &self.key(&format!("left/{}", self.rank)),
+            how,
+            Deadline::after(Duration::from_secs(5)),
+        ) {
+            tracing::debug!(error = %e, "cannot record leaving in the store");
+        }
+    }
+}
+
+/// A limit check every rank evaluates identically: the first sender whose
+/// length is over some rank's limit, with that limit.
+fn over_limit(rows: &[(u64, u64)]) -> Option<(u32, u64, u64)> {
+    let min_limit = rows.iter().map(|r| r.1).min()?;
+    rows.iter()
+        .enumerate()
+        .find(|(_, r)| r.0 > min_limit)
+        .map(|(i, r)| (u32::try_from(i).unwrap_or(u32::MAX), r.0, min_limit))
+}
+
+fn too_large(rank: u32, len: u64, limit: u64) -> Error {
+    Error::message_too_large(
+        rank,
+        usize::try_from(len).unwrap_or(usize::MAX),
+        usize::try_from(limit).unwrap_or(usize::MAX),
+    )
+}
+
+impl compiler_collectives_core::Transport for NcclTransport {
+    fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    fn world_size(&self) -> u32 {
+        self.world
+    }
+
+    fn backend(&self) -> &'static str {
+        "nccl"
+    }
+
+    fn all_gather(&self, data: &[u8], max_bytes: usize, deadline: Deadline) -> Result<Vec<Vec<u8>>, Error> {
+        let rows = self.lengths(data.len(), max_bytes, deadline)?;
+        if let Some((rank, len, limit)) = over_limit(&rows) {
+            return Err(too_large(rank, len, limit));
+        }
+        let longest = rows.iter().map(|r| r.0).max().unwrap_or(0);
+        // Bounded: every length is within every rank's limit (checked above).
+        let longest = usize::try_from(longest).map_err(|_| too_large(0, longest, max_bytes as u64))?;
+        if longest == 0 {
+            return Ok(vec![Vec::new(); rows.len()]);
+        }
+        let mut padded = data.to_vec();
+        padded.resize(longest, 0);
+        let all = self.all_gather_raw(&padded, deadline)?;
+        Ok(all
+            .chunks_exact(longest)
+            .zip(&rows)
+            .map(|(c, r)| c[..usize::try_from(r.0).unwrap_or(0)].to_vec())
+            .collect())
+    }
+
+    fn all_gather_fixed(&self, data: &[u8], deadline: Deadline) -> Result<Vec<u8>, Error> {
+        if data.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.all_gather_raw(data, deadline)
+    }
+
+    fn broadcast(&self, data: &[u8], root: u32, max_bytes: usize, deadline: Deadline) -> Result<Vec<u8>, Error> {
+        if root >= self.world {
+            return Err(Error::InvalidArgument(format!(
+                "root {root} is not a rank of a group of {}",
+                self.world
+            )));
+        }
+        let mine = if self.rank == root { data.len() } else { 0 };
+        let rows = self.lengths(mine, max_bytes, deadline)?;
+        let len = rows.get(root as usize).map(|r| r.0).unwrap_or(0);
+        let limit = rows.iter().map(|r| r.1).min().unwrap_or(0);
+        if len > limit {
+            return Err(too_large(root, len, limit));
+        }
+        let len = usize::try_from(len).map_err(|_| too_large(root, len, limit))?;
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        let input = if self.rank == root { data } else { &[][..] };
+        let root_int = c_int::try_from(root).unwrap_or(0);
+        self.collective("ncclBroadcast", input, len, deadline, |lib, s, r, c, st| {
+            // SAFETY: both buffers hold at least `len` bytes; comm and
+            // stream are live.
+            unsafe { lib.broadcast_bytes(s, r, len, root_int, c, st) }
+        })
+    }
+
+    fn barrier(&self, deadline: Deadline) -> Result<(), Error> {
+        self.all_gather_raw(&[1], deadline).map(|_| ())
+    }
+
+    fn send(&self, peer: u32, tag: u32, data: &[u8], deadline: Deadline) -> Result<(), Error> {
+        self.check_usable_peer(peer)?;
+        let n = self.next_p2p(false, peer, tag);
+        self.store.set(&self.p2p_key(self.rank, peer, tag, n), data, deadline)
+    }
+
+    fn recv(&self, peer: u32, tag: u32, max_bytes: usize, deadline: Deadline) -> Result<Vec<u8>, Error> {
+        self.check_usable_peer(peer)?;
+        let n = self.next_p2p(true, peer, tag);
+        let key = self.p2p_key(peer, self.rank, tag, n);
+        let v = self.store.get(&key, deadline).map_err(|e| match e {
+            Error::Timeout { waited, during, .. } => Error::Timeout {
+                missing_ranks: vec![peer],
+                waited,
+                during,
+            },
+            other => other,
+        })?;
+        let _ = self.store.delete(&key, deadline);
+        if v.len() > max_bytes {
+            return Err(Error::message_too_large(peer, v.len(), max_bytes));
+        }
+        Ok(v)
+    }
+
+    fn shutdown(&self) -> Result<(), Error> {
+        let mut inner = self.lock();
+        if inner.dead.is_none() {
+            inner.dead = Some("this rank shut its transport down".into());
+            self.leave(b"shutdown");
+        }
+        if let Some(c) = inner.comm.take() {
+            if inner.cuda.make_current().is_ok() {
+                drop(c);
+            } else {
+                c.abort();
+            }
+        }
+        Ok(())
+    }
+
+    fn abort(&self) -> Result<(), Error> {
+        let mut inner = self.lock();
+        self.leave(b"aborted");
+        inner.dead = Some("this rank aborted its transport".into());
+        if let Some(c) = inner.comm.take() {
+            let _ = inner.cuda.make_current();
+            c.abort();
+        }
+        Ok(())
+    }
+}
