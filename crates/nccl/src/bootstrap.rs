@@ -52,10 +52,7 @@ impl UniqueId {
     /// (an all-zero id is never made by NCCL and means an unset value).
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, NcclError> {
         let arr: [u8; UNIQUE_ID_BYTES] = bytes.try_into().map_err(|_| {
-            NcclError::InvalidId(format!(
-                "{} bytes, expected {UNIQUE_ID_BYTES}",
-                bytes.len()
-            ))
+            NcclError::InvalidId(format!("{} bytes, expected {UNIQUE_ID_BYTES}", bytes.len()))
         })?;
         if arr.iter().all(|b| *b == 0) {
             return Err(NcclError::InvalidId("all zero".into()));
@@ -89,7 +86,11 @@ pub fn publish_unique_id(
 /// # Errors
 /// [`Error::Timeout`] naming rank 0 when it has not published by `deadline`;
 /// [`Error::Decode`] (from rank 0) when the value is not a unique id.
-pub fn fetch_unique_id(store: &dyn Store, key: &str, deadline: Deadline) -> Result<UniqueId, Error> {
+pub fn fetch_unique_id(
+    store: &dyn Store,
+    key: &str,
+    deadline: Deadline,
+) -> Result<UniqueId, Error> {
     let bytes = store.get(key, deadline).map_err(|e| match e {
         Error::Timeout { waited, during, .. } => Error::Timeout {
             missing_ranks: vec![0],

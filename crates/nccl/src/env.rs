@@ -87,7 +87,13 @@ impl EnvConfig {
                 let port = var("MASTER_PORT").unwrap_or_else(|| "0".into());
                 let safe: String = format!("{run_id}-{port}-{restart}")
                     .chars()
-                    .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
+                    .map(|c| {
+                        if c.is_ascii_alphanumeric() || c == '-' {
+                            c
+                        } else {
+                            '_'
+                        }
+                    })
                     .collect();
                 std::env::temp_dir().join(format!("ccol-nccl-{safe}"))
             }

@@ -85,7 +85,9 @@ pub enum NcclError {
         message: String,
     },
     /// The library is older than this crate's `ncclConfig_t` layout.
-    #[error("NCCL at {path} is version code {found}; need 2.28 or newer (pip install {NCCL_WHEEL})")]
+    #[error(
+        "NCCL at {path} is version code {found}; need 2.28 or newer (pip install {NCCL_WHEEL})"
+    )]
     Version {
         /// The file.
         path: String,

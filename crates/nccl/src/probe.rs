@@ -212,7 +212,7 @@ pub fn find_library(search: &NcclSearch) -> Result<Found, NcclError> {
             Err(e) => tried.push(format!("{name} (dynamic linker): {e}")),
         }
     }
-    let mut try_dirs = |dirs: &[PathBuf], tried: &mut Vec<String>| -> Option<NcclLib> {
+    let try_dirs = |dirs: &[PathBuf], tried: &mut Vec<String>| -> Option<NcclLib> {
         for dir in dirs {
             for n in FILE_NAMES {
                 let f = dir.join(n);

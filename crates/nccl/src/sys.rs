@@ -115,12 +115,11 @@ impl NcclLib {
     pub fn open(path: &Path) -> Result<Self, NcclError> {
         // SAFETY: opening a shared object runs its initialisers; NCCL's only
         // set up its own state. The caller chose the file.
-        let lib = unsafe { libloading::Library::new(path) }.map_err(|e| {
-            NcclError::LibraryLoad {
+        let lib =
+            unsafe { libloading::Library::new(path) }.map_err(|e| NcclError::LibraryLoad {
                 path: path.display().to_string(),
                 message: e.to_string(),
-            }
-        })?;
+            })?;
         let get_version: GetVersion = symbol(&lib, path, "ncclGetVersion")?;
         let mut version: c_int = 0;
         // SAFETY: `version` is a valid out pointer.
@@ -170,9 +169,7 @@ impl NcclLib {
     /// # Errors
     /// [`NcclError::Nccl`] with NCCL's code and text (e.g. no network interface).
     pub fn unique_id(&self) -> Result<crate::UniqueId, NcclError> {
-        let mut id = ncclUniqueId {
-            internal: [0; 128],
-        };
+        let mut id = ncclUniqueId { internal: [0; 128] };
         // SAFETY: `id` is a valid, writable ncclUniqueId.
         let rc = unsafe { (self.get_unique_id)(&mut id) };
         self.check(rc, "ncclGetUniqueId", None)?;

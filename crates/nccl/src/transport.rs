@@ -269,7 +269,8 @@ impl DevBuf {
         self.release();
         let len = need.max(256).next_power_of_two();
         // SAFETY: the transport's context is current (callers).
-        self.ptr = unsafe { cu::malloc_sync(len) }.map_err(|e| NcclError::cuda("cuMemAlloc", &e))?;
+        self.ptr =
+            unsafe { cu::malloc_sync(len) }.map_err(|e| NcclError::cuda("cuMemAlloc", &e))?;
         self.len = len;
         Ok(())
     }
@@ -285,9 +286,9 @@ impl DevBuf {
     }
 
     fn as_ptr(&self) -> *mut c_void {
-        // A device address handed to NCCL as a pointer (64-bit on the
-        // targets CUDA supports).
-        self.ptr as usize as *mut c_void
+        // A device address handed to NCCL as a pointer, never dereferenced
+        // by Rust (64-bit on every target CUDA supports).
+        std::ptr::with_exposed_provenance_mut(usize::try_from(self.ptr).unwrap_or(0))
     }
 }
 
@@ -333,7 +334,8 @@ impl Cuda {
 
     fn make_current(&self) -> Result<(), NcclError> {
         // SAFETY: `ctx` is a retained primary context.
-        unsafe { cu::ctx::set_current(self.ctx) }.map_err(|e| NcclError::cuda("cuCtxSetCurrent", &e))
+        unsafe { cu::ctx::set_current(self.ctx) }
+            .map_err(|e| NcclError::cuda("cuCtxSetCurrent", &e))
     }
 
     fn nccl_stream(&self) -> cudaStream_t {
@@ -658,45 +660,132 @@ impl NcclTransport {
                 if out_len > 0 {
                     // SAFETY: the stream is idle; the receive buffer holds
                     // at least `out_len` bytes.
-                    unsafe { cu::memcpy_dtoh_async(&mut out, inner.cuda.recv.ptr, inner.cuda.stream) }
-                        .map_err(|e| {
-                            let e = NcclError::cuda("cuMemcpyDtoHAsync", &e);
-                            inner.dead = Some(e.to_string());
-                            Error::from(e)
-                        })?;
+                    unsafe {
+                        cu::memcpy_dtoh_async(&mut out, inner.cuda.recv.ptr, inner.cuda.stream)
+                    }
+                    .map_err(|e| {
+                        let e = NcclError::cuda("cuMemcpyDtoHAsync", &e);
+                        inner.dead = Some(e.to_string());
+                        Error::from(e)
+                    })?;
                 }
                 Ok(out)
             }
-            Err(fail) => {
-                let err = match &fail {
-                    WaitFail::Deadline => None,
-                    WaitFail::Nccl(code) => Some(Error::from(self.lib.error(*code, what, Some(comm)))),
-                    WaitFail::Cuda(e) => Some(Error::from(NcclError::cuda(what, e))),
-                };
-                if let Some(c) = inner.comm.take() {
-                    c.abort();
-                }
-                inner.cuda.drain_after_abort();
-                let err = err.unwrap_or_else(|| self.post_mortem_error(&op.to_string(), start));
-                inner.dead = Some(err.to_string());
-                Err(err)
-            }
+            Err(fail) => Err(self.fail_op(inner, fail, what, op, comm, start)),
         }
+    }
+
+    /// After a failed wait: aborts the communicator, lets the stream drain,
+    /// names absent ranks on a timeout, and marks the transport unusable.
+    fn fail_op(
+        &self,
+        inner: &mut Inner,
+        fail: WaitFail,
+        what: &str,
+        op: u64,
+        comm: ncclComm_t,
+        start: Instant,
+    ) -> Error {
+        let err = match &fail {
+            WaitFail::Deadline => None,
+            WaitFail::Nccl(code) => Some(Error::from(self.lib.error(*code, what, Some(comm)))),
+            WaitFail::Cuda(e) => Some(Error::from(NcclError::cuda(what, e))),
+        };
+        if let Some(c) = inner.comm.take() {
+            c.abort();
+        }
+        inner.cuda.drain_after_abort();
+        let err = err.unwrap_or_else(|| self.post_mortem_error(&op.to_string(), start));
+        inner.dead = Some(err.to_string());
+        err
+    }
+
+    /// The floor of every operation, for benchmarks: `iters` NCCL
+    /// all_gathers of `bytes` per rank between buffers already on the
+    /// device (no host copies, no lengths round), each waited for as the
+    /// transport waits. Returns each one's time. Every rank must call it
+    /// with the same arguments.
+    ///
+    /// # Errors
+    /// As [`Transport::all_gather`](compiler_collectives_core::Transport::all_gather).
+    pub fn raw_all_gather_floor(
+        &self,
+        bytes: usize,
+        iters: u32,
+        deadline: Deadline,
+    ) -> Result<Vec<Duration>, Error> {
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        if let Some(cause) = &inner.dead {
+            return Err(Error::ChannelUnusable {
+                cause: cause.clone(),
+            });
+        }
+        let Some(comm) = inner.comm.as_ref().map(Communicator::raw) else {
+            return Err(Error::ChannelUnusable {
+                cause: "the NCCL communicator was released".into(),
+            });
+        };
+        let world = self.world as usize;
+        let ready = (|| -> Result<(), NcclError> {
+            inner.cuda.make_current()?;
+            inner.cuda.send.reserve(bytes)?;
+            inner.cuda.recv.reserve(bytes.saturating_mul(world))
+        })();
+        ready?;
+        let mut times = Vec::with_capacity(iters as usize);
+        for _ in 0..iters {
+            inner.op += 1;
+            let op = inner.op;
+            let start = Instant::now();
+            // SAFETY: buffers reserved above; comm and stream are live.
+            let rc = unsafe {
+                self.lib.all_gather_bytes(
+                    inner.cuda.send.as_ptr(),
+                    inner.cuda.recv.as_ptr(),
+                    bytes,
+                    comm,
+                    inner.cuda.nccl_stream(),
+                )
+            };
+            let waited = if rc == SUCCESS || rc == IN_PROGRESS {
+                wait_ready(&self.lib, comm, deadline)
+                    .and_then(|()| inner.cuda.wait(&self.lib, comm, deadline))
+            } else {
+                Err(WaitFail::Nccl(rc))
+            };
+            if let Err(fail) = waited {
+                return Err(self.fail_op(inner, fail, "ncclAllGather", op, comm, start));
+            }
+            times.push(start.elapsed());
+        }
+        Ok(times)
     }
 
     fn all_gather_raw(&self, data: &[u8], deadline: Deadline) -> Result<Vec<u8>, Error> {
         let world = self.world as usize;
         let count = data.len();
-        self.collective("ncclAllGather", data, count * world, deadline, |lib, s, r, c, st| {
-            // SAFETY: send holds `count` bytes, recv `count * world`
-            // (reserved by `collective`); comm and stream are live.
-            unsafe { lib.all_gather_bytes(s, r, count, c, st) }
-        })
+        self.collective(
+            "ncclAllGather",
+            data,
+            count * world,
+            deadline,
+            |lib, s, r, c, st| {
+                // SAFETY: send holds `count` bytes, recv `count * world`
+                // (reserved by `collective`); comm and stream are live.
+                unsafe { lib.all_gather_bytes(s, r, count, c, st) }
+            },
+        )
     }
 
     /// The first round of `all_gather`/`broadcast`: every rank's (length,
     /// limit). Returns them, index = rank.
-    fn lengths(&self, len: usize, max: usize, deadline: Deadline) -> Result<Vec<(u64, u64)>, Error> {
+    fn lengths(
+        &self,
+        len: usize,
+        max: usize,
+        deadline: Deadline,
+    ) -> Result<Vec<(u64, u64)>, Error> {
         let mut msg = [0u8; 16];
         msg[..8].copy_from_slice(&(len as u64).to_le_bytes());
         msg[8..].copy_from_slice(&(max as u64).to_le_bytes());
@@ -771,14 +860,20 @@ impl compiler_collectives_core::Transport for NcclTransport {
         "nccl"
     }
 
-    fn all_gather(&self, data: &[u8], max_bytes: usize, deadline: Deadline) -> Result<Vec<Vec<u8>>, Error> {
+    fn all_gather(
+        &self,
+        data: &[u8],
+        max_bytes: usize,
+        deadline: Deadline,
+    ) -> Result<Vec<Vec<u8>>, Error> {
         let rows = self.lengths(data.len(), max_bytes, deadline)?;
         if let Some((rank, len, limit)) = over_limit(&rows) {
             return Err(too_large(rank, len, limit));
         }
         let longest = rows.iter().map(|r| r.0).max().unwrap_or(0);
         // Bounded: every length is within every rank's limit (checked above).
-        let longest = usize::try_from(longest).map_err(|_| too_large(0, longest, max_bytes as u64))?;
+        let longest =
+            usize::try_from(longest).map_err(|_| too_large(0, longest, max_bytes as u64))?;
         if longest == 0 {
             return Ok(vec![Vec::new(); rows.len()]);
         }
@@ -799,7 +894,13 @@ impl compiler_collectives_core::Transport for NcclTransport {
         self.all_gather_raw(data, deadline)
     }
 
-    fn broadcast(&self, data: &[u8], root: u32, max_bytes: usize, deadline: Deadline) -> Result<Vec<u8>, Error> {
+    fn broadcast(
+        &self,
+        data: &[u8],
+        root: u32,
+        max_bytes: usize,
+        deadline: Deadline,
+    ) -> Result<Vec<u8>, Error> {
         if root >= self.world {
             return Err(Error::InvalidArgument(format!(
                 "root {root} is not a rank of a group of {}",
@@ -833,10 +934,17 @@ impl compiler_collectives_core::Transport for NcclTransport {
     fn send(&self, peer: u32, tag: u32, data: &[u8], deadline: Deadline) -> Result<(), Error> {
         self.check_usable_peer(peer)?;
         let n = self.next_p2p(false, peer, tag);
-        self.store.set(&self.p2p_key(self.rank, peer, tag, n), data, deadline)
+        self.store
+            .set(&self.p2p_key(self.rank, peer, tag, n), data, deadline)
     }
 
-    fn recv(&self, peer: u32, tag: u32, max_bytes: usize, deadline: Deadline) -> Result<Vec<u8>, Error> {
+    fn recv(
+        &self,
+        peer: u32,
+        tag: u32,
+        max_bytes: usize,
+        deadline: Deadline,
+    ) -> Result<Vec<u8>, Error> {
         self.check_usable_peer(peer)?;
         let n = self.next_p2p(true, peer, tag);
         let key = self.p2p_key(peer, self.rank, tag, n);

@@ -60,7 +60,10 @@ fn probe_without_library_says_not_found_and_what_to_do() {
     assert!(tried[0].starts_with("libccol-no-such-nccl.so.2 (dynamic linker)"));
     assert!(tried[1].contains("(absent)"));
     let text = err.to_string();
-    assert!(text.contains("pip install nvidia-nccl-cu13==2.29.7"), "{text}");
+    assert!(
+        text.contains("pip install nvidia-nccl-cu13==2.29.7"),
+        "{text}"
+    );
     assert!(text.contains("CCOL_NCCL_LIB"), "{text}");
 }
 
@@ -124,7 +127,11 @@ fn unique_id_round_trip_through_a_store() {
         return;
     };
     assert!(lib.version() >= 22800, "{}", lib.version_string());
-    println!("NCCL {} from {}", lib.version_string(), lib.path().display());
+    println!(
+        "NCCL {} from {}",
+        lib.version_string(),
+        lib.path().display()
+    );
     let store = Arc::new(InProcessStore::new());
     let deadline = Deadline::after(Duration::from_secs(10));
     // The other ranks wait before rank 0 has published.
@@ -159,14 +166,17 @@ fn unique_id_round_trip_through_a_store() {
 fn fetch_times_out_naming_rank_0() {
     let store = InProcessStore::new();
     let start = Instant::now();
-    let err = fetch_unique_id(&store, "never", Deadline::after(Duration::from_millis(300)))
-        .unwrap_err();
+    let err =
+        fetch_unique_id(&store, "never", Deadline::after(Duration::from_millis(300))).unwrap_err();
     let took = start.elapsed();
     assert!(
         matches!(&err, Error::Timeout { missing_ranks, .. } if missing_ranks == &[0]),
         "{err:?}"
     );
-    assert!(took >= Duration::from_millis(300) && took < Duration::from_millis(1300), "{took:?}");
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_millis(1300),
+        "{took:?}"
+    );
 }
 
 #[test]
@@ -219,8 +229,15 @@ fn communicator_without_a_gpu_is_a_typed_nccl_error() {
         println!("blocking={blocking}: {text}");
     }
     // A rank outside the group is refused before NCCL is called.
-    let err = Communicator::init(lib, &id, 2, 2, true, Deadline::after(Duration::from_secs(1)))
-        .unwrap_err();
+    let err = Communicator::init(
+        lib,
+        &id,
+        2,
+        2,
+        true,
+        Deadline::after(Duration::from_secs(1)),
+    )
+    .unwrap_err();
     assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
 }
 
@@ -234,13 +251,8 @@ fn transport_without_a_gpu_fails_with_the_probe_error() {
         return;
     }
     let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
-    let err = NcclTransport::connect(
-        store,
-        0,
-        1,
-        &NcclOptions::default().with_lib(lib),
-    )
-    .unwrap_err();
+    let err =
+        NcclTransport::connect(store, 0, 1, &NcclOptions::default().with_lib(lib)).unwrap_err();
     let nccl = nccl_error(&err).unwrap_or_else(|| panic!("{err:?}"));
     assert!(
         matches!(nccl, NcclError::DriverNotFound | NcclError::NoDevice { .. }),
@@ -261,7 +273,13 @@ fn file_store_set_get_add_wait_delete() {
     // Concurrent adds from two handles never lose an increment.
     let handles: Vec<_> = [a.clone(), b.clone()]
         .into_iter()
-        .map(|s| std::thread::spawn(move || (0..50).for_each(|_| { s.add("n", 1, d).unwrap(); })))
+        .map(|s| {
+            std::thread::spawn(move || {
+                (0..50).for_each(|_| {
+                    s.add("n", 1, d).unwrap();
+                })
+            })
+        })
         .collect();
     for h in handles {
         h.join().unwrap();
@@ -272,7 +290,9 @@ fn file_store_set_get_add_wait_delete() {
     assert!(a.delete("x/y", d).unwrap());
     assert!(!a.delete("x/y", d).unwrap());
     let start = Instant::now();
-    let err = b.wait(&["x/y"], Deadline::after(Duration::from_millis(200))).unwrap_err();
+    let err = b
+        .wait(&["x/y"], Deadline::after(Duration::from_millis(200)))
+        .unwrap_err();
     assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
     assert!(start.elapsed() < Duration::from_millis(1200));
 }
