@@ -22,18 +22,29 @@
 //! ## Deadlines: what is guaranteed
 //! Communicators are created non-blocking (`ncclConfig_t.blocking = 0`).
 //! Every operation enqueues NCCL work on the transport's own stream, then
-//! polls the stream and `ncclCommGetAsyncError` (sleeping 50 µs – 1 ms
-//! between polls) until done or until the deadline. At the deadline the
-//! communicator is aborted (`ncclCommAbort`), so the call returns
-//! [`Error::Timeout`](compiler_collectives_core::Error::Timeout) within the
-//! deadline plus the abort's own time plus a post-mortem of at most
-//! [`NcclOptions::post_mortem`] (500 ms by default), and the transport is
-//! unusable afterwards. NCCL cannot tell which rank is missing, so after a
-//! timeout each rank writes "I arrived at operation #k" to the store and
-//! names the ranks that did not within the post-mortem window; a rank that
-//! shut down or aborted is named as lost. The process never hangs in a
-//! call of this crate; peers of a timed-out rank wait for their own
-//! deadlines (NCCL has no way to interrupt them remotely).
+//! polls the stream and `ncclCommGetAsyncError` (sleeping 20 µs – 1 ms
+//! between polls) until done or until the deadline. At the deadline this
+//! rank marks itself in the store as "blocked until its deadline", aborts
+//! the communicator (`ncclCommAbort`), gives the stream up to 500 ms to
+//! drain, and waits until [`NcclOptions::post_mortem`] (250 ms by default)
+//! after its mark for the other ranks' marks. It then returns
+//! [`Error::Timeout`](compiler_collectives_core::Error::Timeout) naming the
+//! ranks without a mark (NCCL itself cannot tell which rank is missing), or
+//! [`Error::PeerLost`](compiler_collectives_core::Error::PeerLost) when
+//! those ranks had shut down or aborted. So a call returns at most about
+//! deadline + max(abort + 500 ms, 250 ms) after it started, and the
+//! transport is unusable afterwards. A rank that was itself blocked by a
+//! third one counts as present: only ranks that never reached a blocked
+//! NCCL call are named.
+//!
+//! A rank that shuts down or aborts records that in the store; a peer whose
+//! operation has waited 20 ms checks for such records every 100 ms and
+//! fails at once with `PeerLost`, naming it. Operations that complete in
+//! time never touch the store. What is not guaranteed: a peer that hangs
+//! *inside* the CUDA driver (a crashed GPU) can still block `ncclCommAbort`;
+//! buffers of work still running 500 ms after the abort are leaked rather
+//! than freed under the kernel; and ranks with very different deadlines can
+//! name a late (not absent) rank.
 //!
 //! ```no_run
 //! use compiler_collectives_core::{Channel, Transport};

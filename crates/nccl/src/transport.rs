@@ -86,7 +86,18 @@ enum WaitFail {
     Deadline,
     Nccl(c_int),
     Cuda(cudarc::driver::DriverError),
+    /// Peers that left the group (shut down or aborted) before completing
+    /// this operation, and how the first of them left.
+    PeerLeft(Vec<u32>, PeerLoss),
 }
+
+/// What a waiting rank checks now and then: peers that left the group.
+type Watch<'a> = &'a mut dyn FnMut() -> Option<(Vec<u32>, PeerLoss)>;
+
+/// First look at the store after this long in one operation, then every
+/// [`WATCH_EVERY`]: operations that complete in time never touch the store.
+const WATCH_AFTER: Duration = Duration::from_millis(20);
+const WATCH_EVERY: Duration = Duration::from_millis(100);
 
 /// Sleeps 50 µs, doubling up to 1 ms, never past `deadline`.
 fn backoff(delay: &mut Duration, deadline: Deadline) {
@@ -207,6 +218,12 @@ impl Communicator {
             },
             WaitFail::Nccl(code) => self.lib.error(code, operation, Some(self.comm)).into(),
             WaitFail::Cuda(e) => NcclError::cuda(operation, &e).into(),
+            WaitFail::PeerLeft(ranks, reason) => Error::PeerLost {
+                ranks,
+                reason,
+                detail: String::new(),
+                during: None,
+            },
         };
         self.abort();
         err
@@ -342,11 +359,20 @@ impl Cuda {
         self.stream.cast()
     }
 
-    /// Polls the event recorded after the NCCL call, and the communicator.
-    fn wait(&self, lib: &NcclLib, comm: ncclComm_t, deadline: Deadline) -> Result<(), WaitFail> {
+    /// Polls the event recorded after the NCCL call, the communicator, and
+    /// (after [`WATCH_AFTER`], every [`WATCH_EVERY`]) `watch`.
+    fn wait(
+        &self,
+        lib: &NcclLib,
+        comm: ncclComm_t,
+        deadline: Deadline,
+        watch: Watch<'_>,
+    ) -> Result<(), WaitFail> {
         // SAFETY: event and stream belong to the current context.
         unsafe { cu::event::record(self.event, self.stream) }.map_err(WaitFail::Cuda)?;
         let mut delay = Duration::from_micros(20);
+        let start = Instant::now();
+        let mut next_watch = WATCH_AFTER;
         loop {
             // SAFETY: a live event.
             match unsafe { cu::event::query(self.event) } {
@@ -362,14 +388,20 @@ impl Cuda {
             if deadline.expired() {
                 return Err(WaitFail::Deadline);
             }
+            if start.elapsed() >= next_watch {
+                next_watch = start.elapsed() + WATCH_EVERY;
+                if let Some((ranks, how)) = watch() {
+                    return Err(WaitFail::PeerLeft(ranks, how));
+                }
+            }
             backoff(&mut delay, deadline);
         }
     }
 
-    /// After an abort: gives the stream up to 2 s to drain; marks the
+    /// After an abort: gives the stream up to 500 ms to drain; marks the
     /// resources leaked when it does not.
     fn drain_after_abort(&mut self) {
-        let until = Instant::now() + Duration::from_secs(2);
+        let until = Instant::now() + Duration::from_millis(500);
         loop {
             // SAFETY: a live event recorded after the aborted work.
             match unsafe { cu::event::query(self.event) } {
@@ -412,8 +444,10 @@ struct Inner {
     // Field order = drop order: the communicator before the CUDA resources.
     comm: Option<Communicator>,
     cuda: Cuda,
-    /// Collective operations issued so far (names post-mortem keys).
+    /// Collective operations issued so far.
     op: u64,
+    /// Collective operations completed so far (published when leaving).
+    done: u64,
     /// Why the transport can no longer be used.
     dead: Option<String>,
 }
@@ -439,9 +473,13 @@ unsafe impl Send for Inner {}
 ///   trait's send-now-receive-later contract cannot promise; the protocol
 ///   never uses them). One store `set` per message, one `get` and `delete`
 ///   per receive; per (peer, tag) in order.
-/// - `shutdown`/`abort`: mark this rank as gone in the store (a peer's
-///   post-mortem then reports it as lost) and release the communicator.
-///   Peers are not interrupted: NCCL has no remote notice.
+/// - `shutdown`/`abort`: record `left/<rank>` in the store (how, and how
+///   many operations this rank completed) and release the communicator.
+///   NCCL has no remote notice, so a peer learns it from the store: a rank
+///   whose operation has waited 20 ms looks for such keys every 100 ms and
+///   fails with [`Error::PeerLost`] (reason `Shutdown` or `Aborted`) naming
+///   the ranks that left before completing that operation. Operations that
+///   complete in time never touch the store.
 pub struct NcclTransport {
     rank: u32,
     world: u32,
@@ -530,6 +568,7 @@ impl NcclTransport {
                 comm: None,
                 cuda,
                 op: 0,
+                done: 0,
                 dead: None,
             }),
             p2p: Mutex::new(HashMap::new()),
@@ -539,7 +578,10 @@ impl NcclTransport {
                 this.lock().comm = Some(c);
                 Ok(this)
             }
-            Err(Error::Timeout { .. }) => Err(this.post_mortem_error("init", start)),
+            Err(Error::Timeout { .. }) => {
+                this.mark_timed_out(0);
+                Err(this.post_mortem(0, Instant::now(), start))
+            }
             Err(e) => Err(e),
         }
     }
@@ -555,38 +597,74 @@ impl NcclTransport {
         format!("{}/{what}", self.prefix)
     }
 
-    /// After a timeout at operation `op`: marks this rank as arrived, waits
-    /// up to the post-mortem window for the others' marks, and names the
-    /// ranks without one (as lost when they left the group, else missing).
-    fn post_mortem_error(&self, op: &str, start: Instant) -> Error {
-        let window = Deadline::after(self.post_mortem);
-        let mine = self.key(&format!("arrived/{op}/{}", self.rank));
-        if let Err(e) = self.store.set(&mine, b"1", window) {
-            tracing::debug!(error = %e, "post-mortem: cannot mark arrival");
-        }
-        let mut absent = Vec::new();
-        for r in (0..self.world).filter(|r| *r != self.rank) {
-            let k = self.key(&format!("arrived/{op}/{r}"));
-            if self.store.wait(&[k.as_str()], window).is_err() {
-                absent.push(r);
+    /// Peers that left the group (their `left/<rank>` key) without having
+    /// completed operation `op` (1-based; 0 = the bootstrap), and how the
+    /// first of them left. A key holds `shutdown <done>` or `aborted <done>`.
+    fn left_before(&self, op: u64, ranks: &[u32]) -> Option<(Vec<u32>, PeerLoss)> {
+        let mut lost = Vec::new();
+        let mut how = None;
+        for &r in ranks {
+            let key = self.key(&format!("left/{r}"));
+            let Ok(v) = self
+                .store
+                .get(&key, Deadline::after(Duration::from_millis(1)))
+            else {
+                continue;
+            };
+            let text = String::from_utf8_lossy(&v);
+            let (what, done) = text.split_once(' ').unwrap_or((&text, "0"));
+            let done: u64 = done.trim().parse().unwrap_or(0);
+            if op == 0 || done < op {
+                lost.push(r);
+                how.get_or_insert(if what == "shutdown" {
+                    PeerLoss::Shutdown
+                } else {
+                    PeerLoss::Aborted
+                });
             }
         }
-        let mut left = Vec::new();
-        let mut reason = PeerLoss::Aborted;
-        for &r in &absent {
-            let k = self.key(&format!("left/{r}"));
-            if let Ok(v) = self.store.get(&k, Deadline::after(Duration::ZERO)) {
-                if v == b"shutdown" {
-                    reason = PeerLoss::Shutdown;
-                }
-                left.push(r);
-            }
+        how.map(|h| (lost, h))
+    }
+
+    fn others(&self) -> Vec<u32> {
+        (0..self.world).filter(|r| *r != self.rank).collect()
+    }
+
+    /// Tells the other ranks' post-mortems that this rank was blocked in
+    /// NCCL until its deadline (it did arrive).
+    fn mark_timed_out(&self, op: u64) {
+        let key = self.key(&format!("timed-out/{}", self.rank));
+        let value = op.to_string();
+        if let Err(e) = self
+            .store
+            .set(&key, value.as_bytes(), Deadline::after(self.post_mortem))
+        {
+            tracing::debug!(error = %e, "post-mortem: cannot mark this rank");
         }
-        if !left.is_empty() {
+    }
+
+    /// After a timeout at operation `op` (this rank's mark set at
+    /// `marked`): waits up to the post-mortem window for the other ranks'
+    /// marks and names those without one — as lost when they left the
+    /// group, else as missing. A rank counts as present when it was blocked
+    /// in any NCCL operation until its own deadline: NCCL cannot tell which
+    /// operation a peer is in, and a peer held up by a third rank is not
+    /// the one to blame.
+    fn post_mortem(&self, op: u64, marked: Instant, start: Instant) -> Error {
+        let window = Deadline::at(marked + self.post_mortem);
+        let absent: Vec<u32> = self
+            .others()
+            .into_iter()
+            .filter(|r| {
+                let key = self.key(&format!("timed-out/{r}"));
+                self.store.wait(&[key.as_str()], window).is_err()
+            })
+            .collect();
+        if let Some((ranks, reason)) = self.left_before(op, &absent) {
             return Error::PeerLost {
-                ranks: left,
+                ranks,
                 reason,
-                detail: format!("NCCL operation #{op} could not complete"),
+                detail: format!("it left before NCCL operation #{op}"),
                 during: None,
             };
         }
@@ -649,13 +727,13 @@ impl NcclTransport {
             inner.cuda.nccl_stream(),
         );
         let waited = if rc == SUCCESS || rc == IN_PROGRESS {
-            wait_ready(&self.lib, comm, deadline)
-                .and_then(|()| inner.cuda.wait(&self.lib, comm, deadline))
+            self.wait_op(&inner.cuda, comm, op, deadline)
         } else {
             Err(WaitFail::Nccl(rc))
         };
         match waited {
             Ok(()) => {
+                inner.done = op;
                 let mut out = vec![0u8; out_len];
                 if out_len > 0 {
                     // SAFETY: the stream is idle; the receive buffer holds
@@ -676,7 +754,7 @@ impl NcclTransport {
     }
 
     /// After a failed wait: aborts the communicator, lets the stream drain,
-    /// names absent ranks on a timeout, and marks the transport unusable.
+    /// names absent or departed ranks, and marks the transport unusable.
     fn fail_op(
         &self,
         inner: &mut Inner,
@@ -686,18 +764,52 @@ impl NcclTransport {
         comm: ncclComm_t,
         start: Instant,
     ) -> Error {
-        let err = match &fail {
+        let marked = matches!(fail, WaitFail::Deadline).then(|| {
+            // Marked first, so that peers' windows see it early.
+            self.mark_timed_out(op);
+            Instant::now()
+        });
+        let err = match fail {
             WaitFail::Deadline => None,
-            WaitFail::Nccl(code) => Some(Error::from(self.lib.error(*code, what, Some(comm)))),
-            WaitFail::Cuda(e) => Some(Error::from(NcclError::cuda(what, e))),
+            WaitFail::Nccl(code) => Some(Error::from(self.lib.error(code, what, Some(comm)))),
+            WaitFail::Cuda(e) => Some(Error::from(NcclError::cuda(what, &e))),
+            WaitFail::PeerLeft(ranks, reason) => Some(Error::PeerLost {
+                ranks,
+                reason,
+                detail: format!("it left before NCCL operation #{op}"),
+                during: None,
+            }),
         };
         if let Some(c) = inner.comm.take() {
             c.abort();
         }
         inner.cuda.drain_after_abort();
-        let err = err.unwrap_or_else(|| self.post_mortem_error(&op.to_string(), start));
+        let err = match (err, marked) {
+            (Some(e), _) => e,
+            (None, Some(m)) => self.post_mortem(op, m, start),
+            (None, None) => Error::Timeout {
+                missing_ranks: Vec::new(),
+                waited: start.elapsed(),
+                during: None,
+            },
+        };
         inner.dead = Some(err.to_string());
         err
+    }
+
+    /// Waits for operation `op`, watching for peers that leave.
+    fn wait_op(
+        &self,
+        cuda: &Cuda,
+        comm: ncclComm_t,
+        op: u64,
+        deadline: Deadline,
+    ) -> Result<(), WaitFail> {
+        wait_ready(&self.lib, comm, deadline)?;
+        let others = self.others();
+        cuda.wait(&self.lib, comm, deadline, &mut || {
+            self.left_before(op, &others)
+        })
     }
 
     /// The floor of every operation, for benchmarks: `iters` NCCL
@@ -749,14 +861,14 @@ impl NcclTransport {
                 )
             };
             let waited = if rc == SUCCESS || rc == IN_PROGRESS {
-                wait_ready(&self.lib, comm, deadline)
-                    .and_then(|()| inner.cuda.wait(&self.lib, comm, deadline))
+                self.wait_op(&inner.cuda, comm, op, deadline)
             } else {
                 Err(WaitFail::Nccl(rc))
             };
             if let Err(fail) = waited {
                 return Err(self.fail_op(inner, fail, "ncclAllGather", op, comm, start));
             }
+            inner.done = op;
             times.push(start.elapsed());
         }
         Ok(times)
@@ -818,10 +930,12 @@ impl NcclTransport {
         cur
     }
 
-    fn leave(&self, how: &[u8]) {
+    /// Records in the store that this rank left after `done` operations.
+    fn leave(&self, how: &str, done: u64) {
+        let value = format!("{how} {done}");
         if let Err(e) = self.store.set(
             &self.key(&format!("left/{}", self.rank)),
-            how,
+            value.as_bytes(),
             Deadline::after(Duration::from_secs(5)),
         ) {
             tracing::debug!(error = %e, "cannot record leaving in the store");
@@ -967,7 +1081,7 @@ impl compiler_collectives_core::Transport for NcclTransport {
         let mut inner = self.lock();
         if inner.dead.is_none() {
             inner.dead = Some("this rank shut its transport down".into());
-            self.leave(b"shutdown");
+            self.leave("shutdown", inner.done);
         }
         if let Some(c) = inner.comm.take() {
             if inner.cuda.make_current().is_ok() {
@@ -981,7 +1095,7 @@ impl compiler_collectives_core::Transport for NcclTransport {
 
     fn abort(&self) -> Result<(), Error> {
         let mut inner = self.lock();
-        self.leave(b"aborted");
+        self.leave("aborted", inner.done);
         inner.dead = Some("this rank aborted its transport".into());
         if let Some(c) = inner.comm.take() {
             let _ = inner.cuda.make_current();

@@ -19,10 +19,9 @@ use std::time::Duration;
 const KILL_TRIALS: u32 = 5;
 const KILL_DEADLINE: Duration = Duration::from_secs(3);
 
-/// NCCL cannot tell peers that a rank left (no remote notice), so the two
-/// behaviours that need it are skipped with that reason; timeouts name the
-/// missing ranks through the store post-mortem.
-const HAS: &[Capability] = &[Capability::NamesMissingRanks];
+/// NCCL itself can do neither, but the transport's store does both: the
+/// post-mortem names missing ranks, `left/<rank>` keys tell waiting peers.
+const HAS: &[Capability] = Capability::ALL;
 
 fn main() {
     let code = match process::role().as_deref() {
