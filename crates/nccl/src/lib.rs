@@ -57,6 +57,7 @@
 
 mod bootstrap;
 mod env;
+mod group;
 mod probe;
 mod store;
 mod sys;

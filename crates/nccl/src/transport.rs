@@ -8,6 +8,7 @@
 //! deadline (crate docs, "Deadlines"); copy out only after the stream is
 //! idle (a device → pageable-host copy blocks the calling thread).
 
+use crate::group::GroupStore;
 use crate::sys::{self, NcclLib, IN_PROGRESS, SUCCESS};
 use crate::{NcclError, UniqueId};
 use compiler_collectives_core::{Deadline, Error, PeerLoss, Store};
@@ -484,9 +485,7 @@ pub struct NcclTransport {
     rank: u32,
     world: u32,
     lib: Arc<NcclLib>,
-    store: Arc<dyn Store>,
-    prefix: String,
-    post_mortem: Duration,
+    group: GroupStore,
     inner: Mutex<Inner>,
     p2p: Mutex<HashMap<(bool, u32, u32), u64>>,
 }
@@ -497,7 +496,7 @@ impl std::fmt::Debug for NcclTransport {
             .field("rank", &self.rank)
             .field("world", &self.world)
             .field("nccl", &self.lib.version_string())
-            .field("prefix", &self.prefix)
+            .field("prefix", &self.group.prefix)
             .finish_non_exhaustive()
     }
 }
@@ -561,9 +560,13 @@ impl NcclTransport {
             rank,
             world,
             lib,
-            store,
-            prefix: options.prefix.clone(),
-            post_mortem: options.post_mortem,
+            group: GroupStore {
+                store,
+                prefix: options.prefix.clone(),
+                rank,
+                world,
+                post_mortem: options.post_mortem,
+            },
             inner: Mutex::new(Inner {
                 comm: None,
                 cuda,
@@ -579,8 +582,8 @@ impl NcclTransport {
                 Ok(this)
             }
             Err(Error::Timeout { .. }) => {
-                this.mark_timed_out(0);
-                Err(this.post_mortem(0, Instant::now(), start))
+                this.group.mark_timed_out(0);
+                Err(this.group.post_mortem(0, Instant::now(), start))
             }
             Err(e) => Err(e),
         }
@@ -591,88 +594,6 @@ impl NcclTransport {
         // that later calls would trust (they check `dead`), so poisoning is
         // ignored.
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn key(&self, what: &str) -> String {
-        format!("{}/{what}", self.prefix)
-    }
-
-    /// Peers that left the group (their `left/<rank>` key) without having
-    /// completed operation `op` (1-based; 0 = the bootstrap), and how the
-    /// first of them left. A key holds `shutdown <done>` or `aborted <done>`.
-    fn left_before(&self, op: u64, ranks: &[u32]) -> Option<(Vec<u32>, PeerLoss)> {
-        let mut lost = Vec::new();
-        let mut how = None;
-        for &r in ranks {
-            let key = self.key(&format!("left/{r}"));
-            let Ok(v) = self
-                .store
-                .get(&key, Deadline::after(Duration::from_millis(1)))
-            else {
-                continue;
-            };
-            let text = String::from_utf8_lossy(&v);
-            let (what, done) = text.split_once(' ').unwrap_or((&text, "0"));
-            let done: u64 = done.trim().parse().unwrap_or(0);
-            if op == 0 || done < op {
-                lost.push(r);
-                how.get_or_insert(if what == "shutdown" {
-                    PeerLoss::Shutdown
-                } else {
-                    PeerLoss::Aborted
-                });
-            }
-        }
-        how.map(|h| (lost, h))
-    }
-
-    fn others(&self) -> Vec<u32> {
-        (0..self.world).filter(|r| *r != self.rank).collect()
-    }
-
-    /// Tells the other ranks' post-mortems that this rank was blocked in
-    /// NCCL until its deadline (it did arrive).
-    fn mark_timed_out(&self, op: u64) {
-        let key = self.key(&format!("timed-out/{}", self.rank));
-        let value = op.to_string();
-        if let Err(e) = self
-            .store
-            .set(&key, value.as_bytes(), Deadline::after(self.post_mortem))
-        {
-            tracing::debug!(error = %e, "post-mortem: cannot mark this rank");
-        }
-    }
-
-    /// After a timeout at operation `op` (this rank's mark set at
-    /// `marked`): waits up to the post-mortem window for the other ranks'
-    /// marks and names those without one — as lost when they left the
-    /// group, else as missing. A rank counts as present when it was blocked
-    /// in any NCCL operation until its own deadline: NCCL cannot tell which
-    /// operation a peer is in, and a peer held up by a third rank is not
-    /// the one to blame.
-    fn post_mortem(&self, op: u64, marked: Instant, start: Instant) -> Error {
-        let window = Deadline::at(marked + self.post_mortem);
-        let absent: Vec<u32> = self
-            .others()
-            .into_iter()
-            .filter(|r| {
-                let key = self.key(&format!("timed-out/{r}"));
-                self.store.wait(&[key.as_str()], window).is_err()
-            })
-            .collect();
-        if let Some((ranks, reason)) = self.left_before(op, &absent) {
-            return Error::PeerLost {
-                ranks,
-                reason,
-                detail: format!("it left before NCCL operation #{op}"),
-                during: None,
-            };
-        }
-        Error::Timeout {
-            missing_ranks: absent,
-            waited: start.elapsed(),
-            during: None,
-        }
     }
 
     /// One NCCL collective: `input` to the send buffer, `enqueue(send,
@@ -766,7 +687,7 @@ impl NcclTransport {
     ) -> Error {
         let marked = matches!(fail, WaitFail::Deadline).then(|| {
             // Marked first, so that peers' windows see it early.
-            self.mark_timed_out(op);
+            self.group.mark_timed_out(op);
             Instant::now()
         });
         let err = match fail {
@@ -786,7 +707,7 @@ impl NcclTransport {
         inner.cuda.drain_after_abort();
         let err = match (err, marked) {
             (Some(e), _) => e,
-            (None, Some(m)) => self.post_mortem(op, m, start),
+            (None, Some(m)) => self.group.post_mortem(op, m, start),
             (None, None) => Error::Timeout {
                 missing_ranks: Vec::new(),
                 waited: start.elapsed(),
@@ -806,9 +727,9 @@ impl NcclTransport {
         deadline: Deadline,
     ) -> Result<(), WaitFail> {
         wait_ready(&self.lib, comm, deadline)?;
-        let others = self.others();
+        let others = self.group.others();
         cuda.wait(&self.lib, comm, deadline, &mut || {
-            self.left_before(op, &others)
+            self.group.left_before(op, &others)
         })
     }
 
@@ -919,7 +840,7 @@ impl NcclTransport {
     }
 
     fn p2p_key(&self, src: u32, dst: u32, tag: u32, n: u64) -> String {
-        self.key(&format!("p2p/{src}-{dst}-{tag}/{n}"))
+        self.group.key(&format!("p2p/{src}-{dst}-{tag}/{n}"))
     }
 
     fn next_p2p(&self, recv: bool, peer: u32, tag: u32) -> u64 {
@@ -928,18 +849,6 @@ impl NcclTransport {
         let cur = *n;
         *n += 1;
         cur
-    }
-
-    /// Records in the store that this rank left after `done` operations.
-    fn leave(&self, how: &str, done: u64) {
-        let value = format!("{how} {done}");
-        if let Err(e) = self.store.set(
-            &self.key(&format!("left/{}", self.rank)),
-            value.as_bytes(),
-            Deadline::after(Duration::from_secs(5)),
-        ) {
-            tracing::debug!(error = %e, "cannot record leaving in the store");
-        }
     }
 }
 
@@ -1048,7 +957,8 @@ impl compiler_collectives_core::Transport for NcclTransport {
     fn send(&self, peer: u32, tag: u32, data: &[u8], deadline: Deadline) -> Result<(), Error> {
         self.check_usable_peer(peer)?;
         let n = self.next_p2p(false, peer, tag);
-        self.store
+        self.group
+            .store
             .set(&self.p2p_key(self.rank, peer, tag, n), data, deadline)
     }
 
@@ -1062,7 +972,7 @@ impl compiler_collectives_core::Transport for NcclTransport {
         self.check_usable_peer(peer)?;
         let n = self.next_p2p(true, peer, tag);
         let key = self.p2p_key(peer, self.rank, tag, n);
-        let v = self.store.get(&key, deadline).map_err(|e| match e {
+        let v = self.group.store.get(&key, deadline).map_err(|e| match e {
             Error::Timeout { waited, during, .. } => Error::Timeout {
                 missing_ranks: vec![peer],
                 waited,
@@ -1070,7 +980,7 @@ impl compiler_collectives_core::Transport for NcclTransport {
             },
             other => other,
         })?;
-        let _ = self.store.delete(&key, deadline);
+        let _ = self.group.store.delete(&key, deadline);
         if v.len() > max_bytes {
             return Err(Error::message_too_large(peer, v.len(), max_bytes));
         }
@@ -1081,7 +991,7 @@ impl compiler_collectives_core::Transport for NcclTransport {
         let mut inner = self.lock();
         if inner.dead.is_none() {
             inner.dead = Some("this rank shut its transport down".into());
-            self.leave("shutdown", inner.done);
+            self.group.leave("shutdown", inner.done);
         }
         if let Some(c) = inner.comm.take() {
             if inner.cuda.make_current().is_ok() {
@@ -1095,12 +1005,30 @@ impl compiler_collectives_core::Transport for NcclTransport {
 
     fn abort(&self) -> Result<(), Error> {
         let mut inner = self.lock();
-        self.leave("aborted", inner.done);
+        self.group.leave("aborted", inner.done);
         inner.dead = Some("this rank aborted its transport".into());
         if let Some(c) = inner.comm.take() {
             let _ = inner.cuda.make_current();
             c.abort();
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::over_limit;
+
+    #[test]
+    fn over_limit_names_the_first_sender_over_the_smallest_limit() {
+        let check = |rows: &[(u64, u64)], want: Option<(u32, u64, u64)>| {
+            assert_eq!(over_limit(rows), want, "{rows:?}");
+        };
+        check(&[(8, 32), (8, 32)], None);
+        check(&[(32, 32), (0, 32)], None);
+        // The last rank sends 64 where the others accept 32 (its own limit is 64).
+        check(&[(8, 32), (8, 32), (64, 64)], Some((2, 64, 32)));
+        check(&[(40, 64), (50, 32)], Some((0, 40, 32)));
+        check(&[], None);
     }
 }
