@@ -453,6 +453,23 @@ struct Inner {
     dead: Option<String>,
 }
 
+impl Inner {
+    /// The communicator, unless the transport failed or was shut down.
+    fn usable(&self) -> Result<ncclComm_t, Error> {
+        if let Some(cause) = &self.dead {
+            return Err(Error::ChannelUnusable {
+                cause: cause.clone(),
+            });
+        }
+        self.comm
+            .as_ref()
+            .map(Communicator::raw)
+            .ok_or_else(|| Error::ChannelUnusable {
+                cause: "the NCCL communicator was released".into(),
+            })
+    }
+}
+
 // SAFETY: the raw CUDA handles are used only under the transport's mutex,
 // with the context made current on the calling thread first.
 unsafe impl Send for Inner {}
@@ -610,16 +627,7 @@ impl NcclTransport {
         let start = Instant::now();
         let mut inner = self.lock();
         let inner = &mut *inner;
-        if let Some(cause) = &inner.dead {
-            return Err(Error::ChannelUnusable {
-                cause: cause.clone(),
-            });
-        }
-        let Some(comm) = inner.comm.as_ref().map(Communicator::raw) else {
-            return Err(Error::ChannelUnusable {
-                cause: "the NCCL communicator was released".into(),
-            });
-        };
+        let comm = inner.usable()?;
         let cuda = &mut inner.cuda;
         let prepared = (|| -> Result<(), NcclError> {
             cuda.make_current()?;
@@ -638,6 +646,32 @@ impl NcclTransport {
             inner.dead = Some(e.to_string());
             return Err(e.into());
         }
+        self.run_op(inner, comm, what, (start, deadline), enqueue)?;
+        let mut out = vec![0u8; out_len];
+        if out_len > 0 {
+            // SAFETY: the stream is idle; the receive buffer holds at least
+            // `out_len` bytes.
+            unsafe { cu::memcpy_dtoh_async(&mut out, inner.cuda.recv.ptr, inner.cuda.stream) }
+                .map_err(|e| {
+                    let e = NcclError::cuda("cuMemcpyDtoHAsync", &e);
+                    inner.dead = Some(e.to_string());
+                    Error::from(e)
+                })?;
+        }
+        Ok(out)
+    }
+
+    /// Enqueues one NCCL operation on the staging buffers and waits for it
+    /// until `deadline` (module docs); on failure the transport is left
+    /// unusable and the error counts from `start`.
+    fn run_op(
+        &self,
+        inner: &mut Inner,
+        comm: ncclComm_t,
+        what: &str,
+        (start, deadline): (Instant, Deadline),
+        enqueue: impl FnOnce(&NcclLib, *mut c_void, *mut c_void, ncclComm_t, cudaStream_t) -> c_int,
+    ) -> Result<(), Error> {
         inner.op += 1;
         let op = inner.op;
         let rc = enqueue(
@@ -655,20 +689,7 @@ impl NcclTransport {
         match waited {
             Ok(()) => {
                 inner.done = op;
-                let mut out = vec![0u8; out_len];
-                if out_len > 0 {
-                    // SAFETY: the stream is idle; the receive buffer holds
-                    // at least `out_len` bytes.
-                    unsafe {
-                        cu::memcpy_dtoh_async(&mut out, inner.cuda.recv.ptr, inner.cuda.stream)
-                    }
-                    .map_err(|e| {
-                        let e = NcclError::cuda("cuMemcpyDtoHAsync", &e);
-                        inner.dead = Some(e.to_string());
-                        Error::from(e)
-                    })?;
-                }
-                Ok(out)
+                Ok(())
             }
             Err(fail) => Err(self.fail_op(inner, fail, what, op, comm, start)),
         }
@@ -749,16 +770,7 @@ impl NcclTransport {
     ) -> Result<Vec<Duration>, Error> {
         let mut guard = self.lock();
         let inner = &mut *guard;
-        if let Some(cause) = &inner.dead {
-            return Err(Error::ChannelUnusable {
-                cause: cause.clone(),
-            });
-        }
-        let Some(comm) = inner.comm.as_ref().map(Communicator::raw) else {
-            return Err(Error::ChannelUnusable {
-                cause: "the NCCL communicator was released".into(),
-            });
-        };
+        let comm = inner.usable()?;
         let world = self.world as usize;
         let ready = (|| -> Result<(), NcclError> {
             inner.cuda.make_current()?;
@@ -768,28 +780,17 @@ impl NcclTransport {
         ready?;
         let mut times = Vec::with_capacity(iters as usize);
         for _ in 0..iters {
-            inner.op += 1;
-            let op = inner.op;
             let start = Instant::now();
-            // SAFETY: buffers reserved above; comm and stream are live.
-            let rc = unsafe {
-                self.lib.all_gather_bytes(
-                    inner.cuda.send.as_ptr(),
-                    inner.cuda.recv.as_ptr(),
-                    bytes,
-                    comm,
-                    inner.cuda.nccl_stream(),
-                )
-            };
-            let waited = if rc == SUCCESS || rc == IN_PROGRESS {
-                self.wait_op(&inner.cuda, comm, op, deadline)
-            } else {
-                Err(WaitFail::Nccl(rc))
-            };
-            if let Err(fail) = waited {
-                return Err(self.fail_op(inner, fail, "ncclAllGather", op, comm, start));
-            }
-            inner.done = op;
+            self.run_op(
+                inner,
+                comm,
+                "ncclAllGather",
+                (start, deadline),
+                |lib, s, r, c, st| {
+                    // SAFETY: buffers reserved above; comm and stream are live.
+                    unsafe { lib.all_gather_bytes(s, r, bytes, c, st) }
+                },
+            )?;
             times.push(start.elapsed());
         }
         Ok(times)
