@@ -490,7 +490,8 @@ unsafe impl Send for Inner {}
 ///   calls complete only when both sides are inside one group, which the
 ///   trait's send-now-receive-later contract cannot promise; the protocol
 ///   never uses them). One store `set` per message, one `get` and `delete`
-///   per receive; per (peer, tag) in order.
+///   per receive; per (peer, tag) in order. A message is read whole before
+///   `max_bytes` is checked (core's `Store` has no bounded read).
 /// - `shutdown`/`abort`: record `left/<rank>` in the store (how, and how
 ///   many operations this rank completed) and release the communicator.
 ///   NCCL has no remote notice, so a peer learns it from the store: a rank
@@ -797,12 +798,17 @@ impl NcclTransport {
     }
 
     fn all_gather_raw(&self, data: &[u8], deadline: Deadline) -> Result<Vec<u8>, Error> {
-        let world = self.world as usize;
         let count = data.len();
+        let total = count.checked_mul(self.world as usize).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "{count} bytes from each of {} ranks do not fit in memory",
+                self.world
+            ))
+        })?;
         self.collective(
             "ncclAllGather",
             data,
-            count * world,
+            total,
             deadline,
             |lib, s, r, c, st| {
                 // SAFETY: send holds `count` bytes, recv `count * world`
