@@ -296,3 +296,56 @@ fn file_store_set_get_add_wait_delete() {
     assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
     assert!(start.elapsed() < Duration::from_millis(1200));
 }
+
+/// cudarc's own result-level NCCL calls, which this crate does not rely on:
+/// cudarc opens NCCL only by names like `libnccl.so` (never the wheel's
+/// `libnccl.so.2`), and glibc reads `LD_LIBRARY_PATH` at start-up. So the
+/// test runs itself again with a `libnccl.so` link in a temporary directory
+/// on `LD_LIBRARY_PATH`; there cudarc finds NCCL, makes a unique id, and
+/// its `comm_init_rank` without a GPU fails with `ncclUnhandledCudaError`.
+#[test]
+fn cudarc_result_level_init_without_a_gpu() {
+    const CHILD: &str = "CCOL_CUDARC_CHILD";
+    if std::env::var_os(CHILD).is_some() {
+        // SAFETY: only probes whether the library opens.
+        assert!(unsafe { cudarc::nccl::sys::is_culib_present() });
+        let id = cudarc::nccl::result::get_uniqueid().expect("unique id");
+        let mut comm = std::mem::MaybeUninit::uninit();
+        // SAFETY: `comm` is a valid out pointer; with no GPU NCCL fails
+        // before writing a communicator.
+        let res = unsafe { cudarc::nccl::result::comm_init_rank(comm.as_mut_ptr(), 1, id, 0) };
+        let err = res.err().expect("no GPU: the init must fail");
+        assert_eq!(
+            err.0,
+            cudarc::nccl::sys::ncclResult_t::ncclUnhandledCudaError
+        );
+        println!("CUDARC-CHILD-OK");
+        return;
+    }
+    let Some(lib) = lib_or_skip("cudarc_result_level_init_without_a_gpu") else {
+        return;
+    };
+    if let Ok(n) = device_count() {
+        println!("skipped: this machine has {n} GPU(s)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let target = std::fs::canonicalize(lib.path()).unwrap();
+    std::os::unix::fs::symlink(&target, dir.path().join("libnccl.so")).unwrap();
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "cudarc_result_level_init_without_a_gpu",
+            "--nocapture",
+        ])
+        .env(CHILD, "1")
+        .env("LD_LIBRARY_PATH", dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("CUDARC-CHILD-OK"),
+        "child: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
