@@ -100,7 +100,7 @@ fn symbol<T: Copy>(lib: &libloading::Library, path: &Path, name: &str) -> Result
         .map(|s| *s)
         .map_err(|e| NcclError::LibraryLoad {
             path: path.display().to_string(),
-            message: format!("missing entry point {name}: {e}"),
+            message: format!("missing entry point {name}: {}", load_text(&e)),
         })
 }
 
@@ -118,7 +118,7 @@ impl NcclLib {
         let lib =
             unsafe { libloading::Library::new(path) }.map_err(|e| NcclError::LibraryLoad {
                 path: path.display().to_string(),
-                message: e.to_string(),
+                message: load_text(&e),
             })?;
         let get_version: GetVersion = symbol(&lib, path, "ncclGetVersion")?;
         let mut version: c_int = 0;
@@ -310,6 +310,19 @@ impl NcclLib {
             )
         }
     }
+}
+
+/// The loader's message with its causes (libloading keeps dlerror's text
+/// in the source).
+fn load_text(e: &libloading::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
 }
 
 /// Copies a C string NCCL returned (null gives "").

@@ -349,3 +349,68 @@ fn cudarc_result_level_init_without_a_gpu() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The default probe in an environment that names no NCCL anywhere (no
+/// variable, an empty cache and home, no Python): "not found", listing the
+/// places tried, no panic. Runs in a child process so the environment is
+/// its own.
+#[test]
+fn default_probe_without_any_nccl_says_not_found() {
+    const CHILD: &str = "CCOL_PROBE_CHILD";
+    if std::env::var_os(CHILD).is_some() {
+        // A system-wide NCCL (ld cache) would be found by name: nothing to
+        // test then. (Checked here: in the parent a library loaded by path
+        // answers to its soname.)
+        // SAFETY: opening the library runs only its initialisers.
+        if unsafe { libloading::Library::new("libnccl.so.2") }.is_ok() {
+            println!("PROBE-CHILD-SKIP a system-wide libnccl.so.2 is on the linker path");
+            return;
+        }
+        let err = compiler_collectives_nccl::probe().expect_err("nothing to find");
+        let NcclError::LibraryNotFound { tried } = &err else {
+            panic!("expected LibraryNotFound, got {err:?}");
+        };
+        assert!(
+            tried
+                .iter()
+                .any(|t| t.starts_with("libnccl.so.2 (dynamic linker)")),
+            "{tried:?}"
+        );
+        assert!(
+            tried
+                .iter()
+                .any(|t| t.contains("site-packages reported by")),
+            "{tried:?}"
+        );
+        println!("PROBE-CHILD-OK {err}");
+        return;
+    }
+    let empty = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "default_probe_without_any_nccl_says_not_found",
+            "--nocapture",
+        ])
+        .env(CHILD, "1")
+        .env_remove("CCOL_NCCL_LIB")
+        .env_remove("VIRTUAL_ENV")
+        .env_remove("CONDA_PREFIX")
+        .env_remove("CCOL_TORCH_PYTHON")
+        .env_remove("LD_LIBRARY_PATH")
+        .env("CCOL_CACHE", empty.path())
+        .env("HOME", empty.path())
+        .env("CCOL_PYTHON", empty.path().join("no-python"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if let Some(line) = stdout.lines().find(|l| l.starts_with("PROBE-CHILD-SKIP")) {
+        println!("skipped: {}", &line["PROBE-CHILD-SKIP ".len()..]);
+        return;
+    }
+    assert!(
+        out.status.success() && stdout.contains("PROBE-CHILD-OK"),
+        "child: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
