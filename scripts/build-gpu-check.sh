@@ -15,6 +15,8 @@ cd "$(dirname "$0")/.."
 out="${1:-$CARGO_TARGET_DIR/gpu-check}"
 mkdir -p "$out"
 pkg=compiler-collectives-nccl
+# Small binaries (about 5 MB each instead of 20): no debug info, stripped.
+export CARGO_PROFILE_RELEASE_DEBUG=0 CARGO_PROFILE_RELEASE_STRIP=symbols
 echo "building $pkg tests and benchmark (release)" >&2
 cargo build --release --quiet -p "$pkg" --example nccl_bench
 cp "$CARGO_TARGET_DIR/release/examples/nccl_bench" "$out/nccl_bench"
