@@ -9,6 +9,9 @@ apt_install libgloo-dev redis-server
 # The pinned torch (outside the checkout): torchrun and libtorch for the tests
 # that need them.
 eval "$(scripts/setup-torch.sh)"
+# NCCL 2.29.7 (pip wheel; the torch set-up's copy when present) for the nccl
+# crate's tests: real unique ids and communicator errors without a GPU.
+eval "$(scripts/setup-nccl.sh)"
 # Backends this script installs must not be skipped by their tests for being
 # missing. (A behaviour an engine cannot show — c10d cannot interrupt peers
 # blocked inside a collective — is skipped with its reason printed.)
@@ -31,6 +34,8 @@ fi
 grep -q '^#!\[forbid(unsafe_code)\]' crates/core/src/lib.rs || { echo "core must forbid unsafe code" >&2; exit 1; }
 echo "== cargo test (default members: no native libraries needed)"
 cargo test --quiet 2>&1
+echo "== cargo test: NCCL backend (CPU tests; the GPU suite says why it skips without GPUs)"
+cargo test --quiet -p compiler-collectives-nccl 2>&1
 echo "== cargo test: Gloo backend (real processes, redis, torchrun)"
 cargo test --quiet -p compiler-collectives-gloo 2>&1
 echo "== cargo test: ccol demo over Gloo"

@@ -7,7 +7,7 @@
 //! |---|---|---|
 //! | *(none)* | in-process (threads), for tests and simulations | available |
 //! | `gloo` | Gloo over TCP, CPU (module `gloo`; needs `libgloo-dev`) | available |
-//! | `nccl` | NCCL via cudarc, GPU | planned |
+//! | `nccl` | NCCL via cudarc, GPU (module `nccl`; CUDA and NCCL loaded at run time) | available |
 //! | `tch` | libtorch c10d process groups | planned |
 //!
 //! ```
@@ -24,3 +24,7 @@ pub use compiler_collectives_core::*;
 /// The Gloo transport (feature `gloo`).
 #[cfg(feature = "gloo")]
 pub use compiler_collectives_gloo as gloo;
+
+/// The NCCL transport (feature `nccl`).
+#[cfg(feature = "nccl")]
+pub use compiler_collectives_nccl as nccl;

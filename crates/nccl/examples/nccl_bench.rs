@@ -1,0 +1,289 @@
+//! Exchange latency over NCCL against the floor: a raw NCCL all_gather of
+//! the same bytes between buffers already on the device.
+//!
+//! `nccl_bench --world N [--iters 200] [--sizes 16,4096,65536]` starts N
+//! rank processes of itself (one GPU each; ranks meet in a `FileStore` in a
+//! temporary directory), and rank 0 prints one line per measurement:
+//!
+//! `RESULT <world> <op> <bytes> <p50 µs> <p90 µs> <raw p50 µs>`
+//!
+//! where op is `raw_all_gather` (the floor), `all_gather_fixed` (one round
+//! with host copies), `all_gather` (lengths round + padded round),
+//! `exchange_fast` (all ranks agree: one 32-byte digest round) and
+//! `exchange_full` (ranks differ: digest round, then the envelopes), and
+//! "raw" is the floor for the bytes that operation gathers per rank.
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use compiler_collectives_core::shapes::{FrameState, Observation};
+use compiler_collectives_core::{Channel, ChannelOptions, Deadline, Transport};
+use compiler_collectives_nccl::{FileStore, NcclOptions, NcclTransport};
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Parser, Debug, Clone)]
+#[command(about = "NCCL exchange latency against a raw NCCL all_gather")]
+struct Args {
+    /// Number of ranks (one GPU each).
+    #[arg(long, default_value_t = 1)]
+    world: u32,
+    /// Timed iterations per measurement (after 20 warm-up ones).
+    #[arg(long, default_value_t = 200)]
+    iters: u32,
+    /// Payload sizes in bytes per rank for the all_gather rows.
+    #[arg(long, value_delimiter = ',', default_value = "16,4096,65536")]
+    sizes: Vec<usize>,
+}
+
+const RANK_ENV: &str = "CCOL_BENCH_RANK";
+const DIR_ENV: &str = "CCOL_BENCH_DIR";
+const WARMUP: u32 = 20;
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    match std::env::var(RANK_ENV) {
+        Ok(rank) => rank_main(&args, rank.parse().context("rank")?),
+        Err(_) => driver(&args),
+    }
+}
+
+fn driver(args: &Args) -> Result<()> {
+    let found = compiler_collectives_nccl::probe()?;
+    if args.world as usize > found.devices {
+        bail!(
+            "--world {} needs {} GPUs (NCCL refuses two ranks on one GPU); this machine has {}",
+            args.world,
+            args.world,
+            found.devices
+        );
+    }
+    let dir = tempfile::tempdir()?;
+    let exe = std::env::current_exe()?;
+    let mut children = Vec::new();
+    for r in 0..args.world {
+        children.push(
+            Command::new(&exe)
+                .args(std::env::args().skip(1))
+                .env(RANK_ENV, r.to_string())
+                .env(DIR_ENV, dir.path())
+                .stdout(if r == 0 {
+                    Stdio::piped()
+                } else {
+                    Stdio::null()
+                })
+                .spawn()?,
+        );
+    }
+    if let Some(out) = children.first_mut().and_then(|c| c.stdout.take()) {
+        for line in BufReader::new(out).lines() {
+            println!("{}", line?);
+        }
+    }
+    let mut failed = Vec::new();
+    for (r, mut c) in children.into_iter().enumerate() {
+        if !c.wait()?.success() {
+            failed.push(r);
+        }
+    }
+    if !failed.is_empty() {
+        bail!("ranks {failed:?} failed");
+    }
+    Ok(())
+}
+
+/// Delegates to NCCL and remembers how many bytes the last variable-length
+/// all_gather carried per rank (the exchange's envelope size).
+#[derive(Debug)]
+struct Counting(Arc<NcclTransport>, AtomicUsize);
+
+impl Transport for Counting {
+    fn rank(&self) -> u32 {
+        self.0.rank()
+    }
+    fn world_size(&self) -> u32 {
+        self.0.world_size()
+    }
+    fn backend(&self) -> &'static str {
+        self.0.backend()
+    }
+    fn all_gather(
+        &self,
+        data: &[u8],
+        max_bytes: usize,
+        deadline: Deadline,
+    ) -> compiler_collectives_core::Result<Vec<Vec<u8>>> {
+        let out = self.0.all_gather(data, max_bytes, deadline)?;
+        let longest = out.iter().map(Vec::len).max().unwrap_or(0);
+        self.1.store(longest, Ordering::Relaxed);
+        Ok(out)
+    }
+    fn all_gather_fixed(
+        &self,
+        data: &[u8],
+        deadline: Deadline,
+    ) -> compiler_collectives_core::Result<Vec<u8>> {
+        self.0.all_gather_fixed(data, deadline)
+    }
+    fn broadcast(
+        &self,
+        data: &[u8],
+        root: u32,
+        max_bytes: usize,
+        deadline: Deadline,
+    ) -> compiler_collectives_core::Result<Vec<u8>> {
+        self.0.broadcast(data, root, max_bytes, deadline)
+    }
+    fn barrier(&self, deadline: Deadline) -> compiler_collectives_core::Result<()> {
+        self.0.barrier(deadline)
+    }
+    fn send(
+        &self,
+        peer: u32,
+        tag: u32,
+        data: &[u8],
+        deadline: Deadline,
+    ) -> compiler_collectives_core::Result<()> {
+        self.0.send(peer, tag, data, deadline)
+    }
+    fn recv(
+        &self,
+        peer: u32,
+        tag: u32,
+        max_bytes: usize,
+        deadline: Deadline,
+    ) -> compiler_collectives_core::Result<Vec<u8>> {
+        self.0.recv(peer, tag, max_bytes, deadline)
+    }
+    fn shutdown(&self) -> compiler_collectives_core::Result<()> {
+        self.0.shutdown()
+    }
+}
+
+/// The `pct`-th percentile in µs (nearest rank).
+fn percentile(times: &mut [Duration], pct: usize) -> f64 {
+    times.sort_unstable();
+    if times.is_empty() {
+        return 0.0;
+    }
+    let last = times.len() - 1;
+    let i = (last * pct + 50) / 100;
+    times[i.min(last)].as_secs_f64() * 1e6
+}
+
+/// Times `iters` calls after the warm-up ones.
+fn time(iters: u32, mut f: impl FnMut() -> Result<()>) -> Result<Vec<Duration>> {
+    for _ in 0..WARMUP {
+        f()?;
+    }
+    let mut out = Vec::with_capacity(iters as usize);
+    for _ in 0..iters {
+        let t = Instant::now();
+        f()?;
+        out.push(t.elapsed());
+    }
+    Ok(out)
+}
+
+fn rank_main(args: &Args, rank: u32) -> Result<()> {
+    let dir = std::env::var(DIR_ENV).context(DIR_ENV)?;
+    let store = Arc::new(FileStore::new(dir)?);
+    let opts = NcclOptions::default()
+        .with_device(rank as usize)
+        .with_connect_timeout(Duration::from_secs(120));
+    let t = Arc::new(NcclTransport::connect(store, rank, args.world, &opts)?);
+    let deadline = || Deadline::after(Duration::from_secs(60));
+    let mut rows: Vec<(&str, usize, Vec<Duration>)> = Vec::new();
+    let raw = |bytes: usize| -> Result<Vec<Duration>> {
+        t.raw_all_gather_floor(bytes, WARMUP, deadline())?;
+        Ok(t.raw_all_gather_floor(bytes, args.iters, deadline())?)
+    };
+    let mut floors: Vec<(usize, f64)> = Vec::new();
+    let mut floor = |bytes: usize, raw_times: Option<Vec<Duration>>| -> Result<f64> {
+        if let Some(f) = floors.iter().find(|f| f.0 == bytes) {
+            return Ok(f.1);
+        }
+        let mut times = match raw_times {
+            Some(t) => t,
+            None => raw(bytes)?,
+        };
+        let p50 = percentile(&mut times, 50);
+        floors.push((bytes, p50));
+        Ok(p50)
+    };
+    for &bytes in &args.sizes {
+        let data = vec![u8::try_from(rank % 251).unwrap_or(0); bytes];
+        rows.push(("raw_all_gather", bytes, raw(bytes)?));
+        rows.push((
+            "all_gather_fixed",
+            bytes,
+            time(args.iters, || {
+                Ok(t.all_gather_fixed(&data, deadline()).map(|_| ())?)
+            })?,
+        ));
+        rows.push((
+            "all_gather",
+            bytes,
+            time(args.iters, || {
+                Ok(t.all_gather(&data, bytes, deadline()).map(|_| ())?)
+            })?,
+        ));
+    }
+    let counting = Arc::new(Counting(Arc::clone(&t), AtomicUsize::new(0)));
+    let mut ch = Channel::with_options(
+        counting.clone(),
+        ChannelOptions::default().with_timeout(Duration::from_secs(60)),
+    )?;
+    let mut same = FrameState::new();
+    same.record("x", &Observation::tensor([16, 10]));
+    rows.push((
+        "exchange_fast",
+        compiler_collectives_core::envelope::DIGEST_MSG_LEN,
+        time(args.iters, || {
+            Ok(ch.exchange("bench", "", &same).map(|_| ())?)
+        })?,
+    ));
+    let mut differ = FrameState::new();
+    differ.record("x", &Observation::tensor([16 + u64::from(rank), 10]));
+    let full = time(args.iters, || {
+        Ok(ch.exchange("bench", "", &differ).map(|_| ())?)
+    })?;
+    // One process of a world of 1 always takes the fast path.
+    let envelope = counting.1.load(Ordering::Relaxed);
+    rows.push(("exchange_full", envelope.max(1), full));
+    let mut table = Vec::new();
+    for (op, bytes, mut times) in rows {
+        let p50 = percentile(&mut times, 50);
+        let p90 = percentile(&mut times, 90);
+        let f = floor(bytes, (op == "raw_all_gather").then(|| times.clone()))?;
+        table.push((op, bytes, p50, p90, f));
+    }
+    ch.shutdown()?;
+    if rank == 0 {
+        println!(
+            "{:>5} {:>18} {:>8} {:>10} {:>10} {:>12}",
+            "world", "op", "bytes", "p50 µs", "p90 µs", "raw p50 µs"
+        );
+    }
+    let mut lines = Vec::new();
+    for (op, bytes, p50, p90, f) in table {
+        lines.push(format!(
+            "RESULT {} {op} {bytes} {p50:.1} {p90:.1} {f:.1}",
+            args.world
+        ));
+        if rank == 0 {
+            println!(
+                "{:>5} {op:>18} {bytes:>8} {p50:>10.1} {p90:>10.1} {f:>12.1}",
+                args.world
+            );
+        }
+    }
+    if rank == 0 {
+        for l in lines {
+            println!("{l}");
+        }
+    }
+    Ok(())
+}

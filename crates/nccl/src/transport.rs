@@ -1,0 +1,1041 @@
+//! [`NcclTransport`]: core's `Transport` over one NCCL communicator per
+//! rank, and [`Communicator`], the owned communicator handle.
+//!
+//! Bytes are staged through two device buffers per transport (grown on
+//! demand, never shrunk). Every collective: copy in (host → device), enqueue
+//! the NCCL call on the transport's own non-blocking stream, record an
+//! event, then poll the event and `ncclCommGetAsyncError` until done or the
+//! deadline (crate docs, "Deadlines"); copy out only after the stream is
+//! idle (a device → pageable-host copy blocks the calling thread).
+
+use crate::group::GroupStore;
+use crate::sys::{self, NcclLib, IN_PROGRESS, SUCCESS};
+use crate::{NcclError, UniqueId};
+use compiler_collectives_core::{Deadline, Error, PeerLoss, Store};
+use cudarc::driver::{result as cu, sys as cusys};
+use cudarc::nccl::sys::{cudaStream_t, ncclComm_t};
+use std::collections::HashMap;
+use std::ffi::{c_int, c_void};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// Knobs of [`NcclTransport::connect`]. Additive: build with
+/// `NcclOptions::default().with_…`.
+#[derive(Clone, Debug)]
+pub struct NcclOptions {
+    /// CUDA device ordinal of this rank (default: `LOCAL_RANK`, else 0).
+    pub device: Option<usize>,
+    /// Deadline of the bootstrap: fetching the unique id and creating the
+    /// communicator (default 300 s, like an exchange).
+    pub connect_timeout: Duration,
+    /// How long, after a timeout, a rank waits for the others' arrival
+    /// marks in the store before naming the absent ones (default 250 ms).
+    pub post_mortem: Duration,
+    /// Prefix of every store key of this group (default `ccol/nccl`).
+    pub prefix: String,
+    /// The NCCL library to use (default: [`crate::library`]).
+    pub lib: Option<Arc<NcclLib>>,
+}
+
+impl Default for NcclOptions {
+    fn default() -> Self {
+        NcclOptions {
+            device: None,
+            connect_timeout: Duration::from_secs(300),
+            post_mortem: Duration::from_millis(250),
+            prefix: "ccol/nccl".into(),
+            lib: None,
+        }
+    }
+}
+
+impl NcclOptions {
+    /// Sets the device ordinal.
+    #[must_use]
+    pub fn with_device(mut self, device: usize) -> Self {
+        self.device = Some(device);
+        self
+    }
+    /// Sets the bootstrap deadline.
+    #[must_use]
+    pub fn with_connect_timeout(mut self, t: Duration) -> Self {
+        self.connect_timeout = t;
+        self
+    }
+    /// Sets the post-mortem window.
+    #[must_use]
+    pub fn with_post_mortem(mut self, t: Duration) -> Self {
+        self.post_mortem = t;
+        self
+    }
+    /// Sets the key prefix.
+    #[must_use]
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+    /// Uses this NCCL library.
+    #[must_use]
+    pub fn with_lib(mut self, lib: Arc<NcclLib>) -> Self {
+        self.lib = Some(lib);
+        self
+    }
+}
+
+/// How a wait on NCCL work ended badly.
+enum WaitFail {
+    Deadline,
+    Nccl(c_int),
+    Cuda(cudarc::driver::DriverError),
+    /// Peers that left the group (shut down or aborted) before completing
+    /// this operation, and how the first of them left.
+    PeerLeft(Vec<u32>, PeerLoss),
+}
+
+/// What a waiting rank checks now and then: peers that left the group.
+type Watch<'a> = &'a mut dyn FnMut() -> Option<(Vec<u32>, PeerLoss)>;
+
+/// First look at the store after this long in one operation, then every
+/// [`WATCH_EVERY`]: operations that complete in time never touch the store.
+const WATCH_AFTER: Duration = Duration::from_millis(20);
+const WATCH_EVERY: Duration = Duration::from_millis(100);
+
+/// Sleeps 50 µs, doubling up to 1 ms, never past `deadline`.
+fn backoff(delay: &mut Duration, deadline: Deadline) {
+    std::thread::sleep((*delay).min(deadline.remaining()));
+    *delay = (*delay * 2).min(Duration::from_millis(1));
+}
+
+/// Polls a non-blocking communicator until it leaves `ncclInProgress`.
+fn wait_ready(lib: &NcclLib, comm: ncclComm_t, deadline: Deadline) -> Result<(), WaitFail> {
+    let mut delay = Duration::from_micros(50);
+    loop {
+        // SAFETY: `comm` is live (callers hold it and have not aborted it).
+        match unsafe { lib.async_error(comm) } {
+            SUCCESS => return Ok(()),
+            IN_PROGRESS => {}
+            code => return Err(WaitFail::Nccl(code)),
+        }
+        if deadline.expired() {
+            return Err(WaitFail::Deadline);
+        }
+        backoff(&mut delay, deadline);
+    }
+}
+
+/// One NCCL communicator, owned. Drop finalizes and destroys it (bounded:
+/// after 5 s of a finalize that does not complete, it aborts instead);
+/// Drop never panics.
+pub struct Communicator {
+    lib: Arc<NcclLib>,
+    comm: ncclComm_t,
+}
+
+// SAFETY: an NCCL communicator may be used from any thread as long as calls
+// are not concurrent; `Communicator` is only reached through `&mut` or a
+// `Mutex` in this crate.
+unsafe impl Send for Communicator {}
+
+impl std::fmt::Debug for Communicator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Communicator")
+            .field("comm", &self.comm)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Communicator {
+    /// Creates this rank's communicator with `ncclCommInitRankConfig`
+    /// (non-blocking unless `blocking`), polling until it is ready or
+    /// `deadline`, when it is aborted.
+    ///
+    /// This is the result-level call: it needs no CUDA stream, and the
+    /// calling thread's current CUDA device is the one used. On a machine
+    /// without a GPU it returns NCCL's `ncclUnhandledCudaError`.
+    ///
+    /// # Errors
+    /// [`Error::Backend`] with [`NcclError::Nccl`] (code and last-error
+    /// text); [`Error::Timeout`] (no ranks named) at the deadline;
+    /// [`Error::InvalidArgument`] for `rank >= world`.
+    pub fn init(
+        lib: Arc<NcclLib>,
+        id: &UniqueId,
+        world: u32,
+        rank: u32,
+        blocking: bool,
+        deadline: Deadline,
+    ) -> Result<Self, Error> {
+        if rank >= world {
+            return Err(Error::InvalidArgument(format!(
+                "rank {rank} is not below world size {world}"
+            )));
+        }
+        let to_int = |v: u32| {
+            c_int::try_from(v)
+                .map_err(|_| Error::InvalidArgument(format!("{v} does not fit NCCL's int")))
+        };
+        let mut config = sys::config(blocking);
+        let mut comm: ncclComm_t = std::ptr::null_mut();
+        let start = Instant::now();
+        // SAFETY: `comm` and `config` are valid for the call; NCCL copies
+        // the config.
+        let rc = unsafe {
+            lib.init_rank_config(
+                &mut comm,
+                to_int(world)?,
+                id.to_raw(),
+                to_int(rank)?,
+                &mut config,
+            )
+        };
+        if rc != SUCCESS && rc != IN_PROGRESS {
+            let err = lib.error(rc, "ncclCommInitRankConfig", None);
+            if !comm.is_null() {
+                // SAFETY: NCCL handed out this communicator; it is freed here
+                // and never used again.
+                unsafe { lib.abort(comm) };
+            }
+            return Err(err.into());
+        }
+        let this = Communicator { lib, comm };
+        match wait_ready(&this.lib, this.comm, deadline) {
+            Ok(()) => Ok(this),
+            Err(fail) => Err(this.fail(fail, "ncclCommInitRankConfig", start)),
+        }
+    }
+
+    /// The raw handle.
+    pub fn raw(&self) -> ncclComm_t {
+        self.comm
+    }
+
+    /// Aborts after a failed wait and turns it into an error.
+    fn fail(self, fail: WaitFail, operation: &str, start: Instant) -> Error {
+        let err = match fail {
+            WaitFail::Deadline => Error::Timeout {
+                missing_ranks: Vec::new(),
+                waited: start.elapsed(),
+                during: None,
+            },
+            WaitFail::Nccl(code) => self.lib.error(code, operation, Some(self.comm)).into(),
+            WaitFail::Cuda(e) => NcclError::cuda(operation, &e).into(),
+            WaitFail::PeerLeft(ranks, reason) => Error::PeerLost {
+                ranks,
+                reason,
+                detail: String::new(),
+                during: None,
+            },
+        };
+        self.abort();
+        err
+    }
+
+    /// `ncclCommAbort`: frees the communicator at once, interrupting NCCL
+    /// work in flight. Peers blocked in a collective with this rank are not
+    /// told (they reach their own deadlines).
+    pub fn abort(mut self) {
+        // SAFETY: the communicator is live; the handle is cleared so Drop
+        // does not free it again.
+        let rc = unsafe { self.lib.abort(self.comm) };
+        self.comm = std::ptr::null_mut();
+        if rc != SUCCESS && rc != IN_PROGRESS {
+            tracing::debug!(code = rc, "ncclCommAbort failed");
+        }
+    }
+}
+
+impl Drop for Communicator {
+    fn drop(&mut self) {
+        if self.comm.is_null() {
+            return;
+        }
+        let deadline = Deadline::after(Duration::from_secs(5));
+        // SAFETY: the communicator is live until the destroy/abort below.
+        let rc = unsafe { self.lib.finalize(self.comm) };
+        let finalized = (rc == SUCCESS || rc == IN_PROGRESS)
+            && wait_ready(&self.lib, self.comm, deadline).is_ok();
+        // SAFETY: freed exactly once, never used again.
+        let rc = unsafe {
+            if finalized {
+                self.lib.destroy(self.comm)
+            } else {
+                self.lib.abort(self.comm)
+            }
+        };
+        if rc != SUCCESS && rc != IN_PROGRESS {
+            tracing::debug!(code = rc, "releasing the NCCL communicator failed");
+        }
+    }
+}
+
+/// A device buffer from `cuMemAlloc`.
+struct DevBuf {
+    ptr: cusys::CUdeviceptr,
+    len: usize,
+}
+
+impl DevBuf {
+    const fn empty() -> Self {
+        DevBuf { ptr: 0, len: 0 }
+    }
+
+    /// Makes room for `need` bytes (at least 1). The context must be current.
+    fn reserve(&mut self, need: usize) -> Result<(), NcclError> {
+        if self.len >= need.max(1) {
+            return Ok(());
+        }
+        self.release();
+        let len = need.max(256).next_power_of_two();
+        // SAFETY: the transport's context is current (callers).
+        self.ptr =
+            unsafe { cu::malloc_sync(len) }.map_err(|e| NcclError::cuda("cuMemAlloc", &e))?;
+        self.len = len;
+        Ok(())
+    }
+
+    fn release(&mut self) {
+        if self.len > 0 {
+            // SAFETY: allocated by `reserve`, not in use (the stream is idle).
+            if let Err(e) = unsafe { cu::free_sync(self.ptr) } {
+                tracing::debug!(error = %e, "cuMemFree failed");
+            }
+        }
+        *self = DevBuf::empty();
+    }
+
+    fn as_ptr(&self) -> *mut c_void {
+        // A device address handed to NCCL as a pointer, never dereferenced
+        // by Rust (64-bit on every target CUDA supports).
+        std::ptr::with_exposed_provenance_mut(usize::try_from(self.ptr).unwrap_or(0))
+    }
+}
+
+/// The CUDA side: primary context, stream, event, staging buffers.
+struct Cuda {
+    device: cusys::CUdevice,
+    ctx: cusys::CUcontext,
+    stream: cusys::CUstream,
+    event: cusys::CUevent,
+    send: DevBuf,
+    recv: DevBuf,
+    /// Set when work may still be running after an abort: then nothing is
+    /// freed (freeing memory a kernel still touches is worse than a leak).
+    leaked: bool,
+}
+
+impl Cuda {
+    fn new(ordinal: usize) -> Result<Self, NcclError> {
+        let ord = c_int::try_from(ordinal).map_err(|_| NcclError::DeviceOutOfRange {
+            device: ordinal,
+            count: 0,
+        })?;
+        let device = cu::device::get(ord).map_err(|e| NcclError::cuda("cuDeviceGet", &e))?;
+        // SAFETY: `device` came from cuDeviceGet.
+        let ctx = unsafe { cu::primary_ctx::retain(device) }
+            .map_err(|e| NcclError::cuda("cuDevicePrimaryCtxRetain", &e))?;
+        let mut this = Cuda {
+            device,
+            ctx,
+            stream: std::ptr::null_mut(),
+            event: std::ptr::null_mut(),
+            send: DevBuf::empty(),
+            recv: DevBuf::empty(),
+            leaked: false,
+        };
+        this.make_current()?;
+        this.stream = cu::stream::create(cu::stream::StreamKind::NonBlocking)
+            .map_err(|e| NcclError::cuda("cuStreamCreate", &e))?;
+        this.event = cu::event::create(cusys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
+            .map_err(|e| NcclError::cuda("cuEventCreate", &e))?;
+        Ok(this)
+    }
+
+    fn make_current(&self) -> Result<(), NcclError> {
+        // SAFETY: `ctx` is a retained primary context.
+        unsafe { cu::ctx::set_current(self.ctx) }
+            .map_err(|e| NcclError::cuda("cuCtxSetCurrent", &e))
+    }
+
+    fn nccl_stream(&self) -> cudaStream_t {
+        self.stream.cast()
+    }
+
+    /// Polls the event recorded after the NCCL call, the communicator, and
+    /// (after [`WATCH_AFTER`], every [`WATCH_EVERY`]) `watch`.
+    fn wait(
+        &self,
+        lib: &NcclLib,
+        comm: ncclComm_t,
+        deadline: Deadline,
+        watch: Watch<'_>,
+    ) -> Result<(), WaitFail> {
+        // SAFETY: event and stream belong to the current context.
+        unsafe { cu::event::record(self.event, self.stream) }.map_err(WaitFail::Cuda)?;
+        let mut delay = Duration::from_micros(20);
+        let start = Instant::now();
+        let mut next_watch = WATCH_AFTER;
+        loop {
+            // SAFETY: a live event.
+            match unsafe { cu::event::query(self.event) } {
+                Ok(()) => return Ok(()),
+                Err(e) if e.0 == cusys::cudaError_enum::CUDA_ERROR_NOT_READY => {}
+                Err(e) => return Err(WaitFail::Cuda(e)),
+            }
+            // SAFETY: `comm` is live (the caller holds it).
+            match unsafe { lib.async_error(comm) } {
+                SUCCESS | IN_PROGRESS => {}
+                code => return Err(WaitFail::Nccl(code)),
+            }
+            if deadline.expired() {
+                return Err(WaitFail::Deadline);
+            }
+            if start.elapsed() >= next_watch {
+                next_watch = start.elapsed() + WATCH_EVERY;
+                if let Some((ranks, how)) = watch() {
+                    return Err(WaitFail::PeerLeft(ranks, how));
+                }
+            }
+            backoff(&mut delay, deadline);
+        }
+    }
+
+    /// After an abort: gives the stream up to 500 ms to drain; marks the
+    /// resources leaked when it does not.
+    fn drain_after_abort(&mut self) {
+        let until = Instant::now() + Duration::from_millis(500);
+        loop {
+            // SAFETY: a live event recorded after the aborted work.
+            match unsafe { cu::event::query(self.event) } {
+                Ok(()) => return,
+                Err(e) if e.0 == cusys::cudaError_enum::CUDA_ERROR_NOT_READY => {}
+                Err(_) => break,
+            }
+            if Instant::now() >= until {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        tracing::warn!("NCCL work still running after abort: its buffers are leaked");
+        self.leaked = true;
+    }
+}
+
+impl Drop for Cuda {
+    fn drop(&mut self) {
+        if self.make_current().is_err() || self.leaked {
+            return;
+        }
+        self.send.release();
+        self.recv.release();
+        // SAFETY: event and stream were created by `new` and are idle.
+        unsafe {
+            if !self.event.is_null() {
+                let _ = cu::event::destroy(self.event);
+            }
+            if !self.stream.is_null() {
+                let _ = cu::stream::destroy(self.stream);
+            }
+            let _ = cu::primary_ctx::release(self.device);
+        }
+    }
+}
+
+/// Everything behind the transport's lock.
+struct Inner {
+    // Field order = drop order: the communicator before the CUDA resources.
+    comm: Option<Communicator>,
+    cuda: Cuda,
+    /// Collective operations issued so far.
+    op: u64,
+    /// Collective operations completed so far (published when leaving).
+    done: u64,
+    /// Why the transport can no longer be used.
+    dead: Option<String>,
+}
+
+impl Inner {
+    /// The communicator, unless the transport failed or was shut down.
+    fn usable(&self) -> Result<ncclComm_t, Error> {
+        if let Some(cause) = &self.dead {
+            return Err(Error::ChannelUnusable {
+                cause: cause.clone(),
+            });
+        }
+        self.comm
+            .as_ref()
+            .map(Communicator::raw)
+            .ok_or_else(|| Error::ChannelUnusable {
+                cause: "the NCCL communicator was released".into(),
+            })
+    }
+}
+
+// SAFETY: the raw CUDA handles are used only under the transport's mutex,
+// with the context made current on the calling thread first.
+unsafe impl Send for Inner {}
+
+/// core's `Transport` over NCCL (module docs; deadlines in the crate docs).
+///
+/// - `all_gather`: two NCCL all_gathers — 16 bytes per rank (length and
+///   this rank's `max_bytes`), then every buffer padded to the longest.
+///   A buffer over any rank's limit is refused by every rank after the
+///   first round, naming the sender.
+/// - `all_gather_fixed`: one NCCL all_gather. Every rank must pass the same
+///   length (the protocol's digests are fixed-size); NCCL cannot detect a
+///   mismatch, which ends at the deadline at worst.
+/// - `broadcast`: one 16-byte all_gather (root's length, every limit), then
+///   one NCCL broadcast.
+/// - `barrier`: one 1-byte NCCL all_gather.
+/// - `send`/`recv`: through the store, not NCCL (NCCL's point-to-point
+///   calls complete only when both sides are inside one group, which the
+///   trait's send-now-receive-later contract cannot promise; the protocol
+///   never uses them). One store `set` per message, one `get` and `delete`
+///   per receive; per (peer, tag) in order. A message is read whole before
+///   `max_bytes` is checked (core's `Store` has no bounded read).
+/// - `shutdown`/`abort`: record `left/<rank>` in the store (how, and how
+///   many operations this rank completed) and release the communicator.
+///   NCCL has no remote notice, so a peer learns it from the store: a rank
+///   whose operation has waited 20 ms looks for such keys every 100 ms and
+///   fails with [`Error::PeerLost`] (reason `Shutdown` or `Aborted`) naming
+///   the ranks that left before completing that operation. Operations that
+///   complete in time never touch the store.
+pub struct NcclTransport {
+    rank: u32,
+    world: u32,
+    lib: Arc<NcclLib>,
+    group: GroupStore,
+    inner: Mutex<Inner>,
+    p2p: Mutex<HashMap<(bool, u32, u32), u64>>,
+}
+
+impl std::fmt::Debug for NcclTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NcclTransport")
+            .field("rank", &self.rank)
+            .field("world", &self.world)
+            .field("nccl", &self.lib.version_string())
+            .field("prefix", &self.group.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+fn local_rank() -> Option<usize> {
+    std::env::var("LOCAL_RANK").ok()?.trim().parse().ok()
+}
+
+fn le_u64(b: &[u8]) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[..8]);
+    u64::from_le_bytes(a)
+}
+
+impl NcclTransport {
+    /// Joins the group: checks library, driver and device (this rank's is
+    /// `options.device`, else `LOCAL_RANK`, else 0); rank 0 publishes the
+    /// unique id under `<prefix>/unique-id`, the others fetch it; then the
+    /// communicator is created (non-blocking) and this rank's arrival is
+    /// checked by the same post-mortem as any operation.
+    ///
+    /// Cost: one store `set` (rank 0) or `get` (others), NCCL's own
+    /// bootstrap, device buffers of 256 bytes each.
+    ///
+    /// # Errors
+    /// The probe's typed errors as [`Error::Backend`] (no library, no
+    /// driver, no device, device out of range); [`Error::Timeout`] if the id
+    /// or a rank does not come by `connect_timeout`;
+    /// [`Error::InvalidArgument`] for `rank >= world`.
+    pub fn connect(
+        store: Arc<dyn Store>,
+        rank: u32,
+        world: u32,
+        options: &NcclOptions,
+    ) -> Result<Self, Error> {
+        if world == 0 || rank >= world {
+            return Err(Error::InvalidArgument(format!(
+                "rank {rank} is not below world size {world}"
+            )));
+        }
+        let lib = match &options.lib {
+            Some(l) => Arc::clone(l),
+            None => crate::library()?,
+        };
+        let count = crate::device_count()?;
+        let device = options.device.or_else(local_rank).unwrap_or(0);
+        if device >= count {
+            return Err(NcclError::DeviceOutOfRange { device, count }.into());
+        }
+        let deadline = Deadline::after(options.connect_timeout);
+        let key = format!("{}/unique-id", options.prefix);
+        let id = if rank == 0 {
+            crate::publish_unique_id(&lib, store.as_ref(), &key, deadline)?
+        } else {
+            crate::fetch_unique_id(store.as_ref(), &key, deadline)?
+        };
+        let cuda = Cuda::new(device)?;
+        let start = Instant::now();
+        let comm = Communicator::init(Arc::clone(&lib), &id, world, rank, false, deadline);
+        let this = NcclTransport {
+            rank,
+            world,
+            lib,
+            group: GroupStore {
+                store,
+                prefix: options.prefix.clone(),
+                rank,
+                world,
+                post_mortem: options.post_mortem,
+            },
+            inner: Mutex::new(Inner {
+                comm: None,
+                cuda,
+                op: 0,
+                done: 0,
+                dead: None,
+            }),
+            p2p: Mutex::new(HashMap::new()),
+        };
+        match comm {
+            Ok(c) => {
+                this.lock().comm = Some(c);
+                Ok(this)
+            }
+            Err(Error::Timeout { .. }) => {
+                this.group.mark_timed_out(0);
+                Err(this.group.post_mortem(0, Instant::now(), start))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock cannot leave NCCL state half-made
+        // that later calls would trust (they check `dead`), so poisoning is
+        // ignored.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// One NCCL collective: `input` to the send buffer, `enqueue(send,
+    /// recv, comm, stream)`, wait, `out_len` bytes back from the receive
+    /// buffer.
+    fn collective(
+        &self,
+        what: &str,
+        input: &[u8],
+        out_len: usize,
+        deadline: Deadline,
+        enqueue: impl FnOnce(&NcclLib, *mut c_void, *mut c_void, ncclComm_t, cudaStream_t) -> c_int,
+    ) -> Result<Vec<u8>, Error> {
+        let start = Instant::now();
+        let mut inner = self.lock();
+        let inner = &mut *inner;
+        let comm = inner.usable()?;
+        let cuda = &mut inner.cuda;
+        let prepared = (|| -> Result<(), NcclError> {
+            cuda.make_current()?;
+            cuda.send.reserve(input.len())?;
+            cuda.recv.reserve(out_len)?;
+            if !input.is_empty() {
+                // SAFETY: the send buffer holds at least `input.len()` bytes;
+                // from pageable memory the call returns once `input` is
+                // staged, so it may be released afterwards.
+                unsafe { cu::memcpy_htod_async(cuda.send.ptr, input, cuda.stream) }
+                    .map_err(|e| NcclError::cuda("cuMemcpyHtoDAsync", &e))?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = prepared {
+            inner.dead = Some(e.to_string());
+            return Err(e.into());
+        }
+        self.run_op(inner, comm, what, (start, deadline), enqueue)?;
+        let mut out = vec![0u8; out_len];
+        if out_len > 0 {
+            // SAFETY: the stream is idle; the receive buffer holds at least
+            // `out_len` bytes.
+            unsafe { cu::memcpy_dtoh_async(&mut out, inner.cuda.recv.ptr, inner.cuda.stream) }
+                .map_err(|e| {
+                    let e = NcclError::cuda("cuMemcpyDtoHAsync", &e);
+                    inner.dead = Some(e.to_string());
+                    Error::from(e)
+                })?;
+        }
+        Ok(out)
+    }
+
+    /// Enqueues one NCCL operation on the staging buffers and waits for it
+    /// until `deadline` (module docs); on failure the transport is left
+    /// unusable and the error counts from `start`.
+    fn run_op(
+        &self,
+        inner: &mut Inner,
+        comm: ncclComm_t,
+        what: &str,
+        (start, deadline): (Instant, Deadline),
+        enqueue: impl FnOnce(&NcclLib, *mut c_void, *mut c_void, ncclComm_t, cudaStream_t) -> c_int,
+    ) -> Result<(), Error> {
+        inner.op += 1;
+        let op = inner.op;
+        let rc = enqueue(
+            &self.lib,
+            inner.cuda.send.as_ptr(),
+            inner.cuda.recv.as_ptr(),
+            comm,
+            inner.cuda.nccl_stream(),
+        );
+        let waited = if rc == SUCCESS || rc == IN_PROGRESS {
+            self.wait_op(&inner.cuda, comm, op, deadline)
+        } else {
+            Err(WaitFail::Nccl(rc))
+        };
+        match waited {
+            Ok(()) => {
+                inner.done = op;
+                Ok(())
+            }
+            Err(fail) => Err(self.fail_op(inner, fail, what, op, comm, start)),
+        }
+    }
+
+    /// After a failed wait: aborts the communicator, lets the stream drain,
+    /// names absent or departed ranks, and marks the transport unusable.
+    fn fail_op(
+        &self,
+        inner: &mut Inner,
+        fail: WaitFail,
+        what: &str,
+        op: u64,
+        comm: ncclComm_t,
+        start: Instant,
+    ) -> Error {
+        let marked = matches!(fail, WaitFail::Deadline).then(|| {
+            // Marked first, so that peers' windows see it early.
+            self.group.mark_timed_out(op);
+            Instant::now()
+        });
+        let err = match fail {
+            WaitFail::Deadline => None,
+            WaitFail::Nccl(code) => Some(Error::from(self.lib.error(code, what, Some(comm)))),
+            WaitFail::Cuda(e) => Some(Error::from(NcclError::cuda(what, &e))),
+            WaitFail::PeerLeft(ranks, reason) => Some(Error::PeerLost {
+                ranks,
+                reason,
+                detail: format!("it left before NCCL operation #{op}"),
+                during: None,
+            }),
+        };
+        if let Some(c) = inner.comm.take() {
+            c.abort();
+        }
+        inner.cuda.drain_after_abort();
+        let err = match (err, marked) {
+            (Some(e), _) => e,
+            (None, Some(m)) => self.group.post_mortem(op, m, start),
+            (None, None) => Error::Timeout {
+                missing_ranks: Vec::new(),
+                waited: start.elapsed(),
+                during: None,
+            },
+        };
+        inner.dead = Some(err.to_string());
+        err
+    }
+
+    /// Waits for operation `op`, watching for peers that leave.
+    fn wait_op(
+        &self,
+        cuda: &Cuda,
+        comm: ncclComm_t,
+        op: u64,
+        deadline: Deadline,
+    ) -> Result<(), WaitFail> {
+        wait_ready(&self.lib, comm, deadline)?;
+        let others = self.group.others();
+        cuda.wait(&self.lib, comm, deadline, &mut || {
+            self.group.left_before(op, &others)
+        })
+    }
+
+    /// The floor of every operation, for benchmarks: `iters` NCCL
+    /// all_gathers of `bytes` per rank between buffers already on the
+    /// device (no host copies, no lengths round), each waited for as the
+    /// transport waits. Returns each one's time. Every rank must call it
+    /// with the same arguments.
+    ///
+    /// # Errors
+    /// As [`Transport::all_gather`](compiler_collectives_core::Transport::all_gather).
+    pub fn raw_all_gather_floor(
+        &self,
+        bytes: usize,
+        iters: u32,
+        deadline: Deadline,
+    ) -> Result<Vec<Duration>, Error> {
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        let comm = inner.usable()?;
+        let world = self.world as usize;
+        let ready = (|| -> Result<(), NcclError> {
+            inner.cuda.make_current()?;
+            inner.cuda.send.reserve(bytes)?;
+            inner.cuda.recv.reserve(bytes.saturating_mul(world))
+        })();
+        ready?;
+        let mut times = Vec::with_capacity(iters as usize);
+        for _ in 0..iters {
+            let start = Instant::now();
+            self.run_op(
+                inner,
+                comm,
+                "ncclAllGather",
+                (start, deadline),
+                |lib, s, r, c, st| {
+                    // SAFETY: buffers reserved above; comm and stream are live.
+                    unsafe { lib.all_gather_bytes(s, r, bytes, c, st) }
+                },
+            )?;
+            times.push(start.elapsed());
+        }
+        Ok(times)
+    }
+
+    fn all_gather_raw(&self, data: &[u8], deadline: Deadline) -> Result<Vec<u8>, Error> {
+        let count = data.len();
+        let total = count.checked_mul(self.world as usize).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "{count} bytes from each of {} ranks do not fit in memory",
+                self.world
+            ))
+        })?;
+        self.collective(
+            "ncclAllGather",
+            data,
+            total,
+            deadline,
+            |lib, s, r, c, st| {
+                // SAFETY: send holds `count` bytes, recv `count * world`
+                // (reserved by `collective`); comm and stream are live.
+                unsafe { lib.all_gather_bytes(s, r, count, c, st) }
+            },
+        )
+    }
+
+    /// The first round of `all_gather`/`broadcast`: every rank's (length,
+    /// limit). Returns them, index = rank.
+    fn lengths(
+        &self,
+        len: usize,
+        max: usize,
+        deadline: Deadline,
+    ) -> Result<Vec<(u64, u64)>, Error> {
+        let mut msg = [0u8; 16];
+        msg[..8].copy_from_slice(&(len as u64).to_le_bytes());
+        msg[8..].copy_from_slice(&(max as u64).to_le_bytes());
+        let all = self.all_gather_raw(&msg, deadline)?;
+        Ok(all
+            .chunks_exact(16)
+            .map(|c| (le_u64(&c[..8]), le_u64(&c[8..])))
+            .collect())
+    }
+
+    fn check_usable_peer(&self, peer: u32) -> Result<(), Error> {
+        if peer >= self.world || peer == self.rank {
+            return Err(Error::InvalidArgument(format!(
+                "peer {peer} is not another rank of a group of {}",
+                self.world
+            )));
+        }
+        Ok(())
+    }
+
+    fn p2p_key(&self, src: u32, dst: u32, tag: u32, n: u64) -> String {
+        self.group.key(&format!("p2p/{src}-{dst}-{tag}/{n}"))
+    }
+
+    fn next_p2p(&self, recv: bool, peer: u32, tag: u32) -> u64 {
+        let mut m = self.p2p.lock().unwrap_or_else(|p| p.into_inner());
+        let n = m.entry((recv, peer, tag)).or_insert(0);
+        let cur = *n;
+        *n += 1;
+        cur
+    }
+}
+
+/// A limit check every rank evaluates identically: the first sender whose
+/// length is over some rank's limit, with that limit.
+fn over_limit(rows: &[(u64, u64)]) -> Option<(u32, u64, u64)> {
+    let min_limit = rows.iter().map(|r| r.1).min()?;
+    rows.iter()
+        .enumerate()
+        .find(|(_, r)| r.0 > min_limit)
+        .map(|(i, r)| (u32::try_from(i).unwrap_or(u32::MAX), r.0, min_limit))
+}
+
+fn too_large(rank: u32, len: u64, limit: u64) -> Error {
+    Error::message_too_large(
+        rank,
+        usize::try_from(len).unwrap_or(usize::MAX),
+        usize::try_from(limit).unwrap_or(usize::MAX),
+    )
+}
+
+impl compiler_collectives_core::Transport for NcclTransport {
+    fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    fn world_size(&self) -> u32 {
+        self.world
+    }
+
+    fn backend(&self) -> &'static str {
+        "nccl"
+    }
+
+    fn all_gather(
+        &self,
+        data: &[u8],
+        max_bytes: usize,
+        deadline: Deadline,
+    ) -> Result<Vec<Vec<u8>>, Error> {
+        let rows = self.lengths(data.len(), max_bytes, deadline)?;
+        if let Some((rank, len, limit)) = over_limit(&rows) {
+            return Err(too_large(rank, len, limit));
+        }
+        let longest = rows.iter().map(|r| r.0).max().unwrap_or(0);
+        // Bounded: every length is within every rank's limit (checked above).
+        let longest =
+            usize::try_from(longest).map_err(|_| too_large(0, longest, max_bytes as u64))?;
+        if longest == 0 {
+            return Ok(vec![Vec::new(); rows.len()]);
+        }
+        let mut padded = data.to_vec();
+        padded.resize(longest, 0);
+        let all = self.all_gather_raw(&padded, deadline)?;
+        Ok(all
+            .chunks_exact(longest)
+            .zip(&rows)
+            .map(|(c, r)| c[..usize::try_from(r.0).unwrap_or(0)].to_vec())
+            .collect())
+    }
+
+    fn all_gather_fixed(&self, data: &[u8], deadline: Deadline) -> Result<Vec<u8>, Error> {
+        if data.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.all_gather_raw(data, deadline)
+    }
+
+    fn broadcast(
+        &self,
+        data: &[u8],
+        root: u32,
+        max_bytes: usize,
+        deadline: Deadline,
+    ) -> Result<Vec<u8>, Error> {
+        if root >= self.world {
+            return Err(Error::InvalidArgument(format!(
+                "root {root} is not a rank of a group of {}",
+                self.world
+            )));
+        }
+        let mine = if self.rank == root { data.len() } else { 0 };
+        let rows = self.lengths(mine, max_bytes, deadline)?;
+        let len = rows.get(root as usize).map(|r| r.0).unwrap_or(0);
+        let limit = rows.iter().map(|r| r.1).min().unwrap_or(0);
+        if len > limit {
+            return Err(too_large(root, len, limit));
+        }
+        let len = usize::try_from(len).map_err(|_| too_large(root, len, limit))?;
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        let input = if self.rank == root { data } else { &[][..] };
+        let root_int = c_int::try_from(root).unwrap_or(0);
+        self.collective("ncclBroadcast", input, len, deadline, |lib, s, r, c, st| {
+            // SAFETY: both buffers hold at least `len` bytes; comm and
+            // stream are live.
+            unsafe { lib.broadcast_bytes(s, r, len, root_int, c, st) }
+        })
+    }
+
+    fn barrier(&self, deadline: Deadline) -> Result<(), Error> {
+        self.all_gather_raw(&[1], deadline).map(|_| ())
+    }
+
+    fn send(&self, peer: u32, tag: u32, data: &[u8], deadline: Deadline) -> Result<(), Error> {
+        self.check_usable_peer(peer)?;
+        let n = self.next_p2p(false, peer, tag);
+        self.group
+            .store
+            .set(&self.p2p_key(self.rank, peer, tag, n), data, deadline)
+    }
+
+    fn recv(
+        &self,
+        peer: u32,
+        tag: u32,
+        max_bytes: usize,
+        deadline: Deadline,
+    ) -> Result<Vec<u8>, Error> {
+        self.check_usable_peer(peer)?;
+        let n = self.next_p2p(true, peer, tag);
+        let key = self.p2p_key(peer, self.rank, tag, n);
+        let v = self.group.store.get(&key, deadline).map_err(|e| match e {
+            Error::Timeout { waited, during, .. } => Error::Timeout {
+                missing_ranks: vec![peer],
+                waited,
+                during,
+            },
+            other => other,
+        })?;
+        let _ = self.group.store.delete(&key, deadline);
+        if v.len() > max_bytes {
+            return Err(Error::message_too_large(peer, v.len(), max_bytes));
+        }
+        Ok(v)
+    }
+
+    fn shutdown(&self) -> Result<(), Error> {
+        let mut inner = self.lock();
+        if inner.dead.is_none() {
+            inner.dead = Some("this rank shut its transport down".into());
+            self.group.leave("shutdown", inner.done);
+        }
+        if let Some(c) = inner.comm.take() {
+            if inner.cuda.make_current().is_ok() {
+                drop(c);
+            } else {
+                c.abort();
+            }
+        }
+        Ok(())
+    }
+
+    fn abort(&self) -> Result<(), Error> {
+        let mut inner = self.lock();
+        self.group.leave("aborted", inner.done);
+        inner.dead = Some("this rank aborted its transport".into());
+        if let Some(c) = inner.comm.take() {
+            let _ = inner.cuda.make_current();
+            c.abort();
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::over_limit;
+
+    #[test]
+    fn over_limit_names_the_first_sender_over_the_smallest_limit() {
+        let check = |rows: &[(u64, u64)], want: Option<(u32, u64, u64)>| {
+            assert_eq!(over_limit(rows), want, "{rows:?}");
+        };
+        check(&[(8, 32), (8, 32)], None);
+        check(&[(32, 32), (0, 32)], None);
+        // The last rank sends 64 where the others accept 32 (its own limit is 64).
+        check(&[(8, 32), (8, 32), (64, 64)], Some((2, 64, 32)));
+        check(&[(40, 64), (50, 32)], Some((0, 40, 32)));
+        check(&[], None);
+    }
+}
