@@ -310,7 +310,7 @@ impl Channel {
         let start = std::time::Instant::now();
         let deadline = Deadline::after(options.timeout.unwrap_or(self.timeout));
         let seq = self.seq;
-        match self.run(&env, &encoded, local, deadline) {
+        match self.run::<J>(&env, &encoded, deadline) {
             Ok(per_rank) => {
                 self.last_completed = Some(seq);
                 self.seq += 1;
@@ -346,7 +346,6 @@ impl Channel {
         &self,
         env: &Envelope,
         encoded: &[u8],
-        local: &J,
         deadline: Deadline,
     ) -> Result<Option<Vec<J>>> {
         let t = &*self.transport;
@@ -404,13 +403,10 @@ impl Channel {
                 groups: configs,
             });
         }
-        let me = t.rank() as usize;
+        // Every payload is decoded from the gathered bytes, this rank's too,
+        // so a rank whose own bytes do not decode fails like its peers.
         let mut values = Vec::with_capacity(envs.len());
         for (rank, e) in (0u32..).zip(&envs) {
-            if rank as usize == me {
-                values.push(local.clone());
-                continue;
-            }
             values.push(
                 envelope::decode_payload::<J>(&e.kind, &e.payload).map_err(|source| {
                     Error::Decode {

@@ -3,7 +3,7 @@
 //! rendezvous (see `compiler_collectives_conformance::process`). Arguments
 //! filter cases.
 
-use compiler_collectives_conformance::process::{self, env_u32, Case, DIR, RANK, ROLE, WORLD};
+use compiler_collectives_conformance::process::{self, env_u32, DIR, RANK, ROLE, WORLD};
 use compiler_collectives_conformance::Capability;
 use compiler_collectives_core::shapes::{FrameState, Observation};
 use compiler_collectives_core::{Channel, ChannelOptions, Transport};
@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const KILL_TRIALS: u32 = 10;
+const KILL_TRIALS: u32 = 20;
 const KILL_DEADLINE: Duration = Duration::from_secs(3);
 
 fn main() {
@@ -240,9 +240,11 @@ fn driver() -> i32 {
         "gloo::rendezvous::torchrun_no_python".into(),
         Box::new(torchrun_no_python),
     ));
-    for t in 0..KILL_TRIALS {
-        let case: Case = Box::new(|| process::kill_trial(&[], KILL_DEADLINE));
-        cases.push((format!("gloo::sigkill_mid_exchange::trial_{t}"), case));
-    }
+    cases.extend(process::kill_cases(
+        "gloo",
+        KILL_TRIALS,
+        KILL_DEADLINE,
+        no_env,
+    ));
     process::run_cases(cases, skipped)
 }

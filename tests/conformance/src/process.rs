@@ -207,11 +207,12 @@ pub fn run_behaviour(name: &str, world: u32, env: &[(&str, String)]) -> Result<(
 
 /// 3 ranks (role `kill_loop`) exchange in a loop; the last is killed with
 /// SIGKILL. Every survivor must name it (lost peer or timeout) within
-/// `deadline` + 1 s of the kill; prints each survivor's latency.
+/// `deadline` + 1 s of the kill; prints each survivor's latency. Returns the
+/// slowest survivor's time from the kill to its error, in ms.
 ///
 /// # Errors
 /// What a survivor reported instead, or too late.
-pub fn kill_trial(env: &[(&str, String)], deadline: Duration) -> Result<(), String> {
+pub fn kill_trial(env: &[(&str, String)], deadline: Duration) -> Result<u128, String> {
     let (_dir, mut children) = spawn(3, "kill_loop", env);
     let mut victim = children.pop().ok_or("no victim")?;
     let mut reader = BufReader::new(victim.stdout.take().ok_or("stdout")?);
@@ -225,6 +226,7 @@ pub fn kill_trial(env: &[(&str, String)], deadline: Duration) -> Result<(), Stri
     let killed_at = now_ms();
     let _ = victim.wait();
     let results = collect(children, deadline + Duration::from_secs(10));
+    let mut worst = 0;
     for (r, res) in results.iter().enumerate() {
         let err = res
             .lines
@@ -251,8 +253,53 @@ pub fn kill_trial(env: &[(&str, String)], deadline: Duration) -> Result<(), Stri
             ));
         }
         println!("    rank {r}: {kind} naming [2], {after} ms after the kill");
+        worst = worst.max(after);
     }
-    Ok(())
+    Ok(worst)
+}
+
+/// `trials` SIGKILL trials ([`kill_trial`]) named
+/// `<prefix>::sigkill_mid_exchange::trial_<i>`, each with a fresh `env()`,
+/// then a `<prefix>::sigkill_mid_exchange::summary` case that prints the
+/// number of trials that passed and the worst time from a kill to a
+/// survivor's error, and fails unless every trial passed.
+pub fn kill_cases(
+    prefix: &str,
+    trials: u32,
+    deadline: Duration,
+    env: fn() -> Vec<(&'static str, String)>,
+) -> Vec<(String, Case)> {
+    let worst: Arc<std::sync::Mutex<Vec<u128>>> = Arc::default();
+    let mut cases: Vec<(String, Case)> = (0..trials)
+        .map(|t| {
+            let worst = Arc::clone(&worst);
+            let case: Case = Box::new(move || {
+                let ms = kill_trial(&env(), deadline)?;
+                worst.lock().map_err(|e| e.to_string())?.push(ms);
+                Ok(())
+            });
+            (format!("{prefix}::sigkill_mid_exchange::trial_{t}"), case)
+        })
+        .collect();
+    let label = prefix.to_owned();
+    let summary: Case = Box::new(move || {
+        let done = worst.lock().map_err(|e| e.to_string())?;
+        let max = done.iter().copied().max().unwrap_or(0);
+        let bound = (deadline + Duration::from_secs(1)).as_millis();
+        println!(
+            "    SIGKILL summary ({label}): {}/{trials} trials passed; every survivor named the killed rank; \
+             worst time-to-error {max} ms after the kill (deadline {} ms, bound {bound} ms)",
+            done.len(),
+            deadline.as_millis()
+        );
+        if done.len() == trials as usize {
+            Ok(())
+        } else {
+            Err(format!("only {} of {trials} trials passed", done.len()))
+        }
+    });
+    cases.push((format!("{prefix}::sigkill_mid_exchange::summary"), summary));
+    cases
 }
 
 /// One case of a driver.

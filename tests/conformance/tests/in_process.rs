@@ -17,6 +17,8 @@ compiler_collectives_conformance::in_process_tests!(
     config_disagreement,
     version_mismatch_named,
     corrupt_payload_named,
+    corrupt_payload_every_rank,
+    slow_rank_within_deadline,
     unusable_after_error,
     missing_rank_times_out,
     abort_is_not_a_shutdown,
