@@ -14,12 +14,15 @@ use std::time::{Duration, Instant};
 
 const KILL_TRIALS: u32 = 20;
 const KILL_DEADLINE: Duration = Duration::from_secs(3);
+const SOAK_WARMUP: u64 = 1_000;
+const SOAK_EXCHANGES: u64 = 10_000;
 
 fn main() {
     let code = match process::role().as_deref() {
         Some("behaviour") => process::rank_behaviour(connect()),
         Some("kill_loop") => process::rank_kill_loop(connect(), KILL_DEADLINE),
         Some("env_exchange") => rank_env_exchange(),
+        Some("soak") => process::rank_soak(connect(), SOAK_WARMUP, SOAK_EXCHANGES),
         _ => driver(),
     };
     std::process::exit(code);
@@ -239,6 +242,10 @@ fn driver() -> i32 {
     cases.push((
         "gloo::rendezvous::torchrun_no_python".into(),
         Box::new(torchrun_no_python),
+    ));
+    cases.push((
+        "gloo::soak::two_ranks".into(),
+        Box::new(|| process::soak_case("gloo", 2, &[], SOAK_EXCHANGES)),
     ));
     cases.extend(process::kill_cases(
         "gloo",
