@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Fuzzes every target for SECONDS each (default 120) on one core, then
+# Fuzzes every target for SECONDS each (default 120) in one process (one
+# core), then
 # minimizes its corpus into fuzz/corpus/<target>. Prints libFuzzer's final
 # execution count per target. Needs the nightly toolchain and cargo-fuzz
 # (`cargo install cargo-fuzz`). Not part of scripts/test.sh: the committed
@@ -15,7 +16,7 @@ for t in $targets; do
     cp -n corpus/"$t"/* corpus-full/"$t"/ 2>/dev/null || true
     log=$(mktemp)
     cargo +nightly fuzz run -s none -a "$t" corpus-full/"$t" -- \
-        -jobs=1 -workers=1 -max_total_time="$secs" -max_len=65536 -print_final_stats=1 \
+        -max_total_time="$secs" -max_len=65536 -print_final_stats=1 \
         -artifact_prefix=artifacts/"$t"/ >"$log" 2>&1 || { tail -40 "$log"; exit 1; }
     n=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
     echo "$t: $n executions in ${secs} s"

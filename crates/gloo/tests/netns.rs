@@ -210,6 +210,18 @@ fn missing_privilege() -> Option<String> {
     if !root {
         return Some("not root: network namespaces need CAP_NET_ADMIN".into());
     }
+    // CAP_NET_ADMIN is bit 12 of the effective capabilities.
+    let net_admin = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:").map(str::to_owned))
+        })
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .is_some_and(|caps| caps & (1 << 12) != 0);
+    if !net_admin {
+        return Some("root without CAP_NET_ADMIN (a restricted container)".into());
+    }
     if Command::new("ip").arg("-V").output().is_err() {
         return Some("iproute2's ip is not installed (apt-get install iproute2)".into());
     }

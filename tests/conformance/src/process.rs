@@ -484,7 +484,8 @@ pub fn fault_trial(
                 "rank {r} reported {after} ms after {what} (bound {bound} ms): {err}"
             ));
         }
-        println!("    rank {r}: {kind} naming {named:?}, {after} ms after {what}");
+        let message = err.splitn(5, ' ').nth(4).unwrap_or("");
+        println!("    rank {r}: {kind} naming {named:?}, {after} ms after {what}: {message}");
         worst = worst.max(after);
     }
     Ok(worst)
