@@ -158,29 +158,18 @@ impl Hosts {
         }
     }
 
-    /// Takes host `host`'s only link down (its side of the veth pair).
-    fn cut(&self, host: usize) -> Result<(), String> {
+    /// Takes host `host`'s only link (its side of the veth pair) down, or
+    /// brings it back up for the next trial.
+    fn set_link(&self, host: usize, up: bool) -> Result<(), String> {
         let pid = std::process::id();
+        let state = if up { "up" } else { "down" };
         ip(&[
             "-n",
             &self.names[host],
             "link",
             "set",
             &format!("v{pid}i{host}"),
-            "down",
-        ])
-    }
-
-    /// Brings it back for the next trial.
-    fn mend(&self, host: usize) -> Result<(), String> {
-        let pid = std::process::id();
-        ip(&[
-            "-n",
-            &self.names[host],
-            "link",
-            "set",
-            &format!("v{pid}i{host}"),
-            "up",
+            state,
         ])
     }
 }
@@ -258,8 +247,10 @@ fn cut_trial(hosts: &Hosts, t: u32) -> Result<u128, String> {
                 .map_err(|e| format!("cannot start rank {r}: {e}"))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let worst = process::fault_trial(children, DEADLINE, "the cut", false, |_victim| hosts.cut(2));
-    hosts.mend(2)?;
+    let worst = process::fault_trial(children, DEADLINE, "the cut", false, |_victim| {
+        hosts.set_link(2, false)
+    });
+    hosts.set_link(2, true)?;
     worst
 }
 
