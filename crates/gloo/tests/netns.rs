@@ -78,6 +78,7 @@ impl Hosts {
     /// pair from the bridge to each other host, under 10.213.N.0/24 with N
     /// from the process id.
     fn create() -> Result<Self, String> {
+        remove_stale();
         let pid = std::process::id();
         let names = [0, 1, 2].map(|h| format!("ccol{pid}h{h}"));
         let hosts = Hosts {
@@ -171,6 +172,27 @@ impl Hosts {
             &format!("v{pid}i{host}"),
             state,
         ])
+    }
+}
+
+/// Removes namespaces left by an earlier run of this test that was killed
+/// before it could clean up (its process id no longer exists).
+fn remove_stale() {
+    let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else {
+        return;
+    };
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let name = line.split_whitespace().next().unwrap_or("");
+        let pid = name
+            .strip_prefix("ccol")
+            .and_then(|rest| rest.split_once('h'))
+            .and_then(|(pid, host)| matches!(host, "0" | "1" | "2").then_some(pid))
+            .and_then(|pid| pid.parse::<u32>().ok());
+        if let Some(pid) = pid {
+            if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = ip(&["netns", "del", name]);
+            }
+        }
     }
 }
 
