@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes every target for SECONDS each (default 120) in one process (one
-# core), then
-# minimizes its corpus into fuzz/corpus/<target>. Prints libFuzzer's final
-# execution count per target. Needs the nightly toolchain and cargo-fuzz
+# core), then minimizes its corpus into fuzz/corpus/<target>. Prints
+# libFuzzer's final execution count per target. Needs the nightly toolchain and cargo-fuzz
 # (`cargo install cargo-fuzz`). Not part of scripts/test.sh: the committed
 # corpus is replayed by the stable tests (tests/fuzz-checks).
 set -euo pipefail
