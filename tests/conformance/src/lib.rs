@@ -217,6 +217,13 @@ pub const BEHAVIOURS: &[Behaviour] = &[
         needs: &[],
     },
     Behaviour {
+        name: "version_mismatch_full_path",
+        min_world: 2,
+        timed: false,
+        run: version_mismatch_full_path,
+        needs: &[],
+    },
+    Behaviour {
         name: "corrupt_payload_every_rank",
         min_world: 2,
         timed: false,
@@ -699,6 +706,47 @@ fn corrupt_payload_named(ctx: &Ctx) -> Result<(), String> {
             "expected a decode error naming rank {odd}, got {other:?}"
         )),
     }
+}
+
+/// As [`version_mismatch_named`] with the fast path off: the last rank sends
+/// a whole envelope of version 99 (the header layout every version keeps,
+/// then whatever that version carries); the others read its version from
+/// the header and report the mismatch naming it.
+fn version_mismatch_full_path(ctx: &Ctx) -> Result<(), String> {
+    let odd = ctx.world() - 1;
+    if ctx.rank() == odd {
+        let mut bytes = envelope::Envelope {
+            version: envelope::WIRE_VERSION,
+            seq: 0,
+            kind: "shape.frame_state".into(),
+            key: "f".into(),
+            config: String::new(),
+            payload: vec![0xab; 40],
+        }
+        .encode(&envelope::Limits::default())
+        .map_err(|e| e.to_string())?;
+        bytes[4..6].copy_from_slice(&99u16.to_le_bytes());
+        ctx.transport
+            .all_gather(&bytes, 1 << 20, ctx.deadline())
+            .map_err(|e| e.to_string())?;
+        return Ok(());
+    }
+    let mut ch = Channel::with_options(
+        Arc::clone(&ctx.transport),
+        ChannelOptions::default()
+            .with_timeout(ctx.timeout)
+            .with_fast_path(false),
+    )
+    .map_err(|e| e.to_string())?;
+    let err = ch
+        .exchange("f", "", &state(4))
+        .err()
+        .ok_or("a v99 envelope was accepted")?;
+    let others: Vec<u32> = (0..odd).collect();
+    ensure(matches!(err, Error::VersionMismatch { .. }), || {
+        format!("{err}")
+    })?;
+    expect_groups(&err, &[(&others, "v1"), (&[odd], "v99")])
 }
 
 /// A frame state whose encoder is broken: it sends bytes that no

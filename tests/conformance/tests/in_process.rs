@@ -16,6 +16,7 @@ compiler_collectives_conformance::in_process_tests!(
     desync_decision_kinds,
     config_disagreement,
     version_mismatch_named,
+    version_mismatch_full_path,
     corrupt_payload_named,
     corrupt_payload_every_rank,
     slow_rank_within_deadline,
