@@ -6,6 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/env.sh
 apt_install libgloo-dev redis-server
+# ip (network namespaces) for the cut-link fault test over Gloo.
+apt_install iproute2
 # The pinned torch (outside the checkout): torchrun and libtorch for the tests
 # that need them.
 eval "$(scripts/setup-torch.sh)"

@@ -226,7 +226,7 @@ pub enum Error {
     },
     /// A message (from `rank`, when known) or a file failed strict decoding.
     /// Fatal when it came from a peer.
-    #[error("cannot decode {}: {source}", match rank { Some(r) => format!("the message from rank {r}"), None => "input".to_string() })]
+    #[error("cannot decode {}: {source}{}", match rank { Some(r) => format!("the message from rank {r}"), None => "input".to_string() }, if rank.is_some() { "; the channel is unusable: abort it" } else { "" })]
     Decode {
         /// The rank that sent the bytes, if they came from a peer.
         rank: Option<u32>,

@@ -327,7 +327,7 @@ impl Channel {
         let seq = self.seq;
         let _span = tracing::debug_span!("exchange", seq, key, kind = J::KIND).entered();
         let mut traffic = crate::trace::Traffic::default();
-        let result = match self.run(&env, &encoded, local, deadline, &mut traffic) {
+        let result = match self.run::<J>(&env, &encoded, deadline, &mut traffic) {
             Ok(per_rank) => {
                 self.last_completed = Some(seq);
                 self.seq += 1;
@@ -375,7 +375,6 @@ impl Channel {
         &self,
         env: &Envelope,
         encoded: &[u8],
-        local: &J,
         deadline: Deadline,
         traffic: &mut crate::trace::Traffic,
     ) -> Result<Option<Vec<J>>> {
@@ -436,13 +435,10 @@ impl Channel {
                 groups: configs,
             });
         }
-        let me = t.rank() as usize;
+        // Every payload is decoded from the gathered bytes, this rank's too,
+        // so a rank whose own bytes do not decode fails like its peers.
         let mut values = Vec::with_capacity(envs.len());
         for (rank, e) in (0u32..).zip(&envs) {
-            if rank as usize == me {
-                values.push(local.clone());
-                continue;
-            }
             values.push(
                 envelope::decode_payload::<J>(&e.kind, &e.payload).map_err(|source| {
                     Error::Decode {

@@ -3,7 +3,7 @@
 //! rendezvous (see `compiler_collectives_conformance::process`). Arguments
 //! filter cases.
 
-use compiler_collectives_conformance::process::{self, env_u32, Case, DIR, RANK, ROLE, WORLD};
+use compiler_collectives_conformance::process::{self, env_u32, DIR, RANK, ROLE, WORLD};
 use compiler_collectives_conformance::Capability;
 use compiler_collectives_core::shapes::{FrameState, Observation};
 use compiler_collectives_core::{Channel, ChannelOptions, Transport};
@@ -12,14 +12,17 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const KILL_TRIALS: u32 = 10;
+const KILL_TRIALS: u32 = 20;
 const KILL_DEADLINE: Duration = Duration::from_secs(3);
+const SOAK_WARMUP: u64 = 1_000;
+const SOAK_EXCHANGES: u64 = 10_000;
 
 fn main() {
     let code = match process::role().as_deref() {
         Some("behaviour") => process::rank_behaviour(connect()),
         Some("kill_loop") => process::rank_kill_loop(connect(), KILL_DEADLINE),
         Some("env_exchange") => rank_env_exchange(),
+        Some("soak") => process::rank_soak(connect(), SOAK_WARMUP, SOAK_EXCHANGES),
         _ => driver(),
     };
     std::process::exit(code);
@@ -240,9 +243,15 @@ fn driver() -> i32 {
         "gloo::rendezvous::torchrun_no_python".into(),
         Box::new(torchrun_no_python),
     ));
-    for t in 0..KILL_TRIALS {
-        let case: Case = Box::new(|| process::kill_trial(&[], KILL_DEADLINE));
-        cases.push((format!("gloo::sigkill_mid_exchange::trial_{t}"), case));
-    }
+    cases.push((
+        "gloo::soak::two_ranks".into(),
+        Box::new(|| process::soak_case("gloo", 2, &[], SOAK_EXCHANGES)),
+    ));
+    cases.extend(process::kill_cases(
+        "gloo",
+        KILL_TRIALS,
+        KILL_DEADLINE,
+        no_env,
+    ));
     process::run_cases(cases, skipped)
 }

@@ -9,14 +9,14 @@
 //! It fails instead when the machine has a GPU and `CCOL_STRICT_SKIPS=1`
 //! but the library is missing.
 
-use compiler_collectives_conformance::process::{self, env_u32, Case, DIR, RANK, WORLD};
+use compiler_collectives_conformance::process::{self, env_u32, DIR, RANK, WORLD};
 use compiler_collectives_conformance::Capability;
 use compiler_collectives_core::Transport;
 use compiler_collectives_nccl::{FileStore, NcclOptions, NcclTransport};
 use std::sync::Arc;
 use std::time::Duration;
 
-const KILL_TRIALS: u32 = 5;
+const KILL_TRIALS: u32 = 20;
 const KILL_DEADLINE: Duration = Duration::from_secs(3);
 
 /// NCCL itself can do neither, but the transport's store does both: the
@@ -81,10 +81,12 @@ fn driver() -> i32 {
     println!("nccl conformance: {gpus} GPU(s), world sizes {worlds:?}");
     let (mut cases, skipped) = process::behaviour_cases("nccl", &worlds, HAS, Vec::new);
     if gpus >= 3 {
-        for t in 0..KILL_TRIALS {
-            let case: Case = Box::new(|| process::kill_trial(&[], KILL_DEADLINE));
-            cases.push((format!("nccl::sigkill_mid_exchange::trial_{t}"), case));
-        }
+        cases.extend(process::kill_cases(
+            "nccl",
+            KILL_TRIALS,
+            KILL_DEADLINE,
+            Vec::new,
+        ));
     } else {
         println!("nccl::sigkill_mid_exchange skipped: needs 3 GPUs, this machine has {gpus}");
     }

@@ -4,7 +4,7 @@
 //! need a capability c10d lacks are listed as skipped with the reason.
 //! Arguments filter cases.
 
-use compiler_collectives_conformance::process::{self, env_u32, Case, RANK, WORLD};
+use compiler_collectives_conformance::process::{self, env_u32, RANK, WORLD};
 use compiler_collectives_conformance::Capability;
 use compiler_collectives_core::Transport;
 use compiler_collectives_tch::{C10dProcessGroup, C10dStore, C10dTransport};
@@ -16,7 +16,7 @@ const PORT: &str = "CCOL_TEST_PORT";
 /// What c10d gives: missing ranks are named (the store post-mortem); a rank
 /// that leaves cannot interrupt peers blocked in c10d.
 const HAS: &[Capability] = &[Capability::NamesMissingRanks];
-const KILL_TRIALS: u32 = 5;
+const KILL_TRIALS: u32 = 20;
 const KILL_DEADLINE: Duration = Duration::from_secs(3);
 
 fn main() {
@@ -51,9 +51,11 @@ fn port_env() -> Vec<(&'static str, String)> {
 
 fn driver() -> i32 {
     let (mut cases, skipped) = process::behaviour_cases("c10d", &[2, 3], HAS, port_env);
-    for t in 0..KILL_TRIALS {
-        let case: Case = Box::new(|| process::kill_trial(&port_env(), KILL_DEADLINE));
-        cases.push((format!("c10d::sigkill_mid_exchange::trial_{t}"), case));
-    }
+    cases.extend(process::kill_cases(
+        "c10d",
+        KILL_TRIALS,
+        KILL_DEADLINE,
+        port_env,
+    ));
     process::run_cases(cases, skipped)
 }

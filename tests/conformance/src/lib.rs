@@ -218,6 +218,27 @@ pub const BEHAVIOURS: &[Behaviour] = &[
         needs: &[],
     },
     Behaviour {
+        name: "version_mismatch_full_path",
+        min_world: 2,
+        timed: false,
+        run: version_mismatch_full_path,
+        needs: &[],
+    },
+    Behaviour {
+        name: "corrupt_payload_every_rank",
+        min_world: 2,
+        timed: false,
+        run: corrupt_payload_every_rank,
+        needs: &[],
+    },
+    Behaviour {
+        name: "slow_rank_within_deadline",
+        min_world: 2,
+        timed: true,
+        run: slow_rank_within_deadline,
+        needs: &[],
+    },
+    Behaviour {
         name: "unusable_after_error",
         min_world: 2,
         timed: false,
@@ -648,15 +669,27 @@ fn config_disagreement(ctx: &Ctx) -> Result<(), String> {
 }
 
 /// The last rank plays a peer of another wire version: it sends a digest
-/// message of version 99 by hand.
+/// message of version 99 by hand. Every other rank gets the version-mismatch
+/// error naming it; the v99 rank, reading the same gathered messages by the
+/// header layout every version keeps, tells the v1 ranks apart too.
 fn version_mismatch_named(ctx: &Ctx) -> Result<(), String> {
     let odd = ctx.world() - 1;
     if ctx.rank() == odd {
         let msg = envelope::encode_digest_msg(99, 0, &[0u8; 16]);
-        ctx.transport
+        let all = ctx
+            .transport
             .all_gather_fixed(&msg, ctx.deadline())
             .map_err(|e| e.to_string())?;
-        return Ok(());
+        let mut versions = Vec::new();
+        for (r, chunk) in (0u32..).zip(all.chunks(envelope::DIGEST_MSG_LEN)) {
+            let (v, _) = envelope::peek_header(chunk).map_err(|e| format!("rank {r}: {e}"))?;
+            versions.push((r, format!("v{v}")));
+        }
+        let err = Error::VersionMismatch {
+            groups: compiler_collectives_core::group_ranks(versions),
+        };
+        let others: Vec<u32> = (0..odd).collect();
+        return expect_groups(&err, &[(&others, "v1"), (&[odd], "v99")]);
     }
     let mut ch = ctx.channel(ctx.timeout)?;
     let err = ch
@@ -702,6 +735,136 @@ fn corrupt_payload_named(ctx: &Ctx) -> Result<(), String> {
             "expected a decode error naming rank {odd}, got {other:?}"
         )),
     }
+}
+
+/// As [`version_mismatch_named`] with the fast path off: the last rank sends
+/// a whole envelope of version 99 (the header layout every version keeps,
+/// then whatever that version carries); the others read its version from
+/// the header and report the mismatch naming it.
+fn version_mismatch_full_path(ctx: &Ctx) -> Result<(), String> {
+    let odd = ctx.world() - 1;
+    if ctx.rank() == odd {
+        let mut bytes = envelope::Envelope {
+            version: envelope::WIRE_VERSION,
+            seq: 0,
+            kind: "shape.frame_state".into(),
+            key: "f".into(),
+            config: String::new(),
+            payload: vec![0xab; 40],
+        }
+        .encode(&envelope::Limits::default())
+        .map_err(|e| e.to_string())?;
+        bytes[4..6].copy_from_slice(&99u16.to_le_bytes());
+        ctx.transport
+            .all_gather(&bytes, 1 << 20, ctx.deadline())
+            .map_err(|e| e.to_string())?;
+        return Ok(());
+    }
+    let mut ch = Channel::with_options(
+        Arc::clone(&ctx.transport),
+        ChannelOptions::default()
+            .with_timeout(ctx.timeout)
+            .with_fast_path(false),
+    )
+    .map_err(|e| e.to_string())?;
+    let err = ch
+        .exchange("f", "", &state(4))
+        .err()
+        .ok_or("a v99 envelope was accepted")?;
+    let others: Vec<u32> = (0..odd).collect();
+    ensure(matches!(err, Error::VersionMismatch { .. }), || {
+        format!("{err}")
+    })?;
+    expect_groups(&err, &[(&others, "v1"), (&[odd], "v99")])
+}
+
+/// A frame state whose encoder is broken: it sends bytes that no
+/// [`FrameState`] decodes (what a rank with a corrupting encoder, or memory
+/// corruption before sending, would put on the wire), under the same kind.
+/// It decodes what others send as a plain frame state.
+#[derive(Clone, Debug)]
+struct GarbledFrameState(FrameState);
+
+impl serde::Serialize for GarbledFrameState {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(&[0xff; 9])
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for GarbledFrameState {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        FrameState::deserialize(d).map(GarbledFrameState)
+    }
+}
+
+impl compiler_collectives_core::Join for GarbledFrameState {
+    const KIND: &'static str = <FrameState as compiler_collectives_core::Join>::KIND;
+    fn join(&mut self, other: &Self) {
+        compiler_collectives_core::Join::join(&mut self.0, &other.0);
+    }
+}
+
+/// The last rank exchanges through a real channel with a broken encoder:
+/// **every** rank, the sender included, gets a decode error naming it (each
+/// rank decodes every rank's payload from the gathered bytes, so all take
+/// the same branch).
+fn corrupt_payload_every_rank(ctx: &Ctx) -> Result<(), String> {
+    let odd = ctx.world() - 1;
+    let mut ch = ctx.channel(ctx.timeout)?;
+    let res = if ctx.rank() == odd {
+        ch.exchange("f", "", &GarbledFrameState(state(4)))
+            .map(|_| ())
+    } else {
+        ch.exchange("f", "", &state(4)).map(|_| ())
+    };
+    match res {
+        Err(e @ Error::Decode { rank: Some(r), .. }) if r == odd => {
+            let text = e.to_string();
+            ensure(text.contains(&format!("rank {odd}")), || text.clone())?;
+            let next = ch.exchange("f", "", &state(4));
+            ensure(matches!(next, Err(Error::ChannelUnusable { .. })), || {
+                format!("after a decode error: {next:?}")
+            })
+        }
+        other => Err(format!(
+            "expected a decode error naming rank {odd}, got {other:?}"
+        )),
+    }
+}
+
+/// The last rank arrives at exchange #1 two thirds of the way into the
+/// short deadline: a slow rank inside the deadline is no error, and the
+/// others really waited for it.
+fn slow_rank_within_deadline(ctx: &Ctx) -> Result<(), String> {
+    let odd = ctx.world() - 1;
+    let mut ch = ctx.channel(ctx.short_timeout)?;
+    ch.exchange("f", "", &state(4)).map_err(|e| e.to_string())?;
+    let delay = ctx.short_timeout * 2 / 3;
+    if ctx.rank() == odd {
+        std::thread::sleep(delay);
+    }
+    let start = Instant::now();
+    let g = ch
+        .exchange("f", "", &state(4 + u64::from(ctx.rank())))
+        .map_err(|e| {
+            format!(
+                "a rank {delay:?} late inside a {:?} deadline: {e}",
+                ctx.short_timeout
+            )
+        })?;
+    let took = start.elapsed();
+    ensure(g.merged().get("x").size.to_string() == "(Dyn,10)", || {
+        format!("x = {}", g.merged().get("x"))
+    })?;
+    ensure(
+        ctx.rank() == odd || took + Duration::from_millis(100) >= delay,
+        || {
+            format!(
+                "rank {} returned after {took:?}, before the slow rank arrived",
+                ctx.rank()
+            )
+        },
+    )
 }
 
 fn unusable_after_error(ctx: &Ctx) -> Result<(), String> {

@@ -105,10 +105,11 @@ pub fn rank_kill_loop(transport: Arc<dyn Transport>, deadline: Duration) -> i32 
             &Observation::tensor([u64::from(rank) + 2 + (i % 3), 8]),
         );
         if let Err(e) = ch.exchange("loop", "", &s) {
+            let ranks: Vec<String> = e.missing_ranks().iter().map(u32::to_string).collect();
             println!(
-                "ERROR {} {:?} {} {}",
+                "ERROR {} [{}] {} {}",
                 e.kind(),
-                e.missing_ranks(),
+                ranks.join(","),
                 now_ms(),
                 e
             );
@@ -117,6 +118,170 @@ pub fn rank_kill_loop(transport: Arc<dyn Transport>, deadline: Duration) -> i32 
         }
     }
     0
+}
+
+/// This process's resident memory (`VmRSS` of `/proc/self/status`), in KiB;
+/// `None` where the file is unavailable (not Linux).
+pub fn rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// The number of entries under `dir`, recursively (store files).
+pub fn count_files(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir).map_or(0, |rd| {
+        rd.filter_map(Result::ok)
+            .map(|e| {
+                let p = e.path();
+                if p.is_dir() {
+                    1 + count_files(&p)
+                } else {
+                    1
+                }
+            })
+            .sum()
+    })
+}
+
+/// The soak's exchange `i` on one rank: odd exchanges take the full path
+/// (rank-dependent shapes), even ones the digest fast path; every fourth is
+/// a vote. Checks the merged result.
+///
+/// # Errors
+/// The exchange's error, or a wrong result.
+pub fn soak_exchange(ch: &mut Channel, i: u64) -> Result<(), String> {
+    let rank = u64::from(ch.rank());
+    if i % 4 == 0 {
+        let g = ch
+            .exchange(
+                "soak_vote",
+                "",
+                &compiler_collectives_core::join::AnyVote(rank == 0),
+            )
+            .map_err(|e| format!("exchange {i}: {e}"))?;
+        return if g.merged().0 {
+            Ok(())
+        } else {
+            Err(format!("vote {i} lost rank 0's yes"))
+        };
+    }
+    let batch = if i % 2 == 1 { 2 + rank } else { 2 };
+    let mut s = FrameState::new();
+    s.record("x", &Observation::tensor([batch, 8]));
+    s.record("n", &Observation::Int(7));
+    let g = ch
+        .exchange("soak", "", &s)
+        .map_err(|e| format!("exchange {i}: {e}"))?;
+    let x = g.merged().get("x").size.to_string();
+    let want = if i % 2 == 1 && ch.world_size() > 1 {
+        "(Dyn,8)"
+    } else {
+        "(2,8)"
+    };
+    if x == want {
+        Ok(())
+    } else {
+        Err(format!("exchange {i}: x = {x}, want {want}"))
+    }
+}
+
+/// Resident memory growth over a soak: `warmup` exchanges, then RSS, then
+/// `n` more, then RSS. Returns `(rss after warm-up, rss after, KiB)`.
+///
+/// # Errors
+/// An exchange's error, or no `/proc/self/status`.
+pub fn soak(ch: &mut Channel, warmup: u64, n: u64) -> Result<(u64, u64), String> {
+    for i in 0..warmup {
+        soak_exchange(ch, i)?;
+    }
+    let before = rss_kib().ok_or("no VmRSS in /proc/self/status")?;
+    for i in warmup..warmup + n {
+        soak_exchange(ch, i)?;
+    }
+    let after = rss_kib().ok_or("no VmRSS in /proc/self/status")?;
+    Ok((before, after))
+}
+
+/// A rank process that soaks a channel over `transport` (see [`soak`]) and
+/// prints `SOAK <rss after warm-up KiB> <rss after KiB> <files after
+/// warm-up> <files after>`, the files being those under the case's shared
+/// directory (a file store's keys); returns the exit code.
+pub fn rank_soak(transport: Arc<dyn Transport>, warmup: u64, n: u64) -> i32 {
+    let dir = std::path::PathBuf::from(std::env::var(DIR).expect("dir"));
+    let opts = ChannelOptions::default().with_timeout(Duration::from_secs(60));
+    let run = || -> Result<String, String> {
+        let mut ch = Channel::with_options(transport, opts).map_err(|e| e.to_string())?;
+        let (before, _) = soak(&mut ch, warmup, 0)?;
+        let files_before = count_files(&dir);
+        let (_, after) = soak(&mut ch, 0, n)?;
+        // Every rank has finished its last exchange before anyone counts.
+        ch.exchange(
+            "soak_end",
+            "",
+            &compiler_collectives_core::join::AnyVote(false),
+        )
+        .map_err(|e| e.to_string())?;
+        let files_after = count_files(&dir);
+        Ok(format!(
+            "SOAK {before} {after} {files_before} {files_after}"
+        ))
+    };
+    let out = run();
+    linger(env_u32(WORLD));
+    match out {
+        Ok(line) => {
+            println!("{line}");
+            0
+        }
+        Err(e) => {
+            println!("VERDICT fail {e}");
+            1
+        }
+    }
+}
+
+/// Runs `world` soak ranks (role `soak`, see [`rank_soak`]) and checks that
+/// every rank's resident memory grew by less than 1 MiB and that no file
+/// appeared in the store's directory; prints each rank's figures.
+///
+/// # Errors
+/// A rank's failure, too much growth, or files that accumulated.
+pub fn soak_case(prefix: &str, world: u32, env: &[(&str, String)], n: u64) -> Result<(), String> {
+    let start = Instant::now();
+    let (_dir, children) = spawn(world, "soak", env);
+    let results = collect(children, Duration::from_secs(300));
+    for (r, res) in results.iter().enumerate() {
+        let line = res
+            .lines
+            .iter()
+            .find(|l| l.starts_with("SOAK "))
+            .ok_or_else(|| format!("rank {r} (exit {:?}): {}", res.code, res.lines.join(" | ")))?;
+        let v: Vec<u64> = line
+            .split(' ')
+            .skip(1)
+            .map(|x| x.parse().unwrap_or(u64::MAX))
+            .collect();
+        let [before, after, files_before, files_after] = v[..] else {
+            return Err(format!("rank {r}: {line}"));
+        };
+        let growth = after.saturating_sub(before);
+        println!(
+            "    {prefix} soak rank {r}: {n} exchanges after warm-up in {:.1} s; VmRSS {before} KiB -> {after} KiB (+{growth} KiB); store files {files_before} -> {files_after}",
+            start.elapsed().as_secs_f64()
+        );
+        if growth >= 1024 {
+            return Err(format!("rank {r}: resident memory grew by {growth} KiB"));
+        }
+        if files_after > files_before {
+            return Err(format!(
+                "rank {r}: store files grew from {files_before} to {files_after}"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// What one rank process printed and how it ended.
@@ -207,24 +372,61 @@ pub fn run_behaviour(name: &str, world: u32, env: &[(&str, String)]) -> Result<(
 
 /// 3 ranks (role `kill_loop`) exchange in a loop; the last is killed with
 /// SIGKILL. Every survivor must name it (lost peer or timeout) within
-/// `deadline` + 1 s of the kill; prints each survivor's latency.
+/// `deadline` + 1 s of the kill; prints each survivor's latency. Returns the
+/// slowest survivor's time from the kill to its error, in ms.
 ///
 /// # Errors
 /// What a survivor reported instead, or too late.
-pub fn kill_trial(env: &[(&str, String)], deadline: Duration) -> Result<(), String> {
-    let (_dir, mut children) = spawn(3, "kill_loop", env);
+pub fn kill_trial(env: &[(&str, String)], deadline: Duration) -> Result<u128, String> {
+    let (_dir, children) = spawn(3, "kill_loop", env);
+    fault_trial(children, deadline, "the kill", true, |victim| {
+        victim.kill().map_err(|e| e.to_string())
+    })
+}
+
+/// The common part of fault trials: `children` (role `kill_loop`, see
+/// [`rank_kill_loop`]) exchange in a loop; once the last says `READY` and a
+/// quarter second has passed, `fault` strikes it (kill, cut its link, …).
+/// Every other rank must then report an error naming the last rank (lost
+/// peer or timeout) within `deadline` + 1 s. The victim is killed at the
+/// end. Returns the slowest survivor's time to its error, in ms.
+///
+/// With `exact`, each survivor must name the victim alone. Without it — a
+/// fault no survivor can see, like a cut link: a rank that got the victim's
+/// last message moves on to the next exchange while another did not, and a
+/// rank whose deadline passes first drops its connections — a survivor may
+/// name other survivors instead of or besides the victim, provided the
+/// victim is reachable from it by following the ranks each error names
+/// (the rank it waited for was itself stuck on the victim).
+///
+/// # Errors
+/// What a survivor reported instead, or too late; `fault`'s error.
+pub fn fault_trial(
+    mut children: Vec<Child>,
+    deadline: Duration,
+    what: &str,
+    exact: bool,
+    fault: impl FnOnce(&mut Child) -> Result<(), String>,
+) -> Result<u128, String> {
+    let victim_rank = children.len().saturating_sub(1);
     let mut victim = children.pop().ok_or("no victim")?;
     let mut reader = BufReader::new(victim.stdout.take().ok_or("stdout")?);
     let mut line = String::new();
     reader.read_line(&mut line).map_err(|e| e.to_string())?;
     if line.trim() != "READY" {
+        let _ = victim.kill();
         return Err(format!("victim said {line:?}"));
     }
     std::thread::sleep(Duration::from_millis(250));
-    victim.kill().map_err(|e| e.to_string())?;
-    let killed_at = now_ms();
-    let _ = victim.wait();
+    let struck = fault(&mut victim);
+    let struck_at = now_ms();
     let results = collect(children, deadline + Duration::from_secs(10));
+    let _ = victim.kill();
+    let _ = victim.wait();
+    struck?;
+    let victim = u32::try_from(victim_rank).map_err(|e| e.to_string())?;
+    // Each survivor's (line, kind, named ranks, time).
+    let mut reports = Vec::new();
     for (r, res) in results.iter().enumerate() {
         let err = res
             .lines
@@ -232,27 +434,124 @@ pub fn kill_trial(env: &[(&str, String)], deadline: Duration) -> Result<(), Stri
             .find(|l| l.starts_with("ERROR "))
             .ok_or_else(|| format!("rank {r} printed no error: {:?}", res.lines))?;
         let parts: Vec<&str> = err.splitn(5, ' ').collect();
-        let (kind, ranks) = (
-            parts.get(1).copied().unwrap_or(""),
-            parts.get(2).copied().unwrap_or(""),
-        );
+        let kind = parts.get(1).copied().unwrap_or("");
+        let named: Vec<u32> = parts
+            .get(2)
+            .unwrap_or(&"")
+            .trim_matches(['[', ']'])
+            .split(',')
+            .filter_map(|x| x.parse().ok())
+            .collect();
         let at = parts
             .get(3)
             .and_then(|t| t.parse::<u128>().ok())
             .unwrap_or(0);
-        if !(kind == "peer_lost" || kind == "timeout") || ranks != "[2]" {
+        reports.push((err, kind, named, at));
+    }
+    let mut worst = 0;
+    // Whether following named ranks from survivor `r` reaches the victim.
+    let leads_to_victim = |r: usize| {
+        let mut seen = vec![false; reports.len()];
+        let mut todo = vec![r];
+        while let Some(x) = todo.pop() {
+            if std::mem::replace(&mut seen[x], true) {
+                continue;
+            }
+            for &o in &reports[x].2 {
+                if o == victim {
+                    return true;
+                }
+                if (o as usize) < reports.len() {
+                    todo.push(o as usize);
+                }
+            }
+        }
+        false
+    };
+    for (r, (err, kind, named, at)) in reports.iter().enumerate() {
+        let names_ok = if exact {
+            *named == [victim]
+        } else {
+            leads_to_victim(r)
+        };
+        if !(*kind == "peer_lost" || *kind == "timeout") || !names_ok {
             return Err(format!("rank {r}: {err} (all ranks: {results:?})"));
         }
-        let after = at.saturating_sub(killed_at);
+        let after = at.saturating_sub(struck_at);
         let bound = (deadline + Duration::from_secs(1)).as_millis();
         if after > bound {
             return Err(format!(
-                "rank {r} reported {after} ms after the kill (bound {bound} ms): {err}"
+                "rank {r} reported {after} ms after {what} (bound {bound} ms): {err}"
             ));
         }
-        println!("    rank {r}: {kind} naming [2], {after} ms after the kill");
+        let message = err.splitn(5, ' ').nth(4).unwrap_or("");
+        println!("    rank {r}: {kind} naming {named:?}, {after} ms after {what}: {message}");
+        worst = worst.max(after);
     }
-    Ok(())
+    Ok(worst)
+}
+
+/// `trials` SIGKILL trials ([`kill_trial`]) named
+/// `<prefix>::sigkill_mid_exchange::trial_<i>`, each with a fresh `env()`,
+/// then their summary (see [`trial_cases`]).
+pub fn kill_cases(
+    prefix: &str,
+    trials: u32,
+    deadline: Duration,
+    env: fn() -> Vec<(&'static str, String)>,
+) -> Vec<(String, Case)> {
+    trial_cases(
+        &format!("{prefix}::sigkill_mid_exchange"),
+        "SIGKILL",
+        trials,
+        deadline,
+        move || kill_trial(&env(), deadline),
+    )
+}
+
+/// `trials` cases named `<name>::trial_<i>` that each run `trial` (which
+/// returns the worst time from its fault to a survivor's error, in ms), then
+/// a `<name>::summary` case that prints how many trials passed and the worst
+/// time-to-error over all of them, and fails unless every trial passed.
+pub fn trial_cases(
+    name: &str,
+    fault: &str,
+    trials: u32,
+    deadline: Duration,
+    trial: impl Fn() -> Result<u128, String> + 'static,
+) -> Vec<(String, Case)> {
+    let trial = Arc::new(trial);
+    let worst: Arc<std::sync::Mutex<Vec<u128>>> = Arc::default();
+    let mut cases: Vec<(String, Case)> = (0..trials)
+        .map(|t| {
+            let (worst, trial) = (Arc::clone(&worst), Arc::clone(&trial));
+            let case: Case = Box::new(move || {
+                let ms = trial()?;
+                worst.lock().map_err(|e| e.to_string())?.push(ms);
+                Ok(())
+            });
+            (format!("{name}::trial_{t}"), case)
+        })
+        .collect();
+    let (label, fault) = (name.to_owned(), fault.to_owned());
+    let summary: Case = Box::new(move || {
+        let done = worst.lock().map_err(|e| e.to_string())?;
+        let max = done.iter().copied().max().unwrap_or(0);
+        let bound = (deadline + Duration::from_secs(1)).as_millis();
+        println!(
+            "    {fault} summary ({label}): {}/{trials} trials passed (every survivor reported a typed error leading to the struck rank); \
+             worst time-to-error {max} ms (deadline {} ms, bound {bound} ms)",
+            done.len(),
+            deadline.as_millis()
+        );
+        if done.len() == trials as usize {
+            Ok(())
+        } else {
+            Err(format!("only {} of {trials} trials passed", done.len()))
+        }
+    });
+    cases.push((format!("{name}::summary"), summary));
+    cases
 }
 
 /// One case of a driver.

@@ -1,0 +1,91 @@
+//! Writes seed inputs for the fuzz targets into `DIR/<target>/` (default
+//! `fuzz/corpus`): valid envelopes, digest messages and payloads of every
+//! kind, and the scenario corpus. The fuzzer mutates from there.
+
+use compiler_collectives_core::envelope::{self, Envelope, Limits, WIRE_VERSION};
+use compiler_collectives_core::join::{AllVote, AnyVote, Max, Min};
+use compiler_collectives_core::protocol::encode_payload;
+use compiler_collectives_core::shapes::{FrameState, Observation};
+use compiler_collectives_core::Join;
+use std::path::{Path, PathBuf};
+
+fn write(dir: &Path, target: &str, name: &str, data: &[u8]) -> std::io::Result<()> {
+    let d = dir.join(target);
+    std::fs::create_dir_all(&d)?;
+    std::fs::write(d.join(format!("seed-{name}")), data)
+}
+
+fn frames() -> Vec<FrameState> {
+    let mut a = FrameState::new();
+    a.record("x", &Observation::tensor([8, 10]));
+    a.record("n", &Observation::Int(3));
+    let mut b = FrameState::new();
+    b.record("x", &Observation::strided([8, 10, 3], [30, 1, 10]));
+    b.record("y", &Observation::tensor([0, 1]));
+    let mut c = a.clone();
+    c.join(&b);
+    vec![FrameState::new(), a, b, c]
+}
+
+fn envelope_of<J: Join>(v: &J, seq: u64, key: &str) -> anyhow::Result<Vec<u8>> {
+    let env = Envelope {
+        version: WIRE_VERSION,
+        seq,
+        kind: J::KIND.into(),
+        key: key.into(),
+        config: "overrides={}".into(),
+        payload: encode_payload(v)?,
+    };
+    Ok(env.encode(&Limits::default())?)
+}
+
+fn main() -> anyhow::Result<()> {
+    let dir = std::env::args()
+        .nth(1)
+        .map_or_else(|| PathBuf::from("fuzz/corpus"), PathBuf::from);
+    let mut envs = Vec::new();
+    for (i, f) in frames().iter().enumerate() {
+        envs.push(envelope_of(f, i as u64, "train_step@model.rs:88")?);
+        let p = encode_payload(f)?;
+        let mut pair = vec![0u8, u8::try_from(p.len()).unwrap_or(255)];
+        pair.extend_from_slice(&p);
+        pair.extend_from_slice(&encode_payload(&frames()[(i + 1) % 4])?);
+        write(&dir, "payload", &format!("frame-{i}"), &pair)?;
+    }
+    envs.push(envelope_of(&AnyVote(true), 7, "f")?);
+    envs.push(envelope_of(&Max(-5), 1 << 40, "")?);
+    for (k, bytes) in [
+        (1u8, encode_payload(&AnyVote(true))?),
+        (2, encode_payload(&AllVote(false))?),
+        (3, encode_payload(&Max(i64::MIN))?),
+        (4, encode_payload(&Min(300))?),
+    ] {
+        let mut pair = vec![k, u8::try_from(bytes.len()).unwrap_or(255)];
+        pair.extend_from_slice(&bytes);
+        pair.extend_from_slice(&bytes);
+        write(&dir, "payload", &format!("vote-{k}"), &pair)?;
+    }
+    for (i, e) in envs.iter().enumerate() {
+        write(&dir, "envelope", &i.to_string(), e)?;
+        let d = envelope::encode_digest_msg(WIRE_VERSION, i as u64, &envelope::digest(e));
+        write(&dir, "digest_msg", &i.to_string(), &d)?;
+    }
+    write(
+        &dir,
+        "digest_msg",
+        "v99",
+        &envelope::encode_digest_msg(99, 0, &[0; 16]),
+    )?;
+    let scenarios = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
+    for entry in std::fs::read_dir(&scenarios)? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "json") {
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            write(&dir, "scenario", &name, &std::fs::read(&path)?)?;
+        }
+    }
+    Ok(())
+}
