@@ -2,8 +2,11 @@
 //! `fuzz/corpus`): valid envelopes, digest messages and payloads of every
 //! kind, and the scenario corpus. The fuzzer mutates from there.
 
+use compiler_collectives_core::agree::AgreedValues;
+use compiler_collectives_core::autotune::{Measure, Timings};
 use compiler_collectives_core::envelope::{self, Envelope, Limits, WIRE_VERSION};
 use compiler_collectives_core::join::{AllVote, AnyVote, Max, Min};
+use compiler_collectives_core::profile::Profile;
 use compiler_collectives_core::protocol::encode_payload;
 use compiler_collectives_core::shapes::{FrameState, Observation};
 use compiler_collectives_core::Join;
@@ -64,6 +67,38 @@ fn main() -> anyhow::Result<()> {
         pair.extend_from_slice(&bytes);
         pair.extend_from_slice(&bytes);
         write(&dir, "payload", &format!("vote-{k}"), &pair)?;
+    }
+    let mut timings = Timings::default();
+    let op = timings.0.entry("mm[64x64]".to_owned()).or_default();
+    op.insert("c0".to_owned(), Measure::Nanos(1200));
+    op.insert("c1".to_owned(), Measure::Failed("out of memory".to_owned()));
+    let mut agreed = AgreedValues::default();
+    agreed
+        .0
+        .entry("compiler".to_owned())
+        .or_default()
+        .insert("2.13.0".to_owned());
+    let mut profiles = vec![Profile::new()];
+    for (i, f) in frames().iter().enumerate() {
+        let mut p = profiles[i].clone();
+        p.record_shapes(&format!("scenario:{i}"), f);
+        profiles.push(p);
+    }
+    for (i, p) in profiles.iter().enumerate() {
+        let file = p.encode()?;
+        // Even first byte: the whole file; odd: the body only (see the check).
+        write(&dir, "profile", &format!("file-{i}"), &[&[0u8][..], &file].concat())?;
+        write(&dir, "profile", &format!("body-{i}"), &[&[1u8][..], &file[32..]].concat())?;
+    }
+    for (k, bytes) in [
+        (5u8, encode_payload(&timings)?),
+        (6, encode_payload(&agreed)?),
+        (7, encode_payload(&profiles[profiles.len() - 1])?),
+    ] {
+        let mut pair = vec![k, u8::try_from(bytes.len()).unwrap_or(255)];
+        pair.extend_from_slice(&bytes);
+        pair.extend_from_slice(&bytes);
+        write(&dir, "payload", &format!("kind-{k}"), &pair)?;
     }
     for (i, e) in envs.iter().enumerate() {
         write(&dir, "envelope", &i.to_string(), e)?;

@@ -18,7 +18,12 @@
 //! `fuzz/Cargo.toml`.
 
 use compiler_collectives_core::envelope::{self, Envelope, Limits, DIGEST_MSG_LEN, WIRE_VERSION};
+use compiler_collectives_core::agree::AgreedValues;
+use compiler_collectives_core::autotune::Timings;
 use compiler_collectives_core::join::{AllVote, AnyVote, Max, Min};
+use compiler_collectives_core::profile::{
+    Profile, ProfileLimits, PROFILE_HEADER_LEN, PROFILE_MAGIC, PROFILE_VERSION,
+};
 use compiler_collectives_core::scenario::{Scenario, ScenarioLimits};
 use compiler_collectives_core::shapes::FrameState;
 use compiler_collectives_core::Join;
@@ -33,6 +38,7 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("digest_msg", digest_msg_decode),
     ("payload", payload_decode),
     ("scenario", scenario_parse),
+    ("profile", profile_decode),
 ];
 
 /// Small limits, so the fuzzer reaches every "over the limit" branch.
@@ -117,7 +123,8 @@ fn pair_as<J: Join + PartialEq>(a: &[u8], b: &[u8]) {
 }
 
 /// Decision payloads from a peer. The first byte picks the kind (frame
-/// state, any/all vote, max, min); the rest is split at the second byte into
+/// state, any/all vote, max, min, autotuning timings, must-agree values,
+/// whole profile); the rest is split at the second byte into
 /// two payloads of that kind.
 ///
 /// # Panics
@@ -128,12 +135,15 @@ pub fn payload_decode(data: &[u8]) {
     };
     let at = usize::from(*split).min(rest.len());
     let (a, b) = rest.split_at(at);
-    match kind % 5 {
+    match kind % 8 {
         0 => pair_as::<FrameState>(a, b),
         1 => pair_as::<AnyVote>(a, b),
         2 => pair_as::<AllVote>(a, b),
         3 => pair_as::<Max>(a, b),
-        _ => pair_as::<Min>(a, b),
+        4 => pair_as::<Min>(a, b),
+        5 => pair_as::<Timings>(a, b),
+        6 => pair_as::<AgreedValues>(a, b),
+        _ => pair_as::<Profile>(a, b),
     }
 }
 
@@ -151,5 +161,62 @@ pub fn scenario_parse(data: &[u8]) {
     };
     if let Ok(s) = Scenario::from_slice(data, "<fuzz>", &limits) {
         assert!(s.world_size >= 1 && s.world_size <= limits.max_world_size);
+    }
+}
+
+/// Limits small enough that the fuzzer reaches the "over the limit" branches
+/// of the profile decoder.
+pub const SMALL_PROFILE_LIMITS: ProfileLimits = ProfileLimits {
+    max_body_bytes: 4096,
+    max_entries: 16,
+};
+
+/// A profile file (what a crashed writer, a full disk or another tool may
+/// leave): decoded under the default and under [`SMALL_PROFILE_LIMITS`]; an
+/// accepted profile respects the limits, re-encodes to bytes that decode to
+/// the same profile, and its join with itself is itself.
+///
+/// The first byte picks the input: even, the rest is a whole file as is;
+/// odd, the rest is a body that gets a valid header (magic, version, length,
+/// checksum), so mutations reach the body decoder instead of stopping at
+/// the checksum.
+///
+/// # Panics
+/// When a property is broken.
+pub fn profile_decode(data: &[u8]) {
+    let [mode, rest @ ..] = data else {
+        return;
+    };
+    if mode % 2 == 0 {
+        profile_file(rest);
+        return;
+    }
+    let Ok(len) = u32::try_from(rest.len()) else {
+        return;
+    };
+    let mut file = Vec::with_capacity(PROFILE_HEADER_LEN + rest.len());
+    file.extend_from_slice(&PROFILE_MAGIC);
+    file.extend_from_slice(&PROFILE_VERSION.to_le_bytes());
+    file.extend_from_slice(&0u16.to_le_bytes());
+    file.extend_from_slice(&len.to_le_bytes());
+    file.extend_from_slice(&xxhash_rust::xxh3::xxh3_128(rest).to_le_bytes());
+    file.extend_from_slice(rest);
+    profile_file(&file);
+}
+
+fn profile_file(data: &[u8]) {
+    for limits in [ProfileLimits::default(), SMALL_PROFILE_LIMITS] {
+        if let Ok(p) = Profile::decode(data, &limits) {
+            assert!(p.len() <= limits.max_entries);
+            let again = p.encode().expect("an accepted profile re-encodes");
+            let back = Profile::decode(&again, &limits).expect("a re-encoded profile decodes");
+            assert_eq!(back, p, "decode(encode(p)) != p");
+            let mut twice = p.clone();
+            twice.join(&p);
+            assert_eq!(twice, p, "join is not idempotent on a decoded profile");
+        }
+    }
+    if Profile::decode(data, &SMALL_PROFILE_LIMITS).is_ok() {
+        assert!(Profile::decode(data, &ProfileLimits::default()).is_ok());
     }
 }
