@@ -98,7 +98,10 @@ fn compare(args: &TraceArgs) -> anyhow::Result<bool> {
         return Ok(false);
     };
     let (from, to) = match &divergence {
-        Some(d) => (d.seq.saturating_sub(args.context), (d.seq + 2).min(last)),
+        Some(d) => (
+            d.seq.saturating_sub(args.context),
+            d.seq.saturating_add(2).min(last),
+        ),
         None => (last.saturating_sub(args.context), last),
     };
     print!("{:>6}", "seq");

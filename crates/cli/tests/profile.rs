@@ -427,3 +427,36 @@ fn the_environment_names_the_profile_per_job_and_the_trace_directory() {
         "{err}"
     );
 }
+
+/// One trace line of rank `rank` at exchange `seq` under `key`.
+fn trace_line(rank: u32, seq: u64, key: &str) -> String {
+    json!({"rank": rank, "world_size": 2, "seq": seq, "key": key, "kind": "x",
+        "config_digest": "0", "payload_digest": "0", "merged_digest": null,
+        "bytes_sent": 0, "bytes_received": 0, "duration_us": 0, "fast_path": null,
+        "outcome": "ok", "error": null})
+    .to_string()
+        + "\n"
+}
+
+#[test]
+fn ccol_trace_names_a_divergence_at_the_largest_sequence_number() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (a, b) = (
+        tmp.path().join("rank-0.jsonl"),
+        tmp.path().join("rank-1.jsonl"),
+    );
+    std::fs::write(&a, trace_line(0, u64::MAX, "a")).expect("write");
+    std::fs::write(&b, trace_line(1, u64::MAX, "b")).expect("write");
+    let out = ccol(&["trace", s(&a), s(&b)]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout(&out).contains("first divergence at exchange #18446744073709551615"),
+        "{}",
+        stdout(&out)
+    );
+}

@@ -316,17 +316,17 @@ pub fn by_seq(traces: &[(u32, Vec<TraceRecord>)]) -> Vec<BTreeMap<u64, &TraceRec
 /// differ. Exchanges at or after a [`TRUNCATED`] record are not compared.
 pub fn first_divergence(traces: &[(u32, Vec<TraceRecord>)]) -> Option<Divergence> {
     let by_seq = by_seq(traces);
+    // `None`: no trace was truncated, every exchange counts (u64::MAX too).
     let stop = traces
         .iter()
         .flat_map(|(_, recs)| recs.iter())
         .filter(|r| r.outcome == TRUNCATED)
         .map(|r| r.seq)
-        .min()
-        .unwrap_or(u64::MAX);
+        .min();
     let all_seqs: std::collections::BTreeSet<u64> = by_seq
         .iter()
         .flat_map(|m| m.keys().copied())
-        .filter(|&s| s < stop)
+        .filter(|&s| stop.is_none_or(|stop| s < stop))
         .collect();
     for seq in all_seqs {
         let groups = group_ranks(traces.iter().zip(&by_seq).map(|((rank, _), m)| {

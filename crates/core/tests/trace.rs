@@ -219,3 +219,30 @@ fn every_exchange_has_a_span_and_an_event_with_its_figures() {
         assert!(f["duration_us"].parse::<u64>().is_ok(), "{f:?}");
     }
 }
+
+#[test]
+fn a_divergence_at_the_last_sequence_number_is_found() {
+    // A trace file is input: its seq may be any u64, u64::MAX included.
+    let mk = |key: &str| TraceRecord {
+        rank: 0,
+        world_size: 2,
+        seq: u64::MAX,
+        key: key.into(),
+        kind: "shape.frame_state".into(),
+        config_digest: "0".into(),
+        payload_digest: "1".into(),
+        merged_digest: None,
+        bytes_sent: 0,
+        bytes_received: 0,
+        duration_us: 0,
+        fast_path: None,
+        outcome: "ok".into(),
+        error: None,
+    };
+    let traces = vec![(0, vec![mk("a")]), (1, vec![mk("b")])];
+    let d = first_divergence(&traces).expect("the keys differ");
+    assert_eq!(d.seq, u64::MAX);
+    assert_eq!(d.groups.len(), 2);
+    let traces = vec![(0, vec![mk("a")]), (1, vec![])];
+    assert_eq!(first_divergence(&traces).map(|d| d.seq), Some(u64::MAX));
+}
