@@ -460,3 +460,41 @@ fn ccol_trace_names_a_divergence_at_the_largest_sequence_number() {
         stdout(&out)
     );
 }
+
+#[test]
+fn empty_profile_variables_count_as_unset() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let run = |vars: &[(&str, &str)]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_ccol"));
+        c.args([
+            "scenario",
+            "run",
+            s(&scenario("09_issue_seq_len.json")),
+            "--json",
+        ])
+        .current_dir(tmp.path())
+        .env_remove("CCOL_TIMEOUT_S")
+        .env_remove("CCOL_TRACE_DIR")
+        .env_remove("CCOL_JOB_ID")
+        .env_remove("TORCHELASTIC_RUN_ID")
+        .envs(vars.iter().copied());
+        let out = c.output().expect("ccol runs");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    // CCOL_PROFILE_DIR="" is off: no profile in the working directory.
+    run(&[("CCOL_PROFILE_DIR", ""), ("CCOL_JOB_ID", "job-1")]);
+    assert!(!tmp.path().join("job-1").exists());
+    // CCOL_JOB_ID="" falls back to torchrun's run id.
+    let root = tmp.path().join("profiles");
+    run(&[
+        ("CCOL_PROFILE_DIR", s(&root)),
+        ("CCOL_JOB_ID", ""),
+        ("TORCHELASTIC_RUN_ID", "run-3"),
+    ]);
+    assert!(root.join("run-3").join("profile.ccol").is_file());
+}

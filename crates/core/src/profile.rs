@@ -605,18 +605,20 @@ impl ProfileStore {
 
     /// The store named by the environment: `CCOL_PROFILE_DIR/<job id>`, the
     /// job id from `CCOL_JOB_ID`, else torchrun's `TORCHELASTIC_RUN_ID`.
-    /// `Ok(None)` when `CCOL_PROFILE_DIR` is unset (profiles off).
+    /// `Ok(None)` when `CCOL_PROFILE_DIR` is unset or empty (profiles off).
+    /// An empty variable counts as unset, as for `CCOL_TRACE_DIR`.
     ///
     /// # Errors
     /// [`ProfileError::InvalidArgument`] when the directory is set but no job
     /// id is, or the job id is unusable; [`ProfileError::Io`] as [`ProfileStore::open`].
     pub fn from_env() -> Result<Option<Self>, ProfileError> {
-        let Some(root) = std::env::var_os(PROFILE_DIR_ENV) else {
+        let Some(root) = std::env::var_os(PROFILE_DIR_ENV).filter(|r| !r.is_empty()) else {
             return Ok(None);
         };
-        let job = std::env::var(JOB_ID_ENV)
-            .or_else(|_| std::env::var(TORCHELASTIC_RUN_ID_ENV))
-            .map_err(|_| {
+        let set = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        let job = set(JOB_ID_ENV)
+            .or_else(|| set(TORCHELASTIC_RUN_ID_ENV))
+            .ok_or_else(|| {
                 ProfileError::InvalidArgument(format!(
                     "{PROFILE_DIR_ENV} is set but neither {JOB_ID_ENV} nor {TORCHELASTIC_RUN_ID_ENV} names the job"
                 ))
