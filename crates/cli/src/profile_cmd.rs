@@ -81,7 +81,8 @@ pub(crate) fn run(cmd: &ProfileCmd) -> ExitCode {
         ProfileCmd::Diff(a) => diff(a),
     };
     result.unwrap_or_else(|e| {
-        eprintln!("ccol: {e:#}");
+        // `{e}`, not `{e:#}`: a ProfileError's message already holds its source.
+        eprintln!("ccol: {e}");
         ExitCode::from(EXIT_BAD_INPUT)
     })
 }

@@ -498,3 +498,21 @@ fn empty_profile_variables_count_as_unset() {
     ]);
     assert!(root.join("run-3").join("profile.ccol").is_file());
 }
+
+#[test]
+fn a_corrupt_profile_is_reported_once() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let file = tmp.path().join("short.ccol");
+    std::fs::write(&file, b"CCOLPGO\0").expect("write");
+    let out = ccol(&["profile", "show", s(&file)]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        err.trim_end(),
+        format!(
+            "ccol: profile {}: corrupt: truncated: 32 bytes needed, 8 present; \
+             move it aside to start a new profile",
+            file.display()
+        ),
+    );
+}
