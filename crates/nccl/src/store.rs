@@ -32,6 +32,10 @@ fn timeout(start: Instant, what: String) -> Error {
     }
 }
 
+/// Longest key stored under its hex name: `k-` + 200 hex digits + `.lock`
+/// stays within the 255 bytes of a file name.
+const MAX_HEX_KEY_BYTES: usize = 100;
+
 /// Sleeps a little longer each time, up to 10 ms, without passing `deadline`.
 fn pause(round: &mut u32, deadline: Deadline) {
     *round = round.saturating_add(1);
@@ -55,8 +59,16 @@ impl FileStore {
         &self.dir
     }
 
-    /// The file of a key: its bytes in hex (keys may hold `/`).
+    /// The file of a key: `k-` and its bytes in hex (keys may hold `/`);
+    /// for keys over [`MAX_HEX_KEY_BYTES`] bytes, whose hex name would pass
+    /// the 255-byte limit of a file name, `h-` and its 128-bit xxh3 hash.
     fn path(&self, key: &str) -> PathBuf {
+        if key.len() > MAX_HEX_KEY_BYTES {
+            return self.dir.join(format!(
+                "h-{:032x}",
+                xxhash_rust::xxh3::xxh3_128(key.as_bytes())
+            ));
+        }
         let mut name = String::with_capacity(key.len() * 2 + 2);
         name.push_str("k-");
         for b in key.bytes() {

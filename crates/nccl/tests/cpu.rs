@@ -414,3 +414,20 @@ fn default_probe_without_any_nccl_says_not_found() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn file_store_takes_keys_longer_than_a_file_name() {
+    // torchrun's run id is part of every key and may be long.
+    let dir = tempfile::tempdir().unwrap();
+    let store = FileStore::new(dir.path()).unwrap();
+    let d = Deadline::after(Duration::from_secs(5));
+    let long = format!("ccol/nccl/{}/0/unique_id", "r".repeat(300));
+    let other = format!("ccol/nccl/{}/0/unique_id", "s".repeat(300));
+    store.set(&long, b"one", d).unwrap();
+    store.set(&other, b"two", d).unwrap();
+    assert_eq!(store.get(&long, d).unwrap(), b"one");
+    assert_eq!(store.get(&other, d).unwrap(), b"two");
+    assert_eq!(store.add(&format!("{long}/n"), 3, d).unwrap(), 3);
+    store.wait(&[long.as_str(), other.as_str()], d).unwrap();
+    assert!(store.delete(&long, d).unwrap());
+}
