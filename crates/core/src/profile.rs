@@ -235,7 +235,9 @@ impl Profile {
     /// Decodes profile file bytes strictly: magic, version, flags, exact
     /// length, checksum, a body that decodes completely, at most
     /// `limits.max_entries` entries, each kind matching its value, and a
-    /// canonical body. Allocation is bounded by the input length.
+    /// canonical body. Allocation is bounded by the input length; a body
+    /// declaring more than `limits.max_entries` entries is refused before they
+    /// are decoded.
     ///
     /// # Errors
     /// [`DecodeError`] saying which check failed.
@@ -294,18 +296,21 @@ impl Profile {
                 detail: "the body does not match its checksum (corrupt file)".into(),
             });
         }
-        let entries: BTreeMap<ProfileKey, ProfileValue> =
-            crate::envelope::decode_payload(Profile::KIND, body)?;
-        if entries.len() > limits.max_entries {
+        // The body starts with the entry count (a postcard varint): refuse
+        // too many before decoding them, which takes ~16 times the body's size.
+        let (count, _) =
+            postcard::take_from_bytes::<u64>(body).map_err(|e| DecodeError::Payload {
+                kind: Profile::KIND.to_owned(),
+                detail: e.to_string(),
+            })?;
+        if count > limits.max_entries as u64 {
             return Err(DecodeError::Invalid {
                 field: "profile entries",
-                detail: format!(
-                    "{} entries, over the limit of {}",
-                    entries.len(),
-                    limits.max_entries
-                ),
+                detail: format!("{count} entries, over the limit of {}", limits.max_entries),
             });
         }
+        let entries: BTreeMap<ProfileKey, ProfileValue> =
+            crate::envelope::decode_payload(Profile::KIND, body)?;
         if let Some((k, v)) = entries.iter().find(|(k, v)| k.kind != v.kind()) {
             return Err(DecodeError::Invalid {
                 field: "entry kind",
