@@ -516,3 +516,24 @@ fn a_corrupt_profile_is_reported_once() {
         ),
     );
 }
+
+#[test]
+fn ccol_trace_of_a_directory_orders_ranks_by_number() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    for r in 0..12 {
+        let f = tmp.path().join(format!("rank-{r}.jsonl"));
+        std::fs::write(f, trace_line(r, 0, "k")).expect("write");
+    }
+    let out = ccol(&["trace", s(tmp.path())]);
+    assert_eq!(out.status.code(), Some(0));
+    let header: Vec<String> = stdout(&out)
+        .lines()
+        .next()
+        .expect("a header")
+        .split("rank ")
+        .skip(1)
+        .map(|r| r.trim().to_owned())
+        .collect();
+    let want: Vec<String> = (0..12).map(|r| r.to_string()).collect();
+    assert_eq!(header, want);
+}
