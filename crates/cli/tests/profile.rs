@@ -537,3 +537,37 @@ fn ccol_trace_of_a_directory_orders_ranks_by_number() {
     let want: Vec<String> = (0..12).map(|r| r.to_string()).collect();
     assert_eq!(header, want);
 }
+
+#[test]
+fn merging_into_a_stores_profile_file_waits_for_its_lock() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    for (dir, key) in [(&a, "a"), (&b, "b")] {
+        let mut p = Profile::new();
+        p.record_shapes(key, &compiler_collectives::shapes::FrameState::new());
+        ProfileStore::open(dir)
+            .expect("store")
+            .save(&p)
+            .expect("save");
+    }
+    let store = tmp.path().join("job");
+    std::fs::create_dir(&store).expect("mkdir");
+    // A job's rank holds the store's lock (in the middle of a save).
+    let lock = std::fs::File::create(store.join("profile.ccol.lock")).expect("lock file");
+    fs4::FileExt::lock(&lock).expect("lock");
+    let target = store.join("profile.ccol");
+    let mut merge = Command::new(env!("CARGO_BIN_EXE_ccol"))
+        .args(["profile", "merge", s(&a), s(&b), "-o", s(&target)])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("ccol runs");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(!target.exists(), "merge wrote while the lock was held");
+    fs4::FileExt::unlock(&lock).expect("unlock");
+    assert!(merge.wait().expect("wait").success());
+    let merged = ProfileStore::open(&store)
+        .expect("store")
+        .load()
+        .expect("load");
+    assert_eq!(merged.len(), 2);
+}
