@@ -482,9 +482,21 @@ fn io_err<'a>(
 /// Reads and decodes a profile file; a missing file is an empty profile.
 ///
 /// # Errors
-/// [`ProfileError::Io`] when the file cannot be read, [`ProfileError::Corrupt`]
+/// [`ProfileError::Io`] when the file cannot be read or is not a regular
+/// file (a FIFO would block), [`ProfileError::Corrupt`]
 /// when it does not decode (files over the limit are refused before reading).
 pub fn read_profile(path: &Path, limits: &ProfileLimits) -> Result<Profile, ProfileError> {
+    // Opening a FIFO would block until some process writes it: refuse
+    // anything but a regular file (or a link to one) before opening.
+    match fs::metadata(path) {
+        Ok(m) if !m.is_file() => {
+            return Err(io_err(path, "read")(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "not a regular file",
+            )))
+        }
+        _ => {}
+    }
     let file = match File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Profile::new()),
