@@ -577,31 +577,6 @@ fn agreed() -> impl Strategy<Value = AgreedValues> {
 }
 
 #[test]
-fn a_fifo_in_place_of_an_artifact_is_an_error_not_a_hang() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = DiskArtifacts::open(dir.path()).expect("store");
-    match std::process::Command::new("mkfifo")
-        .arg(store.path_of("k"))
-        .status()
-    {
-        Ok(s) if s.success() => {}
-        other => {
-            eprintln!("skipped: mkfifo is not available here ({other:?})");
-            return;
-        }
-    }
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(store.load("k").map_err(|e| e.to_string()));
-    });
-    let got = rx
-        .recv_timeout(Duration::from_secs(5))
-        .expect("load returns instead of blocking on the FIFO");
-    let err = got.expect_err("a FIFO is no artifact");
-    assert!(err.contains("not a regular file"), "{err}");
-}
-
-#[test]
 fn a_disagreement_on_many_long_names_gives_a_bounded_message() {
     // 2 000 names of 1 000 bytes differ: listing them all, once in the
     // summary and once per rank group, made an 8 MB message on each rank.
