@@ -689,7 +689,9 @@ impl ProfileStore {
     /// # Errors
     /// [`ProfileError::LockTimeout`] after [`ProfileStore::lock_timeout`];
     /// [`ProfileError::Corrupt`] when the stored file does not decode (it is
-    /// left as it is); [`ProfileError::Io`] naming the failed step.
+    /// left as it is); [`ProfileError::InvalidArgument`] when the join is
+    /// over the store's [`ProfileLimits`] (nothing is written);
+    /// [`ProfileError::Io`] naming the failed step.
     pub fn save(&self, profile: &Profile) -> Result<Profile, ProfileError> {
         let _lock = self.lock()?;
         self.remove_stale_temp_files();
@@ -697,6 +699,7 @@ impl ProfileStore {
         let before = merged.clone();
         merged.join(profile);
         if merged != before || !self.path().exists() {
+            self.check_limits(&merged)?;
             write_profile_atomic(&self.path(), &merged)?;
         }
         Ok(merged)
@@ -726,11 +729,34 @@ impl ProfileStore {
     /// the lock and atomically, as [`ProfileStore::save`] writes.
     ///
     /// # Errors
-    /// [`ProfileError::LockTimeout`]; [`ProfileError::Io`] naming the failed step.
+    /// [`ProfileError::InvalidArgument`] when `profile` is over the store's
+    /// limits; [`ProfileError::LockTimeout`]; [`ProfileError::Io`] naming the failed step.
     pub fn replace(&self, profile: &Profile) -> Result<(), ProfileError> {
+        self.check_limits(profile)?;
         let _lock = self.lock()?;
         self.remove_stale_temp_files();
         write_profile_atomic(&self.path(), profile)
+    }
+
+    /// Refuses a profile that [`ProfileStore::load`] would refuse: writing
+    /// it would leave a file no later load or save can read.
+    fn check_limits(&self, profile: &Profile) -> Result<(), ProfileError> {
+        let body = profile
+            .encode()
+            .map_err(|e| ProfileError::InvalidArgument(e.to_string()))?
+            .len()
+            - PROFILE_HEADER_LEN;
+        if profile.len() > self.limits.max_entries || body > self.limits.max_body_bytes {
+            return Err(ProfileError::InvalidArgument(format!(
+                "{}: {} entries in {body} bytes, over the limits of {} entries and {} bytes; \
+                 not written (the file would not load)",
+                self.path().display(),
+                profile.len(),
+                self.limits.max_entries,
+                self.limits.max_body_bytes
+            )));
+        }
+        Ok(())
     }
 
     fn lock(&self) -> Result<LockGuard, ProfileError> {
