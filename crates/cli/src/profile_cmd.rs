@@ -43,7 +43,8 @@ pub(crate) struct MergeArgs {
     /// Profiles (files or directories) to join; at least two.
     #[arg(required = true, num_args = 2..)]
     inputs: Vec<PathBuf>,
-    /// Output file (replaced atomically), or a directory (its `profile.ccol`).
+    /// Output file (replaced atomically), or a directory (its `profile.ccol`,
+    /// replaced under the store's lock, as is any file named `profile.ccol`).
     #[arg(short, long)]
     output: PathBuf,
 }
@@ -81,7 +82,8 @@ pub(crate) fn run(cmd: &ProfileCmd) -> ExitCode {
         ProfileCmd::Diff(a) => diff(a),
     };
     result.unwrap_or_else(|e| {
-        eprintln!("ccol: {e:#}");
+        // `{e}`, not `{e:#}`: a ProfileError's message already holds its source.
+        eprintln!("ccol: {e}");
         ExitCode::from(EXIT_BAD_INPUT)
     })
 }
@@ -147,8 +149,19 @@ fn merge(args: &MergeArgs) -> anyhow::Result<ExitCode> {
     }
     // A directory is a store: replace its profile under its lock, so a job
     // saving into it at the same time loses nothing to a half-done merge.
-    let out = if args.output.is_dir() {
-        let store = ProfileStore::open(&args.output)?;
+    // So is the directory of a file named `profile.ccol`.
+    let store_dir = if args.output.is_dir() {
+        Some(args.output.clone())
+    } else if args.output.file_name() == Some(PROFILE_FILE.as_ref()) {
+        Some(match args.output.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+            _ => PathBuf::from("."),
+        })
+    } else {
+        None
+    };
+    let out = if let Some(dir) = store_dir {
+        let store = ProfileStore::open(dir)?;
         store.replace(&merged)?;
         store.path()
     } else {

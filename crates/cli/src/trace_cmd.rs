@@ -22,7 +22,7 @@ pub(crate) struct TraceArgs {
 }
 
 /// The trace files among `paths`: files as given, and the `rank-*.jsonl`
-/// files of directories, sorted by name.
+/// files of directories, sorted by rank number.
 fn trace_files(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     for p in paths {
@@ -37,7 +37,17 @@ fn trace_files(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
                     })
                 })
                 .collect();
-            in_dir.sort();
+            // By rank number, not by name: rank-10 after rank-9, not after rank-1.
+            in_dir.sort_by_key(|f| {
+                let name = f.file_name().map(|n| n.to_string_lossy().into_owned());
+                let rank = name.as_deref().and_then(|n| {
+                    n.strip_prefix("rank-")?
+                        .strip_suffix(".jsonl")?
+                        .parse::<u64>()
+                        .ok()
+                });
+                (rank.is_none(), rank, name)
+            });
             files.extend(in_dir);
         } else {
             files.push(p.clone());
@@ -98,7 +108,10 @@ fn compare(args: &TraceArgs) -> anyhow::Result<bool> {
         return Ok(false);
     };
     let (from, to) = match &divergence {
-        Some(d) => (d.seq.saturating_sub(args.context), (d.seq + 2).min(last)),
+        Some(d) => (
+            d.seq.saturating_sub(args.context),
+            d.seq.saturating_add(2).min(last),
+        ),
         None => (last.saturating_sub(args.context), last),
     };
     print!("{:>6}", "seq");

@@ -427,3 +427,147 @@ fn the_environment_names_the_profile_per_job_and_the_trace_directory() {
         "{err}"
     );
 }
+
+/// One trace line of rank `rank` at exchange `seq` under `key`.
+fn trace_line(rank: u32, seq: u64, key: &str) -> String {
+    json!({"rank": rank, "world_size": 2, "seq": seq, "key": key, "kind": "x",
+        "config_digest": "0", "payload_digest": "0", "merged_digest": null,
+        "bytes_sent": 0, "bytes_received": 0, "duration_us": 0, "fast_path": null,
+        "outcome": "ok", "error": null})
+    .to_string()
+        + "\n"
+}
+
+#[test]
+fn ccol_trace_names_a_divergence_at_the_largest_sequence_number() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (a, b) = (
+        tmp.path().join("rank-0.jsonl"),
+        tmp.path().join("rank-1.jsonl"),
+    );
+    std::fs::write(&a, trace_line(0, u64::MAX, "a")).expect("write");
+    std::fs::write(&b, trace_line(1, u64::MAX, "b")).expect("write");
+    let out = ccol(&["trace", s(&a), s(&b)]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout(&out).contains("first divergence at exchange #18446744073709551615"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn empty_profile_variables_count_as_unset() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let run = |vars: &[(&str, &str)]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_ccol"));
+        c.args([
+            "scenario",
+            "run",
+            s(&scenario("09_issue_seq_len.json")),
+            "--json",
+        ])
+        .current_dir(tmp.path())
+        .env_remove("CCOL_TIMEOUT_S")
+        .env_remove("CCOL_TRACE_DIR")
+        .env_remove("CCOL_JOB_ID")
+        .env_remove("TORCHELASTIC_RUN_ID")
+        .envs(vars.iter().copied());
+        let out = c.output().expect("ccol runs");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    // CCOL_PROFILE_DIR="" is off: no profile in the working directory.
+    run(&[("CCOL_PROFILE_DIR", ""), ("CCOL_JOB_ID", "job-1")]);
+    assert!(!tmp.path().join("job-1").exists());
+    // CCOL_JOB_ID="" falls back to torchrun's run id.
+    let root = tmp.path().join("profiles");
+    run(&[
+        ("CCOL_PROFILE_DIR", s(&root)),
+        ("CCOL_JOB_ID", ""),
+        ("TORCHELASTIC_RUN_ID", "run-3"),
+    ]);
+    assert!(root.join("run-3").join("profile.ccol").is_file());
+}
+
+#[test]
+fn a_corrupt_profile_is_reported_once() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let file = tmp.path().join("short.ccol");
+    std::fs::write(&file, b"CCOLPGO\0").expect("write");
+    let out = ccol(&["profile", "show", s(&file)]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        err.trim_end(),
+        format!(
+            "ccol: profile {}: corrupt: truncated: 32 bytes needed, 8 present; \
+             move it aside to start a new profile",
+            file.display()
+        ),
+    );
+}
+
+#[test]
+fn ccol_trace_of_a_directory_orders_ranks_by_number() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    for r in 0..12 {
+        let f = tmp.path().join(format!("rank-{r}.jsonl"));
+        std::fs::write(f, trace_line(r, 0, "k")).expect("write");
+    }
+    let out = ccol(&["trace", s(tmp.path())]);
+    assert_eq!(out.status.code(), Some(0));
+    let header: Vec<String> = stdout(&out)
+        .lines()
+        .next()
+        .expect("a header")
+        .split("rank ")
+        .skip(1)
+        .map(|r| r.trim().to_owned())
+        .collect();
+    let want: Vec<String> = (0..12).map(|r| r.to_string()).collect();
+    assert_eq!(header, want);
+}
+
+#[test]
+fn merging_into_a_stores_profile_file_waits_for_its_lock() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    for (dir, key) in [(&a, "a"), (&b, "b")] {
+        let mut p = Profile::new();
+        p.record_shapes(key, &compiler_collectives::shapes::FrameState::new());
+        ProfileStore::open(dir)
+            .expect("store")
+            .save(&p)
+            .expect("save");
+    }
+    let store = tmp.path().join("job");
+    std::fs::create_dir(&store).expect("mkdir");
+    // A job's rank holds the store's lock (in the middle of a save).
+    let lock = std::fs::File::create(store.join("profile.ccol.lock")).expect("lock file");
+    fs4::FileExt::lock(&lock).expect("lock");
+    let target = store.join("profile.ccol");
+    let mut merge = Command::new(env!("CARGO_BIN_EXE_ccol"))
+        .args(["profile", "merge", s(&a), s(&b), "-o", s(&target)])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("ccol runs");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(!target.exists(), "merge wrote while the lock was held");
+    fs4::FileExt::unlock(&lock).expect("unlock");
+    assert!(merge.wait().expect("wait").success());
+    let merged = ProfileStore::open(&store)
+        .expect("store")
+        .load()
+        .expect("load");
+    assert_eq!(merged.len(), 2);
+}

@@ -108,7 +108,8 @@ impl MustAgree {
     ///
     /// # Errors
     /// [`Error::Disagreement`] on every rank, naming each differing value with
-    /// its ranks (fatal: the channel is marked unusable, as for any
+    /// its ranks (the first 16 differing names, each cut after 200 bytes,
+    /// and how many more; fatal: the channel is marked unusable, as for any
     /// disagreement); the exchange's errors ([`Error::Timeout`],
     /// [`Error::Desync`], …).
     pub fn check(&self, channel: &mut Channel, key: &str) -> Result<()> {
@@ -134,15 +135,21 @@ impl MustAgree {
         if differing.is_empty() {
             return Ok(());
         }
-        let quoted: Vec<String> = differing.iter().map(|n| format!("'{n}'")).collect();
-        let what = if differing.len() == 1 {
+        // Peers choose the names: the message shows at most MAX_NAMES_SHOWN,
+        // each cut, so its size does not grow with what peers sent.
+        let shown = &differing[..differing.len().min(MAX_NAMES_SHOWN)];
+        let quoted: Vec<String> = shown.iter().map(|n| format!("'{}'", cut(n))).collect();
+        let mut what = if differing.len() == 1 {
             format!("must-agree value {}", quoted[0])
         } else {
             format!("must-agree values {}", quoted.join(", "))
         };
+        if differing.len() > shown.len() {
+            what.push_str(&format!(" (and {} more)", differing.len() - shown.len()));
+        }
         let groups = group_ranks((0u32..).zip(per_rank.iter().map(|v| RankValues {
             values: v,
-            names: &differing,
+            names: shown,
         })));
         let err = Error::Disagreement { what, groups };
         channel.fail(&err);
@@ -158,6 +165,23 @@ pub fn must_agree(channel: &mut Channel, key: &str, name: &str, value: &str) -> 
     MustAgree::new().value(name, value).check(channel, key)
 }
 
+/// Most differing names an error lists (the first, in byte order).
+const MAX_NAMES_SHOWN: usize = 16;
+/// Longest name shown in an error, in bytes.
+const MAX_NAME_SHOWN: usize = 200;
+
+/// `name`, cut after [`MAX_NAME_SHOWN`] bytes.
+fn cut(name: &str) -> std::borrow::Cow<'_, str> {
+    if name.len() <= MAX_NAME_SHOWN {
+        return name.into();
+    }
+    let mut end = MAX_NAME_SHOWN;
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &name[..end]).into()
+}
+
 /// One rank's values of the differing names: `a='x', b=<absent>`.
 struct RankValues<'a> {
     values: &'a AgreedValues,
@@ -171,9 +195,10 @@ impl fmt::Display for RankValues<'_> {
                 f.write_str(", ")?;
             }
             // A rank sends exactly one value per name it lists.
+            let shown = cut(name);
             match self.values.single(name) {
-                Some(v) => write!(f, "{name}={}", ConfigText(v))?,
-                None => write!(f, "{name}=<absent>")?,
+                Some(v) => write!(f, "{shown}={}", ConfigText(v))?,
+                None => write!(f, "{shown}=<absent>")?,
             }
         }
         Ok(())

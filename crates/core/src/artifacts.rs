@@ -141,6 +141,16 @@ impl DiskArtifacts {
 impl ArtifactStore for DiskArtifacts {
     fn load(&self, key: &str) -> std::io::Result<Option<Vec<u8>>> {
         let path = self.path_of(key);
+        // Opening a FIFO would block until some process writes it.
+        match std::fs::metadata(&path) {
+            Ok(m) if !m.is_file() => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("{} is not a regular file", path.display()),
+                ))
+            }
+            _ => {}
+        }
         let file = match std::fs::File::open(&path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),

@@ -235,7 +235,9 @@ impl Profile {
     /// Decodes profile file bytes strictly: magic, version, flags, exact
     /// length, checksum, a body that decodes completely, at most
     /// `limits.max_entries` entries, each kind matching its value, and a
-    /// canonical body. Allocation is bounded by the input length.
+    /// canonical body. Allocation is bounded by the input length; a body
+    /// declaring more than `limits.max_entries` entries is refused before they
+    /// are decoded.
     ///
     /// # Errors
     /// [`DecodeError`] saying which check failed.
@@ -294,18 +296,21 @@ impl Profile {
                 detail: "the body does not match its checksum (corrupt file)".into(),
             });
         }
-        let entries: BTreeMap<ProfileKey, ProfileValue> =
-            crate::envelope::decode_payload(Profile::KIND, body)?;
-        if entries.len() > limits.max_entries {
+        // The body starts with the entry count (a postcard varint): refuse
+        // too many before decoding them, which takes ~16 times the body's size.
+        let (count, _) =
+            postcard::take_from_bytes::<u64>(body).map_err(|e| DecodeError::Payload {
+                kind: Profile::KIND.to_owned(),
+                detail: e.to_string(),
+            })?;
+        if count > limits.max_entries as u64 {
             return Err(DecodeError::Invalid {
                 field: "profile entries",
-                detail: format!(
-                    "{} entries, over the limit of {}",
-                    entries.len(),
-                    limits.max_entries
-                ),
+                detail: format!("{count} entries, over the limit of {}", limits.max_entries),
             });
         }
+        let entries: BTreeMap<ProfileKey, ProfileValue> =
+            crate::envelope::decode_payload(Profile::KIND, body)?;
         if let Some((k, v)) = entries.iter().find(|(k, v)| k.kind != v.kind()) {
             return Err(DecodeError::Invalid {
                 field: "entry kind",
@@ -477,9 +482,21 @@ fn io_err<'a>(
 /// Reads and decodes a profile file; a missing file is an empty profile.
 ///
 /// # Errors
-/// [`ProfileError::Io`] when the file cannot be read, [`ProfileError::Corrupt`]
+/// [`ProfileError::Io`] when the file cannot be read or is not a regular
+/// file (a FIFO would block), [`ProfileError::Corrupt`]
 /// when it does not decode (files over the limit are refused before reading).
 pub fn read_profile(path: &Path, limits: &ProfileLimits) -> Result<Profile, ProfileError> {
+    // Opening a FIFO would block until some process writes it: refuse
+    // anything but a regular file (or a link to one) before opening.
+    match fs::metadata(path) {
+        Ok(m) if !m.is_file() => {
+            return Err(io_err(path, "read")(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "not a regular file",
+            )))
+        }
+        _ => {}
+    }
     let file = match File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Profile::new()),
@@ -605,18 +622,20 @@ impl ProfileStore {
 
     /// The store named by the environment: `CCOL_PROFILE_DIR/<job id>`, the
     /// job id from `CCOL_JOB_ID`, else torchrun's `TORCHELASTIC_RUN_ID`.
-    /// `Ok(None)` when `CCOL_PROFILE_DIR` is unset (profiles off).
+    /// `Ok(None)` when `CCOL_PROFILE_DIR` is unset or empty (profiles off).
+    /// An empty variable counts as unset, as for `CCOL_TRACE_DIR`.
     ///
     /// # Errors
     /// [`ProfileError::InvalidArgument`] when the directory is set but no job
     /// id is, or the job id is unusable; [`ProfileError::Io`] as [`ProfileStore::open`].
     pub fn from_env() -> Result<Option<Self>, ProfileError> {
-        let Some(root) = std::env::var_os(PROFILE_DIR_ENV) else {
+        let Some(root) = std::env::var_os(PROFILE_DIR_ENV).filter(|r| !r.is_empty()) else {
             return Ok(None);
         };
-        let job = std::env::var(JOB_ID_ENV)
-            .or_else(|_| std::env::var(TORCHELASTIC_RUN_ID_ENV))
-            .map_err(|_| {
+        let set = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        let job = set(JOB_ID_ENV)
+            .or_else(|| set(TORCHELASTIC_RUN_ID_ENV))
+            .ok_or_else(|| {
                 ProfileError::InvalidArgument(format!(
                     "{PROFILE_DIR_ENV} is set but neither {JOB_ID_ENV} nor {TORCHELASTIC_RUN_ID_ENV} names the job"
                 ))
@@ -670,7 +689,9 @@ impl ProfileStore {
     /// # Errors
     /// [`ProfileError::LockTimeout`] after [`ProfileStore::lock_timeout`];
     /// [`ProfileError::Corrupt`] when the stored file does not decode (it is
-    /// left as it is); [`ProfileError::Io`] naming the failed step.
+    /// left as it is); [`ProfileError::InvalidArgument`] when the join is
+    /// over the store's [`ProfileLimits`] (nothing is written);
+    /// [`ProfileError::Io`] naming the failed step.
     pub fn save(&self, profile: &Profile) -> Result<Profile, ProfileError> {
         let _lock = self.lock()?;
         self.remove_stale_temp_files();
@@ -678,6 +699,7 @@ impl ProfileStore {
         let before = merged.clone();
         merged.join(profile);
         if merged != before || !self.path().exists() {
+            self.check_limits(&merged)?;
             write_profile_atomic(&self.path(), &merged)?;
         }
         Ok(merged)
@@ -707,11 +729,34 @@ impl ProfileStore {
     /// the lock and atomically, as [`ProfileStore::save`] writes.
     ///
     /// # Errors
-    /// [`ProfileError::LockTimeout`]; [`ProfileError::Io`] naming the failed step.
+    /// [`ProfileError::InvalidArgument`] when `profile` is over the store's
+    /// limits; [`ProfileError::LockTimeout`]; [`ProfileError::Io`] naming the failed step.
     pub fn replace(&self, profile: &Profile) -> Result<(), ProfileError> {
+        self.check_limits(profile)?;
         let _lock = self.lock()?;
         self.remove_stale_temp_files();
         write_profile_atomic(&self.path(), profile)
+    }
+
+    /// Refuses a profile that [`ProfileStore::load`] would refuse: writing
+    /// it would leave a file no later load or save can read.
+    fn check_limits(&self, profile: &Profile) -> Result<(), ProfileError> {
+        let body = profile
+            .encode()
+            .map_err(|e| ProfileError::InvalidArgument(e.to_string()))?
+            .len()
+            - PROFILE_HEADER_LEN;
+        if profile.len() > self.limits.max_entries || body > self.limits.max_body_bytes {
+            return Err(ProfileError::InvalidArgument(format!(
+                "{}: {} entries in {body} bytes, over the limits of {} entries and {} bytes; \
+                 not written (the file would not load)",
+                self.path().display(),
+                profile.len(),
+                self.limits.max_entries,
+                self.limits.max_body_bytes
+            )));
+        }
+        Ok(())
     }
 
     fn lock(&self) -> Result<LockGuard, ProfileError> {

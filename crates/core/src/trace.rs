@@ -12,7 +12,8 @@
 //! With [`crate::ChannelOptions::trace_dir`] set, or the [`TRACE_DIR_ENV`]
 //! variable (`CCOL_TRACE_DIR`), each channel writes `<dir>/rank-<r>.jsonl`:
 //! one [`TraceRecord`] per exchange, one JSON object per line, written with
-//! one `write` call per line (a killed rank leaves whole lines). Opening a
+//! one `write` call per line (a killed rank leaves whole lines; a line cut
+//! short by a full disk is skipped by [`read_trace`]). Opening a
 //! channel truncates its rank's file: one file holds one channel's
 //! exchanges. Growth is bounded: after [`TRACE_MAX_BYTES`] (64 MiB) a last
 //! record with outcome `"trace_truncated"` is written and nothing more;
@@ -27,7 +28,7 @@ use crate::protocol::Gathered;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs::{self, File};
-use std::io::{BufRead as _, Read as _, Write as _};
+use std::io::{Read as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -224,7 +225,8 @@ pub(crate) fn finish<J: Join>(
 /// Largest trace file [`read_trace`] reads, in bytes (twice [`TRACE_MAX_BYTES`]).
 pub const READ_MAX_BYTES: u64 = 2 * TRACE_MAX_BYTES;
 
-/// Reads a JSON-lines trace file (blank lines ignored).
+/// Reads a JSON-lines trace file (blank lines ignored, and a last line cut
+/// short before its newline).
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] naming the file (and line) when it cannot be
@@ -241,17 +243,22 @@ pub fn read_trace(path: &Path) -> Result<Vec<TraceRecord>> {
             "{len} bytes, over the limit of {READ_MAX_BYTES}"
         )));
     }
-    let reader = std::io::BufReader::new(file.take(READ_MAX_BYTES));
+    let mut bytes = Vec::new();
+    file.take(READ_MAX_BYTES)
+        .read_to_end(&mut bytes)
+        .map_err(|e| bad(format!("cannot read: {e}")))?;
     let mut out = Vec::new();
-    for (i, line) in reader.lines().enumerate() {
-        let line = line.map_err(|e| bad(format!("line {}: cannot read: {e}", i + 1)))?;
-        if line.trim().is_empty() {
+    for (i, line) in bytes.split_inclusive(|b| *b == b'\n').enumerate() {
+        if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        out.push(
-            serde_json::from_str(&line)
-                .map_err(|e| bad(format!("line {}: not a trace record: {e}", i + 1)))?,
-        );
+        match serde_json::from_slice(line) {
+            Ok(record) => out.push(record),
+            // A last line without its newline is a write cut short (a full
+            // disk): the records before it still count.
+            Err(_) if line.last() != Some(&b'\n') => break,
+            Err(e) => return Err(bad(format!("line {}: not a trace record: {e}", i + 1))),
+        }
     }
     Ok(out)
 }
@@ -316,17 +323,17 @@ pub fn by_seq(traces: &[(u32, Vec<TraceRecord>)]) -> Vec<BTreeMap<u64, &TraceRec
 /// differ. Exchanges at or after a [`TRUNCATED`] record are not compared.
 pub fn first_divergence(traces: &[(u32, Vec<TraceRecord>)]) -> Option<Divergence> {
     let by_seq = by_seq(traces);
+    // `None`: no trace was truncated, every exchange counts (u64::MAX too).
     let stop = traces
         .iter()
         .flat_map(|(_, recs)| recs.iter())
         .filter(|r| r.outcome == TRUNCATED)
         .map(|r| r.seq)
-        .min()
-        .unwrap_or(u64::MAX);
+        .min();
     let all_seqs: std::collections::BTreeSet<u64> = by_seq
         .iter()
         .flat_map(|m| m.keys().copied())
-        .filter(|&s| s < stop)
+        .filter(|&s| stop.is_none_or(|stop| s < stop))
         .collect();
     for seq in all_seqs {
         let groups = group_ranks(traces.iter().zip(&by_seq).map(|((rank, _), m)| {

@@ -575,3 +575,26 @@ fn agreed() -> impl Strategy<Value = AgreedValues> {
     prop::collection::btree_map("[xy]", prop::collection::btree_set("[uvw]", 0..3), 0..3)
         .prop_map(AgreedValues)
 }
+
+#[test]
+fn a_disagreement_on_many_long_names_gives_a_bounded_message() {
+    // 2 000 names of 1 000 bytes differ: listing them all, once in the
+    // summary and once per rank group, made an 8 MB message on each rank.
+    let errs = ranks(3, |r, mut ch| {
+        let mut m = MustAgree::new();
+        for i in 0..2000 {
+            m = m.value(format!("{}{i:04}", "n".repeat(1000)), r.to_string());
+        }
+        m.check(&mut ch, "k").expect_err("ranks differ").to_string()
+    });
+    for e in &errs {
+        assert!(e.len() < 16 << 10, "{} bytes", e.len());
+        assert!(e.contains("(and 1984 more)"), "{e}");
+        assert!(e.contains(&format!("'{}…'", "n".repeat(200))), "{e}");
+        assert!(
+            e.contains("ranks disagree") && e.contains("rank [2] have"),
+            "{e}"
+        );
+    }
+    assert_eq!(errs[0], errs[2]);
+}

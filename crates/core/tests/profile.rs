@@ -363,3 +363,26 @@ fn diff_names_what_differs() {
     );
     assert_eq!(d[1], "- 'new' (shape.frame_state): only in A");
 }
+
+#[test]
+fn a_save_over_the_limits_is_refused_and_leaves_a_readable_file() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let store = ProfileStore::open(tmp.path())
+        .expect("store")
+        .with_limits(ProfileLimits {
+            max_entries: 2,
+            ..ProfileLimits::default()
+        });
+    store.save_shapes("a", &state("x", &[2, 3])).expect("save");
+    store.save_shapes("b", &state("x", &[2, 3])).expect("save");
+    let err = store
+        .save_shapes("c", &state("x", &[2, 3]))
+        .expect_err("a third entry is over the limit");
+    assert!(matches!(err, ProfileError::InvalidArgument(_)), "{err}");
+    // What is stored still loads: the two entries saved before.
+    assert_eq!(store.load().expect("loads").len(), 2);
+    let mut three = store.load().expect("loads");
+    three.record_shapes("c", &state("x", &[2, 3]));
+    assert!(store.replace(&three).is_err());
+    assert_eq!(store.load().expect("loads").len(), 2);
+}

@@ -132,3 +132,47 @@ fn a_malformed_trace_line_names_file_and_line() {
         "{e}"
     );
 }
+
+#[test]
+fn a_divergence_at_the_last_sequence_number_is_found() {
+    // A trace file is input: its seq may be any u64, u64::MAX included.
+    let mk = |key: &str| TraceRecord {
+        rank: 0,
+        world_size: 2,
+        seq: u64::MAX,
+        key: key.into(),
+        kind: "shape.frame_state".into(),
+        config_digest: "0".into(),
+        payload_digest: "1".into(),
+        merged_digest: None,
+        bytes_sent: 0,
+        bytes_received: 0,
+        duration_us: 0,
+        fast_path: None,
+        outcome: "ok".into(),
+        error: None,
+    };
+    let traces = vec![(0, vec![mk("a")]), (1, vec![mk("b")])];
+    let d = first_divergence(&traces).expect("the keys differ");
+    assert_eq!(d.seq, u64::MAX);
+    assert_eq!(d.groups.len(), 2);
+    let traces = vec![(0, vec![mk("a")]), (1, vec![])];
+    assert_eq!(first_divergence(&traces).map(|d| d.seq), Some(u64::MAX));
+}
+
+#[test]
+fn a_last_line_cut_short_is_ignored_and_the_records_before_it_count() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let traces = run(dir.path(), [&["a", "b"], &["a", "b"]]);
+    let p = dir.path().join("rank-0.jsonl");
+    let full = std::fs::read_to_string(&p).expect("read");
+    // The disk filled up in the middle of the second record.
+    let second = full.find('\n').expect("two lines") + 1;
+    std::fs::write(&p, &full[..second + 40]).expect("write");
+    let cut = read_trace(&p).expect("the whole first record is readable");
+    assert_eq!(cut, traces[0].1[..1]);
+    // A malformed line that does end with its newline is still an error.
+    std::fs::write(&p, format!("{}{{\"seq\": 1}}\n", &full[..second])).expect("write");
+    let e = read_trace(&p).expect_err("malformed").to_string();
+    assert!(e.contains("line 2: not a trace record"), "{e}");
+}

@@ -5,7 +5,10 @@
 //! `MASTER_PORT`, `CCOL_TIMEOUT_S` (bootstrap deadline, default 300 s), and
 //! [`STORE_ENV`] (`CCOL_NCCL_STORE`): a directory every rank sees, used as a
 //! [`FileStore`](crate::FileStore). Unset on one node under torchrun, it is
-//! `$TMPDIR/ccol-nccl-<run id>-<master port>-<restart count>`.
+//! `$TMPDIR/ccol-nccl-<run id>-<master port>-<restart count>`, except for
+//! torchrun's default run id `none`, which is the same at every launch (an
+//! error: an earlier launch's unique id would be found there). The
+//! directory must not hold an earlier launch's keys.
 
 use crate::transport::{NcclOptions, NcclTransport};
 use crate::{FileStore, NcclError};
@@ -78,6 +81,13 @@ impl EnvConfig {
                          set {STORE_ENV} to a directory every rank can see"
                     ))
                 })?;
+                if run_id == "none" {
+                    return Err(NcclError::Env(format!(
+                        "TORCHELASTIC_RUN_ID is torchrun's default 'none', the same at every launch: \
+                         a directory derived from it may hold an earlier launch's unique id; \
+                         set {STORE_ENV} to a fresh directory, or start torchrun with --standalone or --rdzv-id"
+                    )));
+                }
                 if local_world != world_size {
                     return Err(NcclError::Env(format!(
                         "ranks span several nodes (LOCAL_WORLD_SIZE={local_world}, WORLD_SIZE={world_size}): \

@@ -48,8 +48,8 @@
 //!
 //! ```no_run
 //! use compiler_collectives_core::{Channel, Transport};
-//! // Under `torchrun --nproc-per-node 2 --no-python prog` with
-//! // CCOL_NCCL_STORE=/shared/dir (or TORCHELASTIC_RUN_ID on one node):
+//! // Under `torchrun --standalone --nproc-per-node 2 --no-python prog` (a
+//! // fresh run id per launch), or with CCOL_NCCL_STORE=/shared/fresh-dir:
 //! let transport = compiler_collectives_nccl::from_env()?;
 //! let mut channel = Channel::new(transport)?;
 //! # Ok::<(), compiler_collectives_core::Error>(())

@@ -9,10 +9,13 @@ use std::time::{Duration, Instant};
 
 /// A key–value store in a directory: one file per key, written to a
 /// temporary name and renamed (readers never see half a value); `add`
-/// holds a lock file. Waits poll every 1–10 ms.
+/// holds a lock file. Waits poll every 1–10 ms. Values read back are
+/// bounded ([`FileStore::with_max_value_bytes`]): any process that can write
+/// the directory controls them.
 #[derive(Debug, Clone)]
 pub struct FileStore {
     dir: PathBuf,
+    max_value_bytes: u64,
 }
 
 fn io(what: &str, path: &Path, e: std::io::Error) -> Error {
@@ -32,6 +35,10 @@ fn timeout(start: Instant, what: String) -> Error {
     }
 }
 
+/// Longest key stored under its hex name: `k-` + 200 hex digits + `.lock`
+/// stays within the 255 bytes of a file name.
+const MAX_HEX_KEY_BYTES: usize = 100;
+
 /// Sleeps a little longer each time, up to 10 ms, without passing `deadline`.
 fn pause(round: &mut u32, deadline: Deadline) {
     *round = round.saturating_add(1);
@@ -47,7 +54,42 @@ impl FileStore {
     pub fn new(dir: impl Into<PathBuf>) -> Result<Self, Error> {
         let dir = dir.into();
         std::fs::create_dir_all(&dir).map_err(|e| io("cannot create", &dir, e))?;
-        Ok(FileStore { dir })
+        Ok(FileStore {
+            dir,
+            max_value_bytes: Self::DEFAULT_MAX_VALUE_BYTES,
+        })
+    }
+
+    /// The default largest value read back: 1 GiB.
+    pub const DEFAULT_MAX_VALUE_BYTES: u64 = 1 << 30;
+
+    /// Sets the largest value `get` (and `add`) reads back, in bytes; a
+    /// larger file is an [`Error::Backend`] instead of an allocation of its size.
+    #[must_use]
+    pub fn with_max_value_bytes(mut self, max_value_bytes: u64) -> Self {
+        self.max_value_bytes = max_value_bytes;
+        self
+    }
+
+    /// Reads a value file, at most `max_value_bytes` of it.
+    fn read(&self, path: &Path) -> std::io::Result<Result<Vec<u8>, Error>> {
+        use std::io::Read as _;
+        let file = std::fs::File::open(path)?;
+        let mut value = Vec::new();
+        file.take(self.max_value_bytes.saturating_add(1))
+            .read_to_end(&mut value)?;
+        if value.len() as u64 > self.max_value_bytes {
+            return Ok(Err(Error::Backend {
+                backend: "nccl",
+                message: format!(
+                    "file store: {} holds more than {} bytes, the limit of a value",
+                    path.display(),
+                    self.max_value_bytes
+                ),
+                source: None,
+            }));
+        }
+        Ok(Ok(value))
     }
 
     /// The directory.
@@ -55,8 +97,16 @@ impl FileStore {
         &self.dir
     }
 
-    /// The file of a key: its bytes in hex (keys may hold `/`).
+    /// The file of a key: `k-` and its bytes in hex (keys may hold `/`);
+    /// for keys over [`MAX_HEX_KEY_BYTES`] bytes, whose hex name would pass
+    /// the 255-byte limit of a file name, `h-` and its 128-bit xxh3 hash.
     fn path(&self, key: &str) -> PathBuf {
+        if key.len() > MAX_HEX_KEY_BYTES {
+            return self.dir.join(format!(
+                "h-{:032x}",
+                xxhash_rust::xxh3::xxh3_128(key.as_bytes())
+            ));
+        }
         let mut name = String::with_capacity(key.len() * 2 + 2);
         name.push_str("k-");
         for b in key.bytes() {
@@ -88,8 +138,8 @@ impl Store for FileStore {
         let start = Instant::now();
         let mut round = 0;
         loop {
-            match std::fs::read(&path) {
-                Ok(v) => return Ok(v),
+            match self.read(&path) {
+                Ok(v) => return v,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(io("cannot read", &path, e)),
             }
@@ -119,8 +169,8 @@ impl Store for FileStore {
             pause(&mut round, deadline);
         }
         let result = (|| {
-            let current = match std::fs::read(&path) {
-                Ok(v) => std::str::from_utf8(&v)
+            let current = match self.read(&path) {
+                Ok(v) => std::str::from_utf8(&v?)
                     .ok()
                     .and_then(|s| s.trim().parse::<i64>().ok())
                     .ok_or_else(|| {

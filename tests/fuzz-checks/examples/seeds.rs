@@ -87,8 +87,18 @@ fn main() -> anyhow::Result<()> {
     for (i, p) in profiles.iter().enumerate() {
         let file = p.encode()?;
         // Even first byte: the whole file; odd: the body only (see the check).
-        write(&dir, "profile", &format!("file-{i}"), &[&[0u8][..], &file].concat())?;
-        write(&dir, "profile", &format!("body-{i}"), &[&[1u8][..], &file[32..]].concat())?;
+        write(
+            &dir,
+            "profile",
+            &format!("file-{i}"),
+            &[&[0u8][..], &file].concat(),
+        )?;
+        write(
+            &dir,
+            "profile",
+            &format!("body-{i}"),
+            &[&[1u8][..], &file[32..]].concat(),
+        )?;
     }
     for (k, bytes) in [
         (5u8, encode_payload(&timings)?),

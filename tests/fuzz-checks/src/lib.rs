@@ -17,9 +17,9 @@
 //! three-line `fuzz/fuzz_targets/<name>.rs`, and its `[[bin]]` entry in
 //! `fuzz/Cargo.toml`.
 
-use compiler_collectives_core::envelope::{self, Envelope, Limits, DIGEST_MSG_LEN, WIRE_VERSION};
 use compiler_collectives_core::agree::AgreedValues;
 use compiler_collectives_core::autotune::Timings;
+use compiler_collectives_core::envelope::{self, Envelope, Limits, DIGEST_MSG_LEN, WIRE_VERSION};
 use compiler_collectives_core::join::{AllVote, AnyVote, Max, Min};
 use compiler_collectives_core::profile::{
     Profile, ProfileLimits, PROFILE_HEADER_LEN, PROFILE_MAGIC, PROFILE_VERSION,

@@ -1,0 +1,77 @@
+//! `EnvConfig::read` under torchrun's variables. Each case runs in a child
+//! process (this test binary again), so no test changes its own environment.
+
+use compiler_collectives_nccl::{EnvConfig, NcclError};
+use std::process::Command;
+
+const CHILD: &str = "CCOL_NCCL_ENV_CHILD";
+
+/// `EnvConfig::read()` in a child with exactly these torchrun variables:
+/// `Ok(store dir)` or `Err(message)`.
+fn read_in_child(vars: &[(&str, &str)]) -> Result<String, String> {
+    let mut c = Command::new(std::env::current_exe().expect("test binary"));
+    c.args(["--exact", "child", "--nocapture", "--test-threads=1"]);
+    for v in [
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "TORCHELASTIC_RUN_ID",
+        "TORCHELASTIC_RESTART_COUNT",
+        "MASTER_PORT",
+        "CCOL_NCCL_STORE",
+    ] {
+        c.env_remove(v);
+    }
+    let out = c
+        .env(CHILD, "1")
+        .envs(vars.iter().copied())
+        .output()
+        .expect("child runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find_map(|l| l.split_once("RESULT ").map(|(_, r)| r))
+        .unwrap_or_else(|| panic!("no result: {text}"));
+    match line.split_once(' ') {
+        Some(("ok", dir)) => Ok(dir.to_owned()),
+        Some(("err", msg)) => Err(msg.to_owned()),
+        _ => panic!("{line}"),
+    }
+}
+
+#[test]
+fn child() {
+    if std::env::var_os(CHILD).is_none() {
+        return;
+    }
+    match EnvConfig::read() {
+        Ok(c) => println!("RESULT ok {}", c.store_dir.display()),
+        Err(NcclError::Env(m)) => println!("RESULT err {m}"),
+        Err(e) => println!("RESULT err {e}"),
+    }
+}
+
+#[test]
+fn torchruns_default_run_id_derives_no_store_directory() {
+    let base = [("RANK", "1"), ("WORLD_SIZE", "2"), ("MASTER_PORT", "29500")];
+    // `torchrun --nproc-per-node 2` without --standalone or --rdzv-id: run
+    // id "none" at every launch, so a derived directory would be shared.
+    let err = read_in_child(&[base.as_slice(), &[("TORCHELASTIC_RUN_ID", "none")]].concat())
+        .expect_err("not unique per launch");
+    assert!(err.contains("CCOL_NCCL_STORE"), "{err}");
+    // A real run id (--standalone makes a fresh one) derives one.
+    let dir = read_in_child(&[base.as_slice(), &[("TORCHELASTIC_RUN_ID", "4f2a-9c")]].concat())
+        .expect("derived");
+    assert!(dir.ends_with("ccol-nccl-4f2a-9c-29500-0"), "{dir}");
+    // An explicit directory is used as given.
+    let dir = read_in_child(
+        &[
+            base.as_slice(),
+            &[("TORCHELASTIC_RUN_ID", "none"), ("CCOL_NCCL_STORE", "/x/y")],
+        ]
+        .concat(),
+    )
+    .expect("explicit");
+    assert_eq!(dir, "/x/y");
+}
