@@ -97,6 +97,24 @@ fn compare(args: &TraceArgs) -> anyhow::Result<bool> {
             .map_or(u32::try_from(i).unwrap_or(u32::MAX), |r| r.rank);
         traces.push((rank, records));
     }
+    // A directory reused by a run with fewer ranks keeps the old run's files
+    // of the ranks above: rank 0's trace says the world size.
+    if let Some(world) = traces
+        .iter()
+        .find(|(r, t)| *r == 0 && !t.is_empty())
+        .and_then(|(_, t)| t.first().map(|rec| rec.world_size))
+    {
+        traces.retain(|(rank, _)| {
+            let keep = *rank < world;
+            if !keep {
+                println!(
+                    "ignoring the trace of rank {rank}: rank 0's trace is of a world of {world} \
+                     (a file left by an earlier run?)"
+                );
+            }
+            keep
+        });
+    }
     let divergence = first_divergence(&traces);
     let by_seq = by_seq(traces.as_slice());
     let last = by_seq

@@ -430,7 +430,12 @@ fn the_environment_names_the_profile_per_job_and_the_trace_directory() {
 
 /// One trace line of rank `rank` at exchange `seq` under `key`.
 fn trace_line(rank: u32, seq: u64, key: &str) -> String {
-    json!({"rank": rank, "world_size": 2, "seq": seq, "key": key, "kind": "x",
+    trace_line_in(2, rank, seq, key)
+}
+
+/// One trace record of `rank` in a world of `world` ranks.
+fn trace_line_in(world: u32, rank: u32, seq: u64, key: &str) -> String {
+    json!({"rank": rank, "world_size": world, "seq": seq, "key": key, "kind": "x",
         "config_digest": "0", "payload_digest": "0", "merged_digest": null,
         "bytes_sent": 0, "bytes_received": 0, "duration_us": 0, "fast_path": null,
         "outcome": "ok", "error": null})
@@ -522,7 +527,7 @@ fn ccol_trace_of_a_directory_orders_ranks_by_number() {
     let tmp = tempfile::tempdir().expect("tempdir");
     for r in 0..12 {
         let f = tmp.path().join(format!("rank-{r}.jsonl"));
-        std::fs::write(f, trace_line(r, 0, "k")).expect("write");
+        std::fs::write(f, trace_line_in(12, r, 0, "k")).expect("write");
     }
     let out = ccol(&["trace", s(tmp.path())]);
     assert_eq!(out.status.code(), Some(0));
@@ -570,4 +575,26 @@ fn merging_into_a_stores_profile_file_waits_for_its_lock() {
         .load()
         .expect("load");
     assert_eq!(merged.len(), 2);
+}
+
+#[test]
+fn ccol_trace_ignores_files_of_ranks_outside_rank_0s_world() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    // An earlier run of 3 ranks left rank-2.jsonl; this run has 2 ranks.
+    std::fs::write(
+        tmp.path().join("rank-2.jsonl"),
+        trace_line_in(3, 2, 0, "old"),
+    )
+    .expect("write");
+    for r in 0..2 {
+        let f = tmp.path().join(format!("rank-{r}.jsonl"));
+        std::fs::write(f, trace_line(r, 0, "k")).expect("write");
+    }
+    let out = ccol(&["trace", s(tmp.path())]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("ignoring the trace of rank 2: rank 0's trace is of a world of 2"),
+        "{}",
+        stdout(&out)
+    );
 }

@@ -90,6 +90,32 @@ pub trait ArtifactStore: Debug {
 /// First bytes of every artifact file.
 const MAGIC: &[u8; 8] = b"CCOLART1";
 
+/// Name prefix of the temporary file a store writes before renaming it.
+const TEMP_PREFIX: &str = ".ccol-artifact-tmp-";
+
+/// A temporary file untouched for this long belongs to a killed writer.
+pub const STALE_TEMP_AGE: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Removes the temporary files of writers killed mid-write (older than
+/// [`STALE_TEMP_AGE`], so a live writer's file is left alone). Best effort.
+fn remove_stale_temp_files(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let stale = entry.file_name().to_string_lossy().starts_with(TEMP_PREFIX)
+            && entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age >= STALE_TEMP_AGE);
+        if stale {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
 /// An artifact store in a directory: one file per key, named by the key's
 /// 128-bit xxh3 hash (`<32 hex digits>.ccol`), holding a magic, the key (so a
 /// hash collision or a foreign file reads as a miss) and the bytes.
@@ -103,13 +129,16 @@ impl DiskArtifacts {
     /// The default largest artifact read back: 1 GiB.
     pub const DEFAULT_MAX_BYTES: u64 = 1 << 30;
 
-    /// Opens (creating it if needed) the store in `dir`.
+    /// Opens (creating it if needed) the store in `dir`, and removes the
+    /// temporary files of writers killed mid-write (those untouched for
+    /// [`STALE_TEMP_AGE`]).
     ///
     /// # Errors
     /// The I/O error of creating the directory.
     pub fn open(dir: impl Into<PathBuf>) -> std::io::Result<Self> {
         let dir = dir.into();
         std::fs::create_dir_all(&dir)?;
+        remove_stale_temp_files(&dir);
         Ok(DiskArtifacts {
             dir,
             max_bytes: Self::DEFAULT_MAX_BYTES,
@@ -185,7 +214,21 @@ impl ArtifactStore for DiskArtifacts {
         let key_len = u32::try_from(key.len()).map_err(|_| {
             std::io::Error::new(std::io::ErrorKind::InvalidInput, "artifact key over 4 GiB")
         })?;
-        let mut tmp = tempfile::NamedTempFile::new_in(&self.dir)?;
+        let total = (MAGIC.len() + 4 + key.len()) as u64 + bytes.len() as u64;
+        if total > self.max_bytes {
+            // It would never be read back: a miss, then a rewrite, every run.
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "artifact file of {total} bytes is over this store's limit of {} bytes \
+                     (DiskArtifacts::with_max_bytes)",
+                    self.max_bytes
+                ),
+            ));
+        }
+        let mut tmp = tempfile::Builder::new()
+            .prefix(TEMP_PREFIX)
+            .tempfile_in(&self.dir)?;
         tmp.write_all(MAGIC)?;
         tmp.write_all(&key_len.to_le_bytes())?;
         tmp.write_all(key.as_bytes())?;

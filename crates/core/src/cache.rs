@@ -55,6 +55,10 @@ use crate::protocol::Channel;
 use crate::shapes::{decide, overrides_text, FrameState, Observation, Override, SourceDecision};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+/// The most dimensions [`CompileCache::mark_dynamic`] takes (the scenario
+/// format's default `max_ndim`).
+pub const MAX_MARK_NDIM: usize = 64;
+
 /// One call's inputs: source name → what was passed.
 pub type Inputs = BTreeMap<String, Observation>;
 
@@ -255,11 +259,23 @@ impl<A> CompileCache<A> {
     }
 
     /// Marks dimension `dim` of tensor source `source` (with `ndim`
-    /// dimensions) dynamic on this rank. The hint is sent at every compile,
-    /// so it propagates to every rank.
-    pub fn mark_dynamic(&mut self, source: &str, ndim: usize, dim: usize) {
+    /// dimensions) dynamic on this rank (PyTorch's
+    /// `torch._dynamo.mark_dynamic`). The hint is sent at every compile, so
+    /// it propagates to every rank.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] (nothing recorded) when `dim >= ndim` or
+    /// `ndim` is over [`MAX_MARK_NDIM`].
+    pub fn mark_dynamic(&mut self, source: &str, ndim: usize, dim: usize) -> Result<()> {
+        if ndim > MAX_MARK_NDIM || dim >= ndim {
+            return Err(Error::InvalidArgument(format!(
+                "mark_dynamic('{source}', ndim {ndim}, dim {dim}): dim must be below ndim, \
+                 and ndim at most {MAX_MARK_NDIM}"
+            )));
+        }
         self.hints
             .record_entry(source, &crate::lattice::SizeEntry::mark_dynamic(ndim, dim));
+        Ok(())
     }
 
     /// The options.

@@ -74,7 +74,7 @@ impl Default for ScenarioLimits {
     fn default() -> Self {
         ScenarioLimits {
             max_world_size: 65_536,
-            max_ndim: 64,
+            max_ndim: crate::cache::MAX_MARK_NDIM,
             max_steps: 1_000_000,
             max_file_bytes: 64 << 20,
         }
@@ -701,7 +701,9 @@ pub fn run_rank_with(
     }
     for (source, (ndim, dims)) in scenario.setup.mark_dynamic.get(&rank).into_iter().flatten() {
         for &d in dims {
-            cache.mark_dynamic(source, *ndim, d);
+            if let Err(e) = cache.mark_dynamic(source, *ndim, d) {
+                report.error = Some(RankError::from_error(&e));
+            }
         }
     }
     let store = if scenario.setup.artifact_cache {

@@ -99,7 +99,7 @@ fn cache(opts: &str) -> CompileCache<u32> {
     }
     let mut c = CompileCache::new("f@test.rs:1", o);
     for (src, ndim, dim) in marks {
-        c.mark_dynamic(&src, ndim, dim);
+        c.mark_dynamic(&src, ndim, dim).expect("a valid mark");
     }
     c
 }
@@ -668,5 +668,19 @@ mod properties {
                 prop_assert_eq!(c.state(), &expected_state);
             }
         }
+    }
+}
+
+#[test]
+fn mark_dynamic_refuses_a_dim_outside_the_tensor() {
+    let mut c: CompileCache<()> = CompileCache::new("f@test.rs:1", CacheOptions::default());
+    assert!(c.mark_dynamic("x", 2, 1).is_ok());
+    for (ndim, dim) in [(2, 2), (0, 0), (usize::MAX, 0), (65, 3)] {
+        let e = c.mark_dynamic("x", ndim, dim).expect_err("refused");
+        assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+        assert!(
+            e.to_string().contains(&format!("ndim {ndim}, dim {dim}")),
+            "{e}"
+        );
     }
 }
