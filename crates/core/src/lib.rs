@@ -15,6 +15,8 @@
 //! | [`envelope`] | the versioned wire format with strict, bounded decoding |
 //! | [`protocol`] | [`Channel`]: one exchange per decision point, checks, deadlines, fast path |
 //! | [`transport`] | the [`Transport`] and [`Store`] traits backends implement |
+//! | [`hier`] | the hierarchical (tree) exchange for large worlds |
+//! | [`counting`] | a transport wrapper that counts bytes received (benchmarks, tests) |
 //! | [`inprocess`] | an engine whose ranks are threads (tests, simulations, the template for backends) |
 //! | [`cache`] | the reference compile cache a JIT front-end can use as is |
 //! | [`scenario`] | scenario files (one job each) and the program they stand for |
@@ -46,8 +48,10 @@
 
 pub mod cache;
 pub mod corpus;
+pub mod counting;
 pub mod envelope;
 mod error;
+pub mod hier;
 pub mod inprocess;
 pub mod join;
 pub mod lattice;

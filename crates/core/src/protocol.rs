@@ -87,6 +87,11 @@ pub struct ChannelOptions {
     pub limits: Limits,
     /// Use the identical-envelope fast path (default on).
     pub fast_path: bool,
+    /// Smallest world size that uses the hierarchical (tree) exchange of
+    /// [`crate::hier`] (default [`crate::hier::DEFAULT_HIERARCHICAL_FROM`],
+    /// 64 ranks; `u32::MAX` = never). Same decisions and errors as the flat
+    /// exchange; O(payload · log N) bytes received per rank.
+    pub hierarchical_from: u32,
 }
 
 impl Default for ChannelOptions {
@@ -95,6 +100,7 @@ impl Default for ChannelOptions {
             timeout: None,
             limits: Limits::default(),
             fast_path: true,
+            hierarchical_from: crate::hier::DEFAULT_HIERARCHICAL_FROM,
         }
     }
 }
@@ -118,6 +124,13 @@ impl ChannelOptions {
     #[must_use]
     pub fn with_fast_path(mut self, on: bool) -> Self {
         self.fast_path = on;
+        self
+    }
+
+    /// Sets the smallest world size that uses the tree exchange.
+    #[must_use]
+    pub fn with_hierarchical_from(mut self, world_size: u32) -> Self {
+        self.hierarchical_from = world_size;
         self
     }
 }
@@ -145,6 +158,7 @@ pub struct Gathered<J> {
     merged: J,
     per_rank: Option<Vec<J>>,
     seq: u64,
+    fast: bool,
 }
 
 impl<J> Gathered<J> {
@@ -159,14 +173,15 @@ impl<J> Gathered<J> {
     }
 
     /// Every rank's value, index = rank; `None` when the fast path showed
-    /// that every rank sent exactly what this rank sent.
+    /// that every rank sent exactly what this rank sent, or when the
+    /// hierarchical exchange ran (it moves joins, not every value).
     pub fn per_rank(&self) -> Option<&[J]> {
         self.per_rank.as_deref()
     }
 
     /// Whether the digest fast path applied (all envelopes identical).
     pub fn fast_path(&self) -> bool {
-        self.per_rank.is_none()
+        self.fast
     }
 
     /// The sequence number of this exchange.
@@ -186,6 +201,7 @@ pub struct Channel {
     timeout: Duration,
     limits: Limits,
     fast_path: bool,
+    hierarchical_from: u32,
     seq: u64,
     last_completed: Option<u64>,
     failed: Option<String>,
@@ -215,6 +231,7 @@ impl Channel {
             timeout,
             limits: options.limits,
             fast_path: options.fast_path,
+            hierarchical_from: options.hierarchical_from,
             seq: 0,
             last_completed: None,
             failed: None,
@@ -310,18 +327,37 @@ impl Channel {
         let start = std::time::Instant::now();
         let deadline = Deadline::after(options.timeout.unwrap_or(self.timeout));
         let seq = self.seq;
-        match self.run(&env, &encoded, local, deadline) {
-            Ok(per_rank) => {
-                self.last_completed = Some(seq);
-                self.seq += 1;
+        let world = self.transport.world_size();
+        let outcome = if world > 1 && world >= self.hierarchical_from {
+            crate::hier::exchange(
+                &*self.transport,
+                &env,
+                &encoded,
+                local,
+                &self.limits,
+                self.fast_path,
+                deadline,
+            )
+            .map(|(merged, fast)| (merged, None, fast))
+        } else {
+            self.run(&env, &encoded, local, deadline).map(|per_rank| {
                 let merged = match &per_rank {
                     None => local.clone(),
                     Some(values) => join_all(values),
                 };
+                let fast = per_rank.is_none();
+                (merged, per_rank, fast)
+            })
+        };
+        match outcome {
+            Ok((merged, per_rank, fast)) => {
+                self.last_completed = Some(seq);
+                self.seq += 1;
                 Ok(Gathered {
                     merged,
                     per_rank,
                     seq,
+                    fast,
                 })
             }
             Err(mut e) => {
@@ -400,7 +436,7 @@ impl Channel {
         let configs = group_ranks((0u32..).zip(envs.iter().map(|e| ConfigText(&e.config))));
         if configs.len() > 1 {
             return Err(Error::Disagreement {
-                what: "the configuration that shapes this decision (overrides, options)".into(),
+                what: CONFIG_WHAT.into(),
                 groups: configs,
             });
         }
@@ -481,7 +517,11 @@ impl std::fmt::Display for Position<'_> {
     }
 }
 
-struct ConfigText<'a>(&'a str);
+/// What a configuration disagreement is about (shared with [`crate::hier`]).
+pub(crate) const CONFIG_WHAT: &str =
+    "the configuration that shapes this decision (overrides, options)";
+
+pub(crate) struct ConfigText<'a>(pub(crate) &'a str);
 
 impl std::fmt::Display for ConfigText<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
