@@ -18,6 +18,7 @@
 //! | [`hier`] | the hierarchical (tree) exchange for large worlds |
 //! | [`counting`] | a transport wrapper that counts bytes received (benchmarks, tests) |
 //! | [`inprocess`] | an engine whose ranks are threads (tests, simulations, the template for backends) |
+//! | [`benchmark`] | the measurement loops of `ccol bench` (any transport) and the scale simulation |
 //! | [`cache`] | the reference compile cache a JIT front-end can use as is |
 //! | [`scenario`] | scenario files (one job each) and the program they stand for |
 //!
@@ -46,6 +47,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod benchmark;
 pub mod cache;
 pub mod corpus;
 pub mod counting;
