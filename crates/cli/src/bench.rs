@@ -24,7 +24,7 @@
 use anyhow::{bail, Context as _};
 use clap::Args;
 use compiler_collectives::benchmark::{
-    bench_state, envelope_bytes, measure_exchange, simulate, Samples, SimResult,
+    bench_state, envelope_bytes, measure_exchange, samples_json, simulate, SimResult,
 };
 use compiler_collectives::{InProcessGroup, Join, Transport};
 use serde_json::{json, Value};
@@ -86,6 +86,10 @@ pub(crate) struct BenchArgs {
     /// Largest simulated world of the hierarchical exchange.
     #[arg(long, default_value_t = 4096)]
     scale_max: u32,
+    /// Also measure our side over libtorch's c10d with this worker binary
+    /// (`cargo build --release -p compiler-collectives-tch --example bench_c10d`).
+    #[arg(long, value_name = "PATH")]
+    c10d_worker: Option<PathBuf>,
     /// Deadline of each round, in seconds.
     #[arg(long, default_value_t = 60)]
     timeout: u64,
@@ -109,20 +113,6 @@ pub(crate) struct WorkerArgs {
 
 fn usize_of(v: u64) -> usize {
     usize::try_from(v).unwrap_or(usize::MAX)
-}
-
-fn samples_json(rank: u32, samples: &[Samples]) -> Value {
-    json!({
-        "rank": rank,
-        "sizes": samples.iter().map(|s| json!({
-            "sources": s.sources,
-            "envelope_bytes": s.envelope_bytes,
-            "floor_ms": s.floor_ms,
-            "ours_ms": s.ours_ms,
-            "fast_ms": s.fast_ms,
-            "floor16_ms": s.floor16_ms,
-        })).collect::<Vec<_>>(),
-    })
 }
 
 /// Runs one rank of `ccol bench` over Gloo.
@@ -172,7 +162,9 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     let idx = if pos <= 0.0 {
         0
     } else {
-        usize::try_from(pos as u64).unwrap_or(max_index).min(max_index)
+        usize::try_from(pos as u64)
+            .unwrap_or(max_index)
+            .min(max_index)
     };
     sorted[idx]
 }
@@ -211,6 +203,8 @@ fn f64_list(v: &Value) -> Vec<f64> {
 /// One (world size, state size) row.
 #[derive(Debug)]
 struct Row {
+    /// The engine our side ran on: `gloo`, `c10d` or `in-process`.
+    engine: String,
     world_size: usize,
     sources: usize,
     envelope_bytes: usize,
@@ -219,6 +213,8 @@ struct Row {
     fast: Stat,
     floor16: Stat,
     pytorch: Option<Stat>,
+    /// One 16-byte all_gather on torch's own gloo (the engine PyTorch uses).
+    torch_gloo16: Option<Stat>,
     pickle_bytes: Option<u64>,
 }
 
@@ -264,7 +260,15 @@ fn ccol_run(world: usize, program: &[&std::ffi::OsStr]) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn run_ours(args: &BenchArgs, engine: &str, world: usize, dir: &Path) -> anyhow::Result<Vec<Value>> {
+/// Runs our side on `world` ranks: threads (`in-process`), `ccol
+/// bench-worker` processes (`gloo`), or `program` processes (`c10d`).
+fn run_ours(
+    args: &BenchArgs,
+    engine: &str,
+    program: Option<&Path>,
+    world: usize,
+    dir: &Path,
+) -> anyhow::Result<Vec<Value>> {
     let timeout = Duration::from_secs(args.timeout);
     if engine == "in-process" {
         let n = u32::try_from(world).context("world size")?;
@@ -291,34 +295,37 @@ fn run_ours(args: &BenchArgs, engine: &str, world: usize, dir: &Path) -> anyhow:
             .collect();
     }
     let exe = std::env::current_exe().context("cannot find this program's path")?;
+    let mut command: Vec<&std::ffi::OsStr> = match program {
+        Some(p) => vec![p.as_os_str()],
+        None => vec![exe.as_os_str(), "bench-worker".as_ref()],
+    };
     let sources = join_list(&args.sources.0);
     let (rounds, warmup, t) = (
         args.rounds.to_string(),
         args.warmup.to_string(),
         args.timeout.to_string(),
     );
-    ccol_run(
-        world,
-        &[
-            exe.as_os_str(),
-            "bench-worker".as_ref(),
-            "--sources".as_ref(),
-            sources.as_ref(),
-            "--rounds".as_ref(),
-            rounds.as_ref(),
-            "--warmup".as_ref(),
-            warmup.as_ref(),
-            "--timeout".as_ref(),
-            t.as_ref(),
-            "--results".as_ref(),
-            dir.as_os_str(),
-        ],
-    )?;
+    command.extend_from_slice(&[
+        "--sources".as_ref(),
+        sources.as_ref(),
+        "--rounds".as_ref(),
+        rounds.as_ref(),
+        "--warmup".as_ref(),
+        warmup.as_ref(),
+        "--timeout".as_ref(),
+        t.as_ref(),
+        "--results".as_ref(),
+        dir.as_os_str(),
+    ]);
+    ccol_run(world, &command)?;
     read_ranks(dir, "bench", world)
 }
 
 fn join_list(v: &[usize]) -> String {
-    v.iter().map(ToString::to_string).collect::<Vec<_>>().join(",")
+    v.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn python(args: &BenchArgs) -> Option<PathBuf> {
@@ -420,12 +427,12 @@ fn bench_inner(args: &BenchArgs) -> anyhow::Result<()> {
         );
     }
 
+    let mut engines: Vec<(&str, Option<&Path>)> = vec![(engine, None)];
+    if let Some(p) = &args.c10d_worker {
+        engines.push(("c10d", Some(p.as_path())));
+    }
     let mut rows = Vec::new();
     for &world in &args.ranks.0 {
-        eprintln!("ccol bench: {world} ranks over {engine}…");
-        let dir = tmp.path().join(format!("ours-{world}"));
-        std::fs::create_dir_all(&dir)?;
-        let ours = run_ours(args, engine, world, &dir)?;
         let theirs = match &py {
             Some(p) => {
                 eprintln!("ccol bench: {world} ranks of PyTorch over gloo…");
@@ -435,23 +442,31 @@ fn bench_inner(args: &BenchArgs) -> anyhow::Result<()> {
             }
             None => None,
         };
-        for (i, &sources) in args.sources.0.iter().enumerate() {
-            rows.push(Row {
-                world_size: world,
-                sources,
-                envelope_bytes: ours[0]["sizes"][i]["envelope_bytes"]
-                    .as_u64()
-                    .and_then(|b| usize::try_from(b).ok())
-                    .unwrap_or(0),
-                ours: stat_of(&ours, i, "ours_ms"),
-                floor: stat_of(&ours, i, "floor_ms"),
-                fast: stat_of(&ours, i, "fast_ms"),
-                floor16: stat_of(&ours, i, "floor16_ms"),
-                pytorch: theirs.as_ref().map(|t| stat_of(t, i, "pytorch_ms")),
-                pickle_bytes: theirs
-                    .as_ref()
-                    .and_then(|t| t[0]["sizes"][i]["pickle_bytes"].as_u64()),
-            });
+        for &(engine, program) in &engines {
+            eprintln!("ccol bench: {world} ranks over {engine}…");
+            let dir = tmp.path().join(format!("{engine}-{world}"));
+            std::fs::create_dir_all(&dir)?;
+            let ours = run_ours(args, engine, program, world, &dir)?;
+            for (i, &sources) in args.sources.0.iter().enumerate() {
+                rows.push(Row {
+                    engine: engine.to_owned(),
+                    world_size: world,
+                    sources,
+                    envelope_bytes: ours[0]["sizes"][i]["envelope_bytes"]
+                        .as_u64()
+                        .and_then(|b| usize::try_from(b).ok())
+                        .unwrap_or(0),
+                    ours: stat_of(&ours, i, "ours_ms"),
+                    floor: stat_of(&ours, i, "floor_ms"),
+                    fast: stat_of(&ours, i, "fast_ms"),
+                    floor16: stat_of(&ours, i, "floor16_ms"),
+                    pytorch: theirs.as_ref().map(|t| stat_of(t, i, "pytorch_ms")),
+                    torch_gloo16: theirs.as_ref().map(|t| stat_of(t, i, "torch_gloo16_ms")),
+                    pickle_bytes: theirs
+                        .as_ref()
+                        .and_then(|t| t[0]["sizes"][i]["pickle_bytes"].as_u64()),
+                });
+            }
         }
     }
 
@@ -475,7 +490,9 @@ fn bench_inner(args: &BenchArgs) -> anyhow::Result<()> {
             if !status.success() {
                 bail!("PyTorch's join measurement failed ({status})");
             }
-            Some(serde_json::from_str::<Value>(&std::fs::read_to_string(&out)?)?)
+            Some(serde_json::from_str::<Value>(&std::fs::read_to_string(
+                &out,
+            )?)?)
         }
         None => None,
     };
@@ -510,16 +527,20 @@ fn bench_inner(args: &BenchArgs) -> anyhow::Result<()> {
     }
 
     print_table(&rows, our_join_ms, their_join_ms, &wire, &scale);
-    let report = to_json(args, engine, &rows, our_join_ms, their_join_ms, &wire, &scale);
+    let report = to_json(
+        args,
+        engine,
+        &rows,
+        our_join_ms,
+        their_join_ms,
+        &wire,
+        &scale,
+    );
     let json_path = args.out.join("bench.json");
     std::fs::write(&json_path, serde_json::to_string_pretty(&report)?)?;
     let svg_path = args.out.join("latency.svg");
     chart(&rows, &svg_path)?;
-    println!(
-        "\nwrote {} and {}",
-        json_path.display(),
-        svg_path.display()
-    );
+    println!("\nwrote {} and {}", json_path.display(), svg_path.display());
     Ok(())
 }
 
@@ -540,7 +561,8 @@ fn print_table(
 ) {
     println!("exchange + merge latency, ms (p50 / p90 over rounds; a round = the slowest rank)");
     println!(
-        "{:>5} {:>7} {:>8} | {:>15} {:>15} {:>15} | {:>10} {:>10} | {:>15} {:>15} {:>9}",
+        "{:>6} {:>5} {:>7} {:>8} | {:>15} {:>15} {:>15} | {:>10} {:>10} | {:>15} {:>15} {:>9} | {:>15}",
+        "engine",
         "ranks",
         "sources",
         "bytes",
@@ -551,12 +573,14 @@ fn print_table(
         "torch/ours",
         "fast path",
         "16B gather",
-        "fast/16B"
+        "fast/16B",
+        "torch 16B"
     );
     for r in rows {
         let pair = |s: Stat| format!("{:.3} / {:.3}", s.p50, s.p90);
         println!(
-            "{:>5} {:>7} {:>8} | {:>15} {:>15} {:>15} | {:>10} {:>10} | {:>15} {:>15} {:>9}",
+            "{:>6} {:>5} {:>7} {:>8} | {:>15} {:>15} {:>15} | {:>10} {:>10} | {:>15} {:>15} {:>9} | {:>15}",
+            r.engine,
             r.world_size,
             r.sources,
             r.envelope_bytes,
@@ -568,6 +592,7 @@ fn print_table(
             pair(r.fast),
             pair(r.floor16),
             fmt_ratio(Some(ratio(r.fast.p50, r.floor16.p50))),
+            r.torch_gloo16.map_or("-".into(), pair),
         );
     }
     println!(
@@ -575,7 +600,9 @@ fn print_table(
         their_join.map_or("-".into(), |t| format!("{t:.1}")),
         fmt_ratio(their_join.map(|t| ratio(t, our_join)))
     );
-    println!("\nwire bytes per state: sources, ours (envelope), pickle (all_gather_object), ours/pickle");
+    println!(
+        "\nwire bytes per state: sources, ours (envelope), pickle (all_gather_object), ours/pickle"
+    );
     for (s, ours, pickle) in wire {
         println!(
             "  {s:>6} {ours:>9} {:>9} {:>7}",
@@ -593,7 +620,11 @@ fn print_table(
             println!(
                 "  {:>6} {:>12} {:>12.2} {:>18} {:>22}",
                 s.world_size,
-                if s.hierarchical { "hierarchical" } else { "flat" },
+                if s.hierarchical {
+                    "hierarchical"
+                } else {
+                    "flat"
+                },
                 s.exchange_ms,
                 s.max_received_bytes,
                 2 * s.payload_bytes as u64 * u64::from(log2_ceil(s.world_size))
@@ -616,6 +647,7 @@ fn to_json(
         "rounds": args.rounds,
         "warmup": args.warmup,
         "exchange": rows.iter().map(|r| json!({
+            "engine": r.engine,
             "world_size": r.world_size,
             "sources": r.sources,
             "envelope_bytes": r.envelope_bytes,
@@ -625,6 +657,7 @@ fn to_json(
             "fast_ms": r.fast.json(),
             "floor16_ms": r.floor16.json(),
             "pytorch_ms": r.pytorch.map(Stat::json),
+            "torch_gloo16_ms": r.torch_gloo16.map(Stat::json),
             "ours_over_floor": ratio(r.ours.p50, r.floor.p50),
             "pytorch_over_ours": r.pytorch.map(|p| ratio(p.p50, r.ours.p50)),
             "fast_over_floor16": ratio(r.fast.p50, r.floor16.p50),
@@ -661,7 +694,11 @@ fn chart(rows: &[Row], path: &Path) -> anyhow::Result<()> {
     let xs: Vec<f64> = rows.iter().map(|r| r.sources as f64).collect();
     let ys: Vec<f64> = rows
         .iter()
-        .flat_map(|r| [r.ours.p50, r.floor.p50, r.fast.p50].into_iter().chain(r.pytorch.map(|p| p.p50)))
+        .flat_map(|r| {
+            [r.ours.p50, r.floor.p50, r.fast.p50]
+                .into_iter()
+                .chain(r.pytorch.map(|p| p.p50))
+        })
         .filter(|y| *y > 0.0 && y.is_finite())
         .collect();
     let (x0, x1) = (
@@ -683,36 +720,62 @@ fn chart(rows: &[Row], path: &Path) -> anyhow::Result<()> {
         .x_desc("sources per state")
         .y_desc("ms")
         .draw()?;
-    let worlds: Vec<usize> = {
-        let mut w: Vec<usize> = rows.iter().map(|r| r.world_size).collect();
-        w.dedup();
-        w
-    };
-    let kinds: [(&str, fn(&Row) -> Option<f64>, RGBColor); 4] = [
+    // One line per (engine, world size) and measurement; PyTorch's once per world size.
+    let mut groups: Vec<(&str, usize)> = Vec::new();
+    for r in rows {
+        if !groups.contains(&(r.engine.as_str(), r.world_size)) {
+            groups.push((r.engine.as_str(), r.world_size));
+        }
+    }
+    let first_engine = groups.first().map(|g| g.0).unwrap_or_default();
+    type Get = fn(&Row) -> Option<f64>;
+    let kinds: [(&str, Get, RGBColor); 4] = [
         ("ours", |r| Some(r.ours.p50), RGBColor(0x1f, 0x77, 0xb4)),
-        ("raw floor", |r| Some(r.floor.p50), RGBColor(0x2c, 0xa0, 0x2c)),
-        ("PyTorch", |r| r.pytorch.map(|p| p.p50), RGBColor(0xd6, 0x27, 0x28)),
-        ("fast path", |r| Some(r.fast.p50), RGBColor(0x94, 0x67, 0xbd)),
+        (
+            "raw floor",
+            |r| Some(r.floor.p50),
+            RGBColor(0x2c, 0xa0, 0x2c),
+        ),
+        (
+            "PyTorch",
+            |r| r.pytorch.map(|p| p.p50),
+            RGBColor(0xd6, 0x27, 0x28),
+        ),
+        (
+            "fast path",
+            |r| Some(r.fast.p50),
+            RGBColor(0x94, 0x67, 0xbd),
+        ),
     ];
-    for (wi, &w) in worlds.iter().enumerate() {
+    let palette = [0u8, 0x55, 0x99];
+    for (gi, &(engine, w)) in groups.iter().enumerate() {
         for (name, get, color) in &kinds {
+            if *name == "PyTorch" && engine != first_engine {
+                continue;
+            }
             let pts: Vec<(f64, f64)> = rows
                 .iter()
-                .filter(|r| r.world_size == w)
+                .filter(|r| r.world_size == w && r.engine == engine)
                 .filter_map(|r| get(r).map(|y| (r.sources as f64, y)))
                 .collect();
             if pts.is_empty() {
                 continue;
             }
-            let style = if wi == 0 {
-                color.stroke_width(2)
+            // Later groups: the same hue, lighter.
+            let shade = palette[gi.min(palette.len() - 1)];
+            let c = RGBColor(
+                color.0.saturating_add(shade),
+                color.1.saturating_add(shade),
+                color.2.saturating_add(shade),
+            );
+            let label = if *name == "PyTorch" {
+                format!("PyTorch (torch gloo), {w} ranks")
             } else {
-                color.mix(0.6).stroke_width(1)
+                format!("{name} ({engine}), {w} ranks")
             };
-            let c = *color;
             chart
-                .draw_series(LineSeries::new(pts.clone(), style))?
-                .label(format!("{name}, {w} ranks"))
+                .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))?
+                .label(label)
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c));
             chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, c.filled())))?;
         }

@@ -130,7 +130,10 @@ fn main() -> ExitCode {
     // Rank processes (and the launcher, which must outlive a closed pipe to
     // stop its ranks) keep Rust's default of ignoring SIGPIPE: Gloo writes to
     // sockets whose peer may have died, and must see EPIPE, not die of it.
-    if !matches!(cli.command, Command::DemoWorker(_) | Command::BenchWorker(_) | Command::Run(_)) {
+    if !matches!(
+        cli.command,
+        Command::DemoWorker(_) | Command::BenchWorker(_) | Command::Run(_)
+    ) {
         restore_sigpipe();
     }
     match cli.command {

@@ -80,6 +80,23 @@ fn timed(t: &dyn Transport, deadline: Deadline, f: impl FnOnce() -> Result<()>) 
     Ok(start.elapsed().as_secs_f64() * 1e3)
 }
 
+/// One rank's samples as the JSON `ccol bench` reads back from each rank
+/// (`bench-rank-<R>.json`): `{"rank": R, "sizes": [{"sources", "envelope_bytes",
+/// "floor_ms", "ours_ms", "fast_ms", "floor16_ms"}, …]}`, times in ms.
+pub fn samples_json(rank: u32, samples: &[Samples]) -> serde_json::Value {
+    serde_json::json!({
+        "rank": rank,
+        "sizes": samples.iter().map(|s| serde_json::json!({
+            "sources": s.sources,
+            "envelope_bytes": s.envelope_bytes,
+            "floor_ms": s.floor_ms,
+            "ours_ms": s.ours_ms,
+            "fast_ms": s.fast_ms,
+            "floor16_ms": s.floor16_ms,
+        })).collect::<Vec<_>>(),
+    })
+}
+
 /// Runs the interleaved measurement of the module docs for each state size
 /// in `sizes`: `warmup` rounds, then `rounds` recorded ones. Every rank must
 /// call it with the same arguments.

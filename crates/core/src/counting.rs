@@ -34,8 +34,10 @@ impl ByteCounts {
     }
 
     fn add(&self, received: usize, sent: usize) {
-        self.received
-            .fetch_add(u64::try_from(received).unwrap_or(u64::MAX), Ordering::Relaxed);
+        self.received.fetch_add(
+            u64::try_from(received).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
         self.sent
             .fetch_add(u64::try_from(sent).unwrap_or(u64::MAX), Ordering::Relaxed);
     }
@@ -92,7 +94,8 @@ impl<T: Transport> Transport for CountingTransport<T> {
             .filter(|(r, _)| *r != me)
             .map(|(_, b)| b.len())
             .sum();
-        self.counts.add(got, data.len() * out.len().saturating_sub(1));
+        self.counts
+            .add(got, data.len() * out.len().saturating_sub(1));
         Ok(out)
     }
 

@@ -232,7 +232,10 @@ fn decode_summary<J: Join>(
     let env = match Envelope::decode(bytes, limits) {
         Ok(env) if env.kind == TREE_KIND => env,
         Ok(env) => {
-            meta.fail(from, format!("message kind '{}', expected '{TREE_KIND}'", env.kind));
+            meta.fail(
+                from,
+                format!("message kind '{}', expected '{TREE_KIND}'", env.kind),
+            );
             return (meta, None);
         }
         Err(e) => {

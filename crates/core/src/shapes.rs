@@ -100,6 +100,8 @@ impl Join for FrameState {
     fn join(&mut self, other: &Self) {
         for (source, entry) in &other.entries {
             match self.entries.get_mut(source) {
+                // Equal entries join to themselves (idempotence): skip the rebuild.
+                Some(mine) if mine == entry => {}
                 Some(mine) => *mine = mine.join(entry),
                 None => {
                     self.entries.insert(source.clone(), entry.clone());

@@ -71,7 +71,10 @@ fn same_everywhere<J: Join + 'static>(calls: Vec<Call<J>>) -> Vec<String> {
     assert_eq!(flat, tree, "flat vs tree");
     assert_eq!(flat, tree_slow, "flat vs tree without fast path");
     assert_eq!(flat_fast, tree_fast, "fast path applied differently");
-    assert!(flat.iter().all(|t| *t == flat[0]), "ranks disagree: {flat:?}");
+    assert!(
+        flat.iter().all(|t| *t == flat[0]),
+        "ranks disagree: {flat:?}"
+    );
     flat
 }
 
