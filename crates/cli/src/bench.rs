@@ -151,22 +151,13 @@ fn worker_inner(_args: &WorkerArgs) -> anyhow::Result<()> {
     bail!("this ccol was built without Gloo")
 }
 
-/// `p`-th percentile (0–100) by nearest rank of sorted `v`.
-fn percentile(sorted: &[f64], p: f64) -> f64 {
+/// `p`-th percentile (0–100) of sorted `v`, nearest rank (rounded).
+fn percentile(sorted: &[f64], p: usize) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
     }
     let max_index = sorted.len() - 1;
-    let pos = (p / 100.0 * max_index as f64).round();
-    // `pos` is within 0..=max_index by construction.
-    let idx = if pos <= 0.0 {
-        0
-    } else {
-        usize::try_from(pos as u64)
-            .unwrap_or(max_index)
-            .min(max_index)
-    };
-    sorted[idx]
+    sorted[((p.min(100) * max_index + 50) / 100).min(max_index)]
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -189,8 +180,8 @@ fn stat(per_rank: &[&Vec<f64>]) -> Stat {
         .collect();
     slowest.sort_by(f64::total_cmp);
     Stat {
-        p50: percentile(&slowest, 50.0),
-        p90: percentile(&slowest, 90.0),
+        p50: percentile(&slowest, 50),
+        p90: percentile(&slowest, 90),
     }
 }
 
@@ -380,7 +371,7 @@ fn our_join(ranks: u64, sources: usize) -> f64 {
         })
         .collect();
     times.sort_by(f64::total_cmp);
-    percentile(&times, 50.0)
+    percentile(&times, 50)
 }
 
 const JOIN_RANKS: u64 = 64;

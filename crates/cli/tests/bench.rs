@@ -15,7 +15,15 @@ fn ccol() -> Command {
 
 fn run(engine: &str, out: &Path, extra: &[&str]) -> Value {
     let o = ccol()
-        .args(["bench", "--engine", engine, "--ranks", "2", "--sources", "20,200"])
+        .args([
+            "bench",
+            "--engine",
+            engine,
+            "--ranks",
+            "2",
+            "--sources",
+            "20,200",
+        ])
         .args(["--rounds", "3", "--warmup", "1", "--no-pytorch", "--out"])
         .arg(out)
         .args(extra)

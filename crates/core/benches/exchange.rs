@@ -8,6 +8,9 @@
 //! --ranks 64 --pickle-sizes 20,200,2000 --out join.json` (or `ccol bench`,
 //! which runs both and prints the ratio).
 
+// criterion's macros generate undocumented public functions.
+#![allow(missing_docs)]
+
 use compiler_collectives_core::benchmark::{bench_state, envelope_bytes, BENCH_KEY};
 use compiler_collectives_core::envelope::{Envelope, Limits, WIRE_VERSION};
 use compiler_collectives_core::protocol::{decode_payload, encode_payload};
