@@ -16,6 +16,7 @@
 //! | [`protocol`] | [`Channel`]: one exchange per decision point, checks, deadlines, fast path |
 //! | [`transport`] | the [`Transport`] and [`Store`] traits backends implement |
 //! | [`hier`] | the hierarchical (tree) exchange for large worlds |
+//! | [`compact`] | the one-varint wire form of lattice atoms |
 //! | [`counting`] | a transport wrapper that counts bytes received (benchmarks, tests) |
 //! | [`inprocess`] | an engine whose ranks are threads (tests, simulations, the template for backends) |
 //! | [`benchmark`] | the measurement loops of `ccol bench` (any transport) and the scale simulation |
@@ -49,6 +50,7 @@
 
 pub mod benchmark;
 pub mod cache;
+pub mod compact;
 pub mod corpus;
 pub mod counting;
 pub mod envelope;
