@@ -98,6 +98,16 @@ pub struct FrameState {
 impl Join for FrameState {
     const KIND: &'static str = "shape.frame_state";
     fn join(&mut self, other: &Self) {
+        // Ranks usually saw the same sources: walk both maps in step.
+        if self.entries.len() == other.entries.len() && self.entries.keys().eq(other.entries.keys())
+        {
+            for (mine, theirs) in self.entries.values_mut().zip(other.entries.values()) {
+                if mine != theirs {
+                    *mine = mine.join(theirs);
+                }
+            }
+            return;
+        }
         for (source, entry) in &other.entries {
             match self.entries.get_mut(source) {
                 // Equal entries join to themselves (idempotence): skip the rebuild.

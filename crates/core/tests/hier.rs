@@ -239,3 +239,33 @@ fn tree_bytes_grow_with_log_n_flat_with_n() {
         "flat {flat_max} < (n-1)·payload"
     );
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// FrameState's join (which walks equal key sets in step) equals the
+    /// per-source join, for equal and for differing source sets.
+    #[test]
+    fn frame_state_join_is_per_source(a in arb_state(), b in arb_state(), same_keys: bool) {
+        let b = if same_keys {
+            // b's entries on a's keys.
+            let mut s = FrameState::new();
+            for (k, e) in &a.entries {
+                let mine = b.entries.values().next().cloned().unwrap_or_else(|| e.clone());
+                s.entries.insert(k.clone(), mine);
+            }
+            s
+        } else {
+            b
+        };
+        let mut joined = a.clone();
+        joined.join(&b);
+        let mut keys: Vec<&String> = a.entries.keys().chain(b.entries.keys()).collect();
+        keys.sort();
+        keys.dedup();
+        prop_assert_eq!(joined.entries.len(), keys.len());
+        for k in keys {
+            prop_assert_eq!(joined.get(k), a.get(k).join(&b.get(k)), "source {}", k);
+        }
+    }
+}
