@@ -9,6 +9,10 @@
 //!   ranks are processes started through `ccol run`, each running the hidden
 //!   `ccol bench-worker`; over `--engine in-process` they are threads. A
 //!   round's time is the slowest rank's; p50/p90 over the rounds.
+//! - c10d: with `--c10d-worker PATH` (default: `examples/bench_c10d` beside
+//!   ccol, built by `cargo build --release -p compiler-collectives-tch
+//!   --example bench_c10d`), the same measurement over libtorch's
+//!   `ProcessGroupGloo` — the engine PyTorch's own path runs on.
 //! - PyTorch (unless `--no-pytorch`): the embedded `bench/pytorch_bench.py`
 //!   under `--python` (default `$CCOL_TORCH_PYTHON`, from
 //!   `scripts/setup-torch.sh`), started through `ccol run` with the same
@@ -28,6 +32,7 @@ use compiler_collectives::benchmark::{
 };
 use compiler_collectives::{InProcessGroup, Join, Transport};
 use serde_json::{json, Value};
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::sync::Arc;
@@ -87,9 +92,13 @@ pub(crate) struct BenchArgs {
     #[arg(long, default_value_t = 4096)]
     scale_max: u32,
     /// Also measure our side over libtorch's c10d with this worker binary
-    /// (`cargo build --release -p compiler-collectives-tch --example bench_c10d`).
+    /// (`cargo build --release -p compiler-collectives-tch --example bench_c10d`;
+    /// default: `examples/bench_c10d` beside ccol, when built).
     #[arg(long, value_name = "PATH")]
     c10d_worker: Option<PathBuf>,
+    /// Do not look for the c10d worker beside ccol.
+    #[arg(long)]
+    no_c10d: bool,
     /// Deadline of each round, in seconds.
     #[arg(long, default_value_t = 60)]
     timeout: u64,
@@ -235,7 +244,22 @@ fn stat_of(ranks: &[Value], i: usize, field: &str) -> Stat {
     stat(&refs)
 }
 
-fn ccol_run(world: usize, program: &[&std::ffi::OsStr]) -> anyhow::Result<()> {
+/// `--sources S --rounds R --warmup W`: what every rank program is told.
+fn shape_args(args: &BenchArgs) -> Vec<OsString> {
+    [
+        "--sources".into(),
+        join_list(&args.sources.0),
+        "--rounds".into(),
+        args.rounds.to_string(),
+        "--warmup".into(),
+        args.warmup.to_string(),
+    ]
+    .into_iter()
+    .map(OsString::from)
+    .collect()
+}
+
+fn ccol_run(world: usize, program: &[OsString]) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("cannot find this program's path")?;
     let status = Command::new(&exe)
         .arg("run")
@@ -286,27 +310,16 @@ fn run_ours(
             .collect();
     }
     let exe = std::env::current_exe().context("cannot find this program's path")?;
-    let mut command: Vec<&std::ffi::OsStr> = match program {
-        Some(p) => vec![p.as_os_str()],
-        None => vec![exe.as_os_str(), "bench-worker".as_ref()],
+    let mut command: Vec<OsString> = match program {
+        Some(p) => vec![p.into()],
+        None => vec![exe.into(), "bench-worker".into()],
     };
-    let sources = join_list(&args.sources.0);
-    let (rounds, warmup, t) = (
-        args.rounds.to_string(),
-        args.warmup.to_string(),
-        args.timeout.to_string(),
-    );
-    command.extend_from_slice(&[
-        "--sources".as_ref(),
-        sources.as_ref(),
-        "--rounds".as_ref(),
-        rounds.as_ref(),
-        "--warmup".as_ref(),
-        warmup.as_ref(),
-        "--timeout".as_ref(),
-        t.as_ref(),
-        "--results".as_ref(),
-        dir.as_os_str(),
+    command.extend(shape_args(args));
+    command.extend([
+        "--timeout".into(),
+        args.timeout.to_string().into(),
+        "--results".into(),
+        dir.into(),
     ]);
     ccol_run(world, &command)?;
     read_ranks(dir, "bench", world)
@@ -317,6 +330,19 @@ fn join_list(v: &[usize]) -> String {
         .map(ToString::to_string)
         .collect::<Vec<_>>()
         .join(",")
+}
+
+/// `--c10d-worker`, else `examples/bench_c10d` beside this ccol when built
+/// (same target directory and profile), unless `--no-c10d`.
+fn c10d_worker(args: &BenchArgs) -> Option<PathBuf> {
+    if args.no_c10d || args.engine.as_deref() == Some("in-process") {
+        return None;
+    }
+    args.c10d_worker.clone().or_else(|| {
+        let exe = std::env::current_exe().ok()?;
+        let p = exe.parent()?.join("examples").join("bench_c10d");
+        p.is_file().then_some(p)
+    })
 }
 
 fn python(args: &BenchArgs) -> Option<PathBuf> {
@@ -335,24 +361,10 @@ fn run_pytorch(
     world: usize,
     dir: &Path,
 ) -> anyhow::Result<Vec<Value>> {
-    let sources = join_list(&args.sources.0);
-    let (rounds, warmup) = (args.rounds.to_string(), args.warmup.to_string());
-    ccol_run(
-        world,
-        &[
-            py.as_os_str(),
-            script.as_os_str(),
-            "exchange".as_ref(),
-            "--sources".as_ref(),
-            sources.as_ref(),
-            "--rounds".as_ref(),
-            rounds.as_ref(),
-            "--warmup".as_ref(),
-            warmup.as_ref(),
-            "--out".as_ref(),
-            dir.as_os_str(),
-        ],
-    )?;
+    let mut command: Vec<OsString> = vec![py.into(), script.into(), "exchange".into()];
+    command.extend(shape_args(args));
+    command.extend(["--out".into(), dir.into()]);
+    ccol_run(world, &command)?;
     read_ranks(dir, "pytorch", world)
 }
 
@@ -419,7 +431,8 @@ fn bench_inner(args: &BenchArgs) -> anyhow::Result<()> {
     }
 
     let mut engines: Vec<(&str, Option<&Path>)> = vec![(engine, None)];
-    if let Some(p) = &args.c10d_worker {
+    let c10d = c10d_worker(args);
+    if let Some(p) = &c10d {
         engines.push(("c10d", Some(p.as_path())));
     }
     let mut rows = Vec::new();

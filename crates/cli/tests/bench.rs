@@ -24,7 +24,15 @@ fn run(engine: &str, out: &Path, extra: &[&str]) -> Value {
             "--sources",
             "20,200",
         ])
-        .args(["--rounds", "3", "--warmup", "1", "--no-pytorch", "--out"])
+        .args([
+            "--rounds",
+            "3",
+            "--warmup",
+            "1",
+            "--no-pytorch",
+            "--no-c10d",
+            "--out",
+        ])
         .arg(out)
         .args(extra)
         .output()

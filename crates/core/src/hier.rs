@@ -176,12 +176,8 @@ struct PositionText<'a>(&'a Position, bool);
 
 impl std::fmt::Display for PositionText<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // The flat exchange's text (protocol.rs, `Position`).
-        write!(f, "#{} '{}'", self.0.seq, self.0.key)?;
-        if self.1 {
-            write!(f, " ({})", self.0.kind)?;
-        }
-        Ok(())
+        let kind = self.1.then_some(self.0.kind.as_str());
+        crate::protocol::fmt_position(f, self.0.seq, &self.0.key, kind)
     }
 }
 

@@ -509,12 +509,28 @@ struct Position<'a>(&'a Envelope, bool);
 
 impl std::fmt::Display for Position<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "#{} '{}'", self.0.seq, self.0.key)?;
-        if self.1 {
-            write!(f, " ({})", self.0.kind)?;
-        }
-        Ok(())
+        fmt_position(
+            f,
+            self.0.seq,
+            &self.0.key,
+            self.1.then_some(self.0.kind.as_str()),
+        )
     }
+}
+
+/// `#seq 'key'`, then ` (kind)` when given: a desync group's text (shared
+/// with [`crate::hier`]).
+pub(crate) fn fmt_position(
+    f: &mut std::fmt::Formatter<'_>,
+    seq: u64,
+    key: &str,
+    kind: Option<&str>,
+) -> std::fmt::Result {
+    write!(f, "#{seq} '{key}'")?;
+    if let Some(kind) = kind {
+        write!(f, " ({kind})")?;
+    }
+    Ok(())
 }
 
 /// What a configuration disagreement is about (shared with [`crate::hier`]).
