@@ -65,10 +65,10 @@ pub(crate) struct BenchArgs {
     #[arg(long, default_value = "20,200,2000", value_parser = parse_list)]
     sources: List,
     /// Recorded rounds per state size.
-    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..))]
     rounds: u64,
     /// Warm-up rounds per state size (not recorded).
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, default_value_t = 30)]
     warmup: u64,
     /// `gloo` (rank processes; needs the `gloo` feature) or `in-process` (threads).
     #[arg(long)]

@@ -21,6 +21,7 @@ compiler_collectives_conformance::in_process_tests!(
     missing_rank_times_out,
     abort_is_not_a_shutdown,
     shutdown_fails_peers_fast,
+    tree_exchange_matches_flat,
 );
 
 /// Every behaviour of the suite is stamped above.
