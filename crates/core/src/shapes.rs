@@ -7,7 +7,7 @@
 //! differently on two ranks becomes dynamic where it differed.
 
 use crate::join::Join;
-use crate::lattice::SizeEntry;
+use crate::lattice::{Dims, SizeEntry};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -103,7 +103,7 @@ impl Join for FrameState {
         {
             for (mine, theirs) in self.entries.values_mut().zip(other.entries.values()) {
                 if mine != theirs {
-                    *mine = mine.join(theirs);
+                    join_in_place(mine, theirs);
                 }
             }
             return;
@@ -112,13 +112,33 @@ impl Join for FrameState {
             match self.entries.get_mut(source) {
                 // Equal entries join to themselves (idempotence): skip the rebuild.
                 Some(mine) if mine == entry => {}
-                Some(mine) => *mine = mine.join(entry),
+                Some(mine) => join_in_place(mine, entry),
                 None => {
                     self.entries.insert(source.clone(), entry.clone());
                 }
             }
         }
     }
+}
+
+/// `mine ← mine ⊔ theirs` without rebuilding tuples of equal length (the
+/// same result as [`SizeEntry::join`]).
+fn join_in_place(mine: &mut SizeEntry, theirs: &SizeEntry) {
+    fn dims<V: PartialEq + Clone>(a: &mut Dims<V>, b: &Dims<V>) {
+        match (&mut *a, b) {
+            (Dims::Known(xs), Dims::Known(ys)) if xs.len() == ys.len() => {
+                for (x, y) in xs.iter_mut().zip(ys) {
+                    if x != y {
+                        *x = x.join(y);
+                    }
+                }
+            }
+            _ => *a = a.join(b),
+        }
+    }
+    mine.scalar = mine.scalar.join(&theirs.scalar);
+    dims(&mut mine.size, &theirs.size);
+    dims(&mut mine.stride, &theirs.stride);
 }
 
 impl FrameState {
