@@ -531,7 +531,21 @@ fn bench_inner(args: &BenchArgs) -> anyhow::Result<()> {
     }
 
     print_table(&rows, our_join_ms, their_join_ms, &wire, &scale);
-    let report = to_json(
+    let verdicts = targets(&rows, our_join_ms, their_join_ms, &wire, &scale);
+    println!("\ntargets (issue 7), measured in this run:");
+    for t in &verdicts {
+        println!(
+            "  {:<4} {:<58} {}",
+            match t.met {
+                Some(true) => "met",
+                Some(false) => "NOT",
+                None => "-",
+            },
+            t.what,
+            t.measured
+        );
+    }
+    let mut report = to_json(
         args,
         engine,
         &rows,
@@ -540,12 +554,116 @@ fn bench_inner(args: &BenchArgs) -> anyhow::Result<()> {
         &wire,
         &scale,
     );
+    report["targets"] = verdicts
+        .iter()
+        .map(|t| json!({"target": t.what, "measured": t.measured, "met": t.met}))
+        .collect();
     let json_path = args.out.join("bench.json");
     std::fs::write(&json_path, serde_json::to_string_pretty(&report)?)?;
     let svg_path = args.out.join("latency.svg");
     chart(&rows, &svg_path)?;
     println!("\nwrote {} and {}", json_path.display(), svg_path.display());
     Ok(())
+}
+
+/// One target of issue 7 and what this run measured for it.
+struct Target {
+    what: String,
+    measured: String,
+    /// `None` when this run could not measure it (e.g. no PyTorch side).
+    met: Option<bool>,
+}
+
+fn target(what: impl Into<String>, values: &[f64], ok: impl Fn(f64) -> bool) -> Target {
+    let shown: Vec<String> = values.iter().map(|v| format!("{v:.2}")).collect();
+    Target {
+        what: what.into(),
+        measured: if shown.is_empty() {
+            "-".into()
+        } else {
+            shown.join(", ")
+        },
+        met: (!values.is_empty()).then(|| values.iter().all(|&v| ok(v))),
+    }
+}
+
+fn targets(
+    rows: &[Row],
+    our_join: f64,
+    their_join: Option<f64>,
+    wire: &[(usize, usize, Option<u64>)],
+    scale: &[SimResult],
+) -> Vec<Target> {
+    let mut out = Vec::new();
+    let mut engines: Vec<&str> = rows.iter().map(|r| r.engine.as_str()).collect();
+    engines.dedup();
+    for e in engines {
+        let of = |f: &dyn Fn(&Row) -> Option<f64>| -> Vec<f64> {
+            rows.iter()
+                .filter(|r| r.engine == e)
+                .filter_map(f)
+                .collect()
+        };
+        out.push(target(
+            format!("{e}: ours / raw floor <= 1.2 (every row)"),
+            &of(&|r| Some(ratio(r.ours.p50, r.floor.p50))),
+            |v| v <= 1.2,
+        ));
+        for (world, want) in [(2, 10.0), (4, 3.0)] {
+            out.push(target(
+                format!("{e}: PyTorch / ours >= {want} ({world} ranks, 200 sources)"),
+                &of(&|r| {
+                    (r.world_size == world && r.sources == 200)
+                        .then_some(r.pytorch.map(|p| ratio(p.p50, r.ours.p50)))
+                        .flatten()
+                }),
+                |v| v >= want,
+            ));
+        }
+        out.push(target(
+            format!("{e}: fast path / 16-byte all_gather <= 1.1 (every row)"),
+            &of(&|r| Some(ratio(r.fast.p50, r.floor16.p50))),
+            |v| v <= 1.1,
+        ));
+    }
+    out.push(target(
+        "join: PyTorch / ours >= 100 (64 ranks x 1000 sources)",
+        &their_join
+            .map(|t| ratio(t, our_join))
+            .into_iter()
+            .collect::<Vec<_>>(),
+        |v| v >= 100.0,
+    ));
+    out.push(target(
+        "wire: ours / pickle <= 0.25 (every state size)",
+        &wire
+            .iter()
+            .filter_map(|(_, o, p)| p.map(|p| ratio(*o as f64, p as f64)))
+            .collect::<Vec<_>>(),
+        |v| v <= 0.25,
+    ));
+    let tree: Vec<&SimResult> = scale.iter().filter(|s| s.hierarchical).collect();
+    out.push(target(
+        "scale: hierarchical max bytes / (2 payload log2 N) <= 1",
+        &tree
+            .iter()
+            .map(|s| {
+                let bound = 2 * s.payload_bytes as u64 * u64::from(log2_ceil(s.world_size));
+                ratio(s.max_received_bytes as f64, bound as f64)
+            })
+            .collect::<Vec<_>>(),
+        |v| v <= 1.0,
+    ));
+    out.push(Target {
+        what: "scale: 4096 simulated ranks complete".into(),
+        measured: tree
+            .iter()
+            .find(|s| s.world_size >= 4096)
+            .map_or("-".into(), |s| format!("{:.0} ms", s.exchange_ms)),
+        // A world that fails to complete fails the whole run; not run = not measured.
+        met: tree.iter().any(|s| s.world_size >= 4096).then_some(true),
+    });
+    out
 }
 
 fn log2_ceil(n: u32) -> u32 {

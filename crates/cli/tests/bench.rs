@@ -69,6 +69,12 @@ fn check_exchange(report: &Value, engine: &str) {
         assert!(positive(&row["ours_over_floor"]));
         assert!(row["pytorch_ms"].is_null(), "--no-pytorch ran PyTorch");
     }
+    // Every target of the issue is listed, measured or not.
+    let targets = report["targets"].as_array().expect("targets");
+    assert!(targets.len() >= 7, "{targets:?}");
+    assert!(targets
+        .iter()
+        .all(|t| t["target"].is_string() && (t["met"].is_boolean() || t["met"].is_null())));
     // A state of 200 sources is about ten times one of 20.
     let bytes = |i: usize| rows[i]["envelope_bytes"].as_u64().unwrap();
     assert!(bytes(1) > 5 * bytes(0) && bytes(0) > 20 * 10, "{rows:?}");
