@@ -92,6 +92,7 @@ impl fmt::Display for Override {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FrameState {
     /// Source name → entry, in name order (canonical encoding).
+    #[serde(deserialize_with = "entries_in_bulk")]
     pub entries: BTreeMap<String, SizeEntry>,
 }
 
@@ -119,6 +120,33 @@ impl Join for FrameState {
             }
         }
     }
+}
+
+/// Reads the entries as a list, then builds the map in one pass (the
+/// encoding is sorted by name, so this skips a search per entry). Same
+/// result as inserting one by one: a repeated name keeps its last entry.
+fn entries_in_bulk<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, SizeEntry>, D::Error> {
+    struct Entries;
+    impl<'de> serde::de::Visitor<'de> for Entries {
+        type Value = BTreeMap<String, SizeEntry>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a map of source names to size entries")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut m: A,
+        ) -> Result<Self::Value, A::Error> {
+            // The size hint comes from the peer: cap what it may make us reserve.
+            let mut v = Vec::with_capacity(m.size_hint().unwrap_or(0).min(4096));
+            while let Some(kv) = m.next_entry::<String, SizeEntry>()? {
+                v.push(kv);
+            }
+            Ok(v.into_iter().collect())
+        }
+    }
+    d.deserialize_map(Entries)
 }
 
 /// `mine ← mine ⊔ theirs` without rebuilding tuples of equal length (the

@@ -269,3 +269,25 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// States round-trip through the payload encoding (compact atoms, entries
+    /// read in bulk), and JSON keeps working.
+    #[test]
+    fn frame_state_round_trips(s in arb_state()) {
+        use compiler_collectives_core::protocol::{decode_payload, encode_payload};
+        let bytes = encode_payload(&s).unwrap();
+        prop_assert_eq!(decode_payload::<FrameState>(&bytes).unwrap(), s.clone());
+        let text = serde_json::to_string(&s).unwrap();
+        prop_assert_eq!(serde_json::from_str::<FrameState>(&text).unwrap(), s);
+    }
+}
+
+#[test]
+fn a_repeated_source_keeps_its_last_entry_as_before() {
+    let text = r#"{"entries": {"x": {"scalar": "Dynamic", "size": "Unset", "stride": "Unset"},
+                               "x": {"scalar": {"Static": 3}, "size": "Unset", "stride": "Unset"}}}"#;
+    let s: FrameState = serde_json::from_str(text).unwrap();
+    assert_eq!(s.entries.len(), 1);
+    assert_eq!(s.get("x").scalar.to_string(), "3");
+}
