@@ -139,13 +139,29 @@ impl Meta {
         }
     }
 
-    /// Whether every range lies in `0..world_size` (a peer could send others).
-    fn valid(&self, world_size: u32) -> bool {
-        let ok = |rs: &Ranges| rs.iter().all(|&(s, e)| s < e && e <= world_size);
-        self.versions.iter().all(|(_, r)| ok(r))
-            && self.positions.iter().all(|(_, r)| ok(r))
-            && self.configs.iter().all(|(_, r)| ok(r))
-            && self.failure.as_ref().is_none_or(|(r, _)| *r < world_size)
+    /// Whether every range lies in the sender's subtree `span` and each
+    /// field covers at most the span's ranks in all (a peer could send
+    /// others; this also bounds what expanding the groups allocates).
+    fn valid(&self, span: (u32, u32)) -> bool {
+        fn field<T>(groups: &[(T, Ranges)], (lo, hi): (u32, u32)) -> bool {
+            let mut total = 0u64;
+            for (_, rs) in groups {
+                for &(s, e) in rs {
+                    if s >= e || s < lo || e > hi {
+                        return false;
+                    }
+                    total += u64::from(e - s);
+                }
+            }
+            total <= u64::from(hi - lo)
+        }
+        field(&self.versions, span)
+            && field(&self.positions, span)
+            && field(&self.configs, span)
+            && self
+                .failure
+                .as_ref()
+                .is_none_or(|(r, _)| *r >= span.0 && *r < span.1)
     }
 
     fn absorb(&mut self, other: Meta) {
@@ -204,13 +220,12 @@ fn encode_summary<J: Join>(
     .map_err(|e| Error::InvalidArgument(format!("this rank's tree summary: {e}")))
 }
 
-/// Decodes a summary message from `from`, whose subtree is `span`. A message
+/// Decodes a summary message from `from`, whose ranks are `span`. A message
 /// of another wire version is reported as that version for the whole span.
 fn decode_summary<J: Join>(
     bytes: &[u8],
     from: u32,
     span: (u32, u32),
-    world_size: u32,
     limits: &Limits,
 ) -> (Meta, Option<J>) {
     let mut meta = Meta::default();
@@ -247,8 +262,14 @@ fn decode_summary<J: Join>(
                 return (meta, None);
             }
         };
-    if !theirs.valid(world_size) {
-        meta.fail(from, format!("rank ranges outside 0..{world_size}"));
+    if !theirs.valid(span) {
+        meta.fail(
+            from,
+            format!(
+                "rank ranges outside or beyond its ranks {}..{}",
+                span.0, span.1
+            ),
+        );
         return (meta, None);
     }
     // A subtree at another decision kind is a desync; its value is not ours to decode.
@@ -382,7 +403,7 @@ pub(crate) fn exchange<J: Join>(
     let mut merged = Some(local.clone());
     for &c in &kids {
         let bytes = t.recv(c, TAG_SUMMARY_UP, limits.max_message_bytes, deadline)?;
-        let (theirs, value) = decode_summary::<J>(&bytes, c, subtree(c, n), n, limits);
+        let (theirs, value) = decode_summary::<J>(&bytes, c, subtree(c, n), limits);
         meta.absorb(theirs);
         if let (Some(acc), Some(v)) = (merged.as_mut(), value.as_ref()) {
             acc.join(v);
@@ -404,7 +425,7 @@ pub(crate) fn exchange<J: Join>(
         t.send(c, TAG_SUMMARY_DOWN, &world, deadline)?;
     }
     let from = up.unwrap_or(me);
-    let (meta, merged) = decode_summary::<J>(&world, from, (0, n), n, limits);
+    let (meta, merged) = decode_summary::<J>(&world, from, (0, n), limits);
     verdict(&meta, merged).map(|j| (j, false))
 }
 
@@ -434,6 +455,46 @@ mod tests {
             }
             assert!(seen.iter().skip(1).all(|&k| k == 1), "world {n}");
         }
+    }
+
+    /// A child that claims ranks outside its subtree, or more ranks than it
+    /// has (to make every rank expand huge groups), is a decode failure
+    /// naming it.
+    #[test]
+    fn hostile_summaries_are_refused() {
+        use crate::shapes::FrameState;
+        let limits = Limits::default();
+        let pos = |k: &str| Position {
+            seq: 0,
+            key: k.into(),
+            kind: FrameState::KIND.into(),
+        };
+        let mut outside = Meta::default();
+        add(&mut outside.positions, pos("a"), &[(0, 3)]);
+        let mut repeated = Meta::default();
+        for k in 0..100 {
+            add(&mut repeated.positions, pos(&k.to_string()), &[(4, 6)]);
+        }
+        for meta in [outside, repeated] {
+            let bytes = encode_summary::<FrameState>(&meta, None, 0, &limits).unwrap();
+            let (got, value) = decode_summary::<FrameState>(&bytes, 4, (4, 6), &limits);
+            assert!(value.is_none());
+            let (rank, why) = got.failure.expect("refused");
+            assert_eq!(rank, 4);
+            assert!(why.contains("4..6"), "{why}");
+            assert!(got.positions.is_empty());
+        }
+        let err = verdict::<FrameState>(
+            &{
+                let mut m = Meta::default();
+                add(&mut m.versions, WIRE_VERSION, &[(0, 6)]);
+                m.fail(4, "bad".into());
+                m
+            },
+            None,
+        )
+        .unwrap_err();
+        assert!(matches!(err, Error::Decode { rank: Some(4), .. }), "{err}");
     }
 
     #[test]
