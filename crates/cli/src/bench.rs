@@ -595,8 +595,12 @@ fn targets(
     scale: &[SimResult],
 ) -> Vec<Target> {
     let mut out = Vec::new();
-    let mut engines: Vec<&str> = rows.iter().map(|r| r.engine.as_str()).collect();
-    engines.dedup();
+    let mut engines: Vec<&str> = Vec::new();
+    for r in rows {
+        if !engines.contains(&r.engine.as_str()) {
+            engines.push(r.engine.as_str());
+        }
+    }
     for e in engines {
         let of = |f: &dyn Fn(&Row) -> Option<f64>| -> Vec<f64> {
             rows.iter()
