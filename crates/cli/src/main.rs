@@ -9,6 +9,8 @@
 //!   PyTorch 2.13 (`tests/pytorch-oracle`) and shows the differences.
 //! - `ccol run --nproc-per-node N CMD ARGS...` starts N local ranks of a
 //!   command with torchrun's environment (see the `launch` module).
+//! - `ccol bench`: exchange latency against the raw engine floor and
+//!   PyTorch, joins, wire size, fast path, scale (see the `bench` module).
 //! - `ccol demo` (feature `gloo`): the main job, N rank processes over Gloo
 //!   agreeing on a real text corpus (see the `demo` module).
 //! - `ccol profile show|merge|diff` reads profiles (persisted decisions, see
@@ -33,6 +35,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
+mod bench;
 mod demo;
 mod launch;
 mod oracle;
@@ -67,6 +70,12 @@ enum Command {
     /// One rank of `ccol demo` (started by it).
     #[command(hide = true)]
     DemoWorker(demo::WorkerArgs),
+    /// Benchmarks: exchange latency against the raw engine floor and PyTorch,
+    /// joins, wire size, fast path, scale (writes bench.json and latency.svg).
+    Bench(bench::BenchArgs),
+    /// One rank of `ccol bench` (started by it).
+    #[command(hide = true)]
+    BenchWorker(bench::WorkerArgs),
     /// Lattice cases on stdin, our joins and decisions on stdout (the randomized differential).
     #[command(hide = true)]
     LatticeEval(oracle::LatticeEvalArgs),
@@ -146,7 +155,10 @@ fn main() -> ExitCode {
     // Rank processes (and the launcher, which must outlive a closed pipe to
     // stop its ranks) keep Rust's default of ignoring SIGPIPE: Gloo writes to
     // sockets whose peer may have died, and must see EPIPE, not die of it.
-    if !matches!(cli.command, Command::DemoWorker(_) | Command::Run(_)) {
+    if !matches!(
+        cli.command,
+        Command::DemoWorker(_) | Command::BenchWorker(_) | Command::Run(_)
+    ) {
         restore_sigpipe();
     }
     match cli.command {
@@ -155,6 +167,8 @@ fn main() -> ExitCode {
         Command::Run(args) => launch::run(&args),
         Command::Demo(args) => demo::demo(&args),
         Command::DemoWorker(args) => demo::worker(&args),
+        Command::Bench(args) => bench::bench(&args),
+        Command::BenchWorker(args) => bench::worker(&args),
         Command::LatticeEval(args) => oracle::lattice_eval(&args),
         Command::Profile(cmd) => profile_cmd::run(&cmd),
         Command::Trace(args) => trace_cmd::run(&args),

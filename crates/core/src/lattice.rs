@@ -21,7 +21,8 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// One atom of the lattice: no information, one concrete value, or dynamic.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// Its serde form is in [`crate::compact`] (one varint on the wire).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Atom<V> {
     /// ⊥: nothing was observed.
     Unset,
@@ -70,6 +71,7 @@ impl<V: fmt::Display> fmt::Display for Atom<V> {
 /// A tuple of atoms (sizes or strides), or the tuple as a whole unset or
 /// dynamic.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(bound = "V: crate::compact::AtomValue")]
 pub enum Dims<V> {
     /// ⊥: no tensor was observed.
     Unset,

@@ -15,7 +15,11 @@
 //! | [`envelope`] | the versioned wire format with strict, bounded decoding |
 //! | [`protocol`] | [`Channel`]: one exchange per decision point, checks, deadlines, fast path |
 //! | [`transport`] | the [`Transport`] and [`Store`] traits backends implement |
+//! | [`hier`] | the hierarchical (tree) exchange for large worlds |
+//! | [`compact`] | the one-varint wire form of lattice atoms |
+//! | [`counting`] | a transport wrapper that counts bytes received (benchmarks, tests) |
 //! | [`inprocess`] | an engine whose ranks are threads (tests, simulations, the template for backends) |
+//! | [`benchmark`] | the measurement loops of `ccol bench` (any transport) and the scale simulation |
 //! | [`cache`] | the reference compile cache a JIT front-end can use as is |
 //! | [`scenario`] | scenario files (one job each) and the program they stand for |
 //! | [`profile`] | profiles: decisions persisted per job across runs (PGO), crash-safe store |
@@ -56,10 +60,14 @@
 pub mod agree;
 pub mod artifacts;
 pub mod autotune;
+pub mod benchmark;
 pub mod cache;
+pub mod compact;
 pub mod corpus;
+pub mod counting;
 pub mod envelope;
 mod error;
+pub mod hier;
 pub mod inprocess;
 pub mod join;
 pub mod lattice;

@@ -90,6 +90,11 @@ pub struct ChannelOptions {
     /// Directory of per-rank JSON-lines trace files (`<dir>/rank-<r>.jsonl`,
     /// see [`crate::trace`]); `None` = `CCOL_TRACE_DIR`, else no file.
     pub trace_dir: Option<std::path::PathBuf>,
+    /// Smallest world size that uses the hierarchical (tree) exchange of
+    /// [`crate::hier`] (default [`crate::hier::DEFAULT_HIERARCHICAL_FROM`],
+    /// 64 ranks; `u32::MAX` = never). Same decisions and errors as the flat
+    /// exchange; O(payload · log N) bytes received per rank.
+    pub hierarchical_from: u32,
 }
 
 impl Default for ChannelOptions {
@@ -99,6 +104,7 @@ impl Default for ChannelOptions {
             limits: Limits::default(),
             fast_path: true,
             trace_dir: None,
+            hierarchical_from: crate::hier::DEFAULT_HIERARCHICAL_FROM,
         }
     }
 }
@@ -131,6 +137,13 @@ impl ChannelOptions {
         self.trace_dir = Some(dir.into());
         self
     }
+
+    /// Sets the smallest world size that uses the tree exchange.
+    #[must_use]
+    pub fn with_hierarchical_from(mut self, world_size: u32) -> Self {
+        self.hierarchical_from = world_size;
+        self
+    }
 }
 
 /// Per-call knobs of [`Channel::exchange_with`].
@@ -156,6 +169,7 @@ pub struct Gathered<J> {
     merged: J,
     per_rank: Option<Vec<J>>,
     seq: u64,
+    fast: bool,
 }
 
 impl<J> Gathered<J> {
@@ -170,14 +184,15 @@ impl<J> Gathered<J> {
     }
 
     /// Every rank's value, index = rank; `None` when the fast path showed
-    /// that every rank sent exactly what this rank sent.
+    /// that every rank sent exactly what this rank sent, or when the
+    /// hierarchical exchange ran (it moves joins, not every value).
     pub fn per_rank(&self) -> Option<&[J]> {
         self.per_rank.as_deref()
     }
 
     /// Whether the digest fast path applied (all envelopes identical).
     pub fn fast_path(&self) -> bool {
-        self.per_rank.is_none()
+        self.fast
     }
 
     /// The sequence number of this exchange.
@@ -197,6 +212,7 @@ pub struct Channel {
     timeout: Duration,
     limits: Limits,
     fast_path: bool,
+    hierarchical_from: u32,
     seq: u64,
     last_completed: Option<u64>,
     failed: Option<String>,
@@ -229,6 +245,7 @@ impl Channel {
             timeout,
             limits: options.limits,
             fast_path: options.fast_path,
+            hierarchical_from: options.hierarchical_from,
             seq: 0,
             last_completed: None,
             failed: None,
@@ -327,18 +344,39 @@ impl Channel {
         let seq = self.seq;
         let _span = tracing::debug_span!("exchange", seq, key, kind = J::KIND).entered();
         let mut traffic = crate::trace::Traffic::default();
-        let result = match self.run::<J>(&env, &encoded, deadline, &mut traffic) {
-            Ok(per_rank) => {
+        let world = self.transport.world_size();
+        let outcome = if world > 1 && world >= self.hierarchical_from {
+            crate::hier::exchange(
+                &*self.transport,
+                &env,
+                &encoded,
+                local,
+                &self.limits,
+                self.fast_path,
+                deadline,
+                &mut traffic,
+            )
+            .map(|(merged, fast)| (merged, None, fast))
+        } else {
+            self.run::<J>(&env, &encoded, deadline, &mut traffic)
+                .map(|per_rank| {
+                    let merged = match &per_rank {
+                        None => local.clone(),
+                        Some(values) => join_all(values),
+                    };
+                    let fast = per_rank.is_none();
+                    (merged, per_rank, fast)
+                })
+        };
+        let result = match outcome {
+            Ok((merged, per_rank, fast)) => {
                 self.last_completed = Some(seq);
                 self.seq += 1;
-                let merged = match &per_rank {
-                    None => local.clone(),
-                    Some(values) => join_all(values),
-                };
                 Ok(Gathered {
                     merged,
                     per_rank,
                     seq,
+                    fast,
                 })
             }
             Err(mut e) => {
@@ -431,7 +469,7 @@ impl Channel {
         let configs = group_ranks((0u32..).zip(envs.iter().map(|e| ConfigText(&e.config))));
         if configs.len() > 1 {
             return Err(Error::Disagreement {
-                what: "the configuration that shapes this decision (overrides, options)".into(),
+                what: CONFIG_WHAT.into(),
                 groups: configs,
             });
         }
@@ -510,13 +548,33 @@ struct Position<'a>(&'a Envelope, bool);
 
 impl std::fmt::Display for Position<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "#{} '{}'", self.0.seq, self.0.key)?;
-        if self.1 {
-            write!(f, " ({})", self.0.kind)?;
-        }
-        Ok(())
+        fmt_position(
+            f,
+            self.0.seq,
+            &self.0.key,
+            self.1.then_some(self.0.kind.as_str()),
+        )
     }
 }
+
+/// `#seq 'key'`, then ` (kind)` when given: a desync group's text (shared
+/// with [`crate::hier`]).
+pub(crate) fn fmt_position(
+    f: &mut std::fmt::Formatter<'_>,
+    seq: u64,
+    key: &str,
+    kind: Option<&str>,
+) -> std::fmt::Result {
+    write!(f, "#{seq} '{key}'")?;
+    if let Some(kind) = kind {
+        write!(f, " ({kind})")?;
+    }
+    Ok(())
+}
+
+/// What a configuration disagreement is about (shared with [`crate::hier`]).
+pub(crate) const CONFIG_WHAT: &str =
+    "the configuration that shapes this decision (overrides, options)";
 
 /// Quotes text for error groups, cut after 200 bytes.
 pub(crate) struct ConfigText<'a>(pub(crate) &'a str);

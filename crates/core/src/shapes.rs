@@ -7,7 +7,7 @@
 //! differently on two ranks becomes dynamic where it differed.
 
 use crate::join::Join;
-use crate::lattice::SizeEntry;
+use crate::lattice::{Dims, SizeEntry};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -92,21 +92,81 @@ impl fmt::Display for Override {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FrameState {
     /// Source name → entry, in name order (canonical encoding).
+    #[serde(deserialize_with = "entries_in_bulk")]
     pub entries: BTreeMap<String, SizeEntry>,
 }
 
 impl Join for FrameState {
     const KIND: &'static str = "shape.frame_state";
     fn join(&mut self, other: &Self) {
+        // Ranks usually saw the same sources: walk both maps in step.
+        if self.entries.len() == other.entries.len() && self.entries.keys().eq(other.entries.keys())
+        {
+            for (mine, theirs) in self.entries.values_mut().zip(other.entries.values()) {
+                if mine != theirs {
+                    join_in_place(mine, theirs);
+                }
+            }
+            return;
+        }
         for (source, entry) in &other.entries {
             match self.entries.get_mut(source) {
-                Some(mine) => *mine = mine.join(entry),
+                // Equal entries join to themselves (idempotence): skip the rebuild.
+                Some(mine) if mine == entry => {}
+                Some(mine) => join_in_place(mine, entry),
                 None => {
                     self.entries.insert(source.clone(), entry.clone());
                 }
             }
         }
     }
+}
+
+/// Reads the entries as a list, then builds the map in one pass (the
+/// encoding is sorted by name, so this skips a search per entry). Same
+/// result as inserting one by one: a repeated name keeps its last entry.
+fn entries_in_bulk<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, SizeEntry>, D::Error> {
+    struct Entries;
+    impl<'de> serde::de::Visitor<'de> for Entries {
+        type Value = BTreeMap<String, SizeEntry>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a map of source names to size entries")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut m: A,
+        ) -> Result<Self::Value, A::Error> {
+            // The size hint comes from the peer: cap what it may make us reserve.
+            let mut v = Vec::with_capacity(m.size_hint().unwrap_or(0).min(4096));
+            while let Some(kv) = m.next_entry::<String, SizeEntry>()? {
+                v.push(kv);
+            }
+            Ok(v.into_iter().collect())
+        }
+    }
+    d.deserialize_map(Entries)
+}
+
+/// `mine ← mine ⊔ theirs` without rebuilding tuples of equal length (the
+/// same result as [`SizeEntry::join`]).
+fn join_in_place(mine: &mut SizeEntry, theirs: &SizeEntry) {
+    fn dims<V: PartialEq + Clone>(a: &mut Dims<V>, b: &Dims<V>) {
+        match (&mut *a, b) {
+            (Dims::Known(xs), Dims::Known(ys)) if xs.len() == ys.len() => {
+                for (x, y) in xs.iter_mut().zip(ys) {
+                    if x != y {
+                        *x = x.join(y);
+                    }
+                }
+            }
+            _ => *a = a.join(b),
+        }
+    }
+    mine.scalar = mine.scalar.join(&theirs.scalar);
+    dims(&mut mine.size, &theirs.size);
+    dims(&mut mine.stride, &theirs.stride);
 }
 
 impl FrameState {

@@ -176,3 +176,45 @@ fn a_last_line_cut_short_is_ignored_and_the_records_before_it_count() {
     let e = read_trace(&p).expect_err("malformed").to_string();
     assert!(e.contains("line 2: not a trace record"), "{e}");
 }
+
+#[test]
+fn the_tree_exchange_records_its_bytes_too() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let world = 5;
+    let ranks = InProcessGroup::create(world).expect("group");
+    let handles: Vec<_> = ranks
+        .into_iter()
+        .map(|t| {
+            let dir = dir.path().to_owned();
+            std::thread::spawn(move || {
+                let r = t.rank();
+                let opts = ChannelOptions::default()
+                    .with_timeout(Duration::from_secs(5))
+                    .with_hierarchical_from(2)
+                    .with_trace_dir(&dir);
+                let mut ch = Channel::with_options(Arc::new(t), opts).expect("channel");
+                // Identical states (the tree's digest round), then rank-dependent ones.
+                for size in [4, u64::from(r) + 4] {
+                    let mut seen = FrameState::new();
+                    seen.record("x", &Observation::tensor([size, 10]));
+                    ch.exchange("k", "", &seen).expect("exchange");
+                }
+                ch.shutdown().expect("shutdown");
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("rank");
+    }
+    for r in 0..world {
+        let t = read_trace(&dir.path().join(format!("rank-{r}.jsonl"))).expect("trace");
+        assert_eq!(t.len(), 2, "rank {r}");
+        assert_eq!(t[0].fast_path, Some(true));
+        assert_eq!(t[1].fast_path, Some(false));
+        for rec in &t {
+            // Every rank of a tree receives from its parent or its children.
+            assert!(rec.bytes_received > 0, "rank {r}: {rec:?}");
+            assert!(rec.bytes_sent > 0, "rank {r}: {rec:?}");
+        }
+    }
+}

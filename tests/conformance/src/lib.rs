@@ -294,6 +294,13 @@ pub const BEHAVIOURS: &[Behaviour] = &[
         run: decisions::cache_hit_agreement,
         needs: &[],
     },
+    Behaviour {
+        name: "tree_exchange_matches_flat",
+        min_world: 2,
+        timed: false,
+        run: tree_exchange_matches_flat,
+        needs: &[],
+    },
 ];
 
 /// The behaviour called `name`.
@@ -970,4 +977,50 @@ fn abort_is_not_a_shutdown(ctx: &Ctx) -> Result<(), String> {
             "expected a lost peer naming rank {odd}, got {other:?}"
         )),
     }
+}
+
+/// The hierarchical (tree) exchange over this transport's send/recv gives the
+/// flat exchange's result: merged values, fast path, desync text.
+fn tree_exchange_matches_flat(ctx: &Ctx) -> Result<(), String> {
+    let channel = |from: u32| {
+        Channel::with_options(
+            Arc::clone(&ctx.transport),
+            ChannelOptions::default()
+                .with_timeout(ctx.timeout)
+                .with_hierarchical_from(from),
+        )
+        .map_err(|e| e.to_string())
+    };
+    let (mut tree, mut flat) = (channel(2)?, channel(u32::MAX)?);
+    let local = state(5 + u64::from(ctx.rank()));
+    for (ch, what) in [(&mut tree, "tree"), (&mut flat, "flat")] {
+        let g = ch
+            .exchange("step", "cfg", &local)
+            .map_err(|e| format!("{what}: {e}"))?;
+        ensure(!g.fast_path(), || {
+            format!("{what}: fast path on differing states")
+        })?;
+        ensure(g.merged().get("x").size.to_string() == "(Dyn,10)", || {
+            format!("{what}: merged {:?}", g.merged())
+        })?;
+        let same = ch
+            .exchange("step", "cfg", &state(8))
+            .map_err(|e| format!("{what}: {e}"))?;
+        ensure(same.fast_path() && *same.merged() == state(8), || {
+            format!("{what}: identical states gave {:?}", same.merged())
+        })?;
+    }
+    let key = if ctx.rank() + 1 == ctx.world() {
+        "eval"
+    } else {
+        "train"
+    };
+    let text = |ch: &mut Channel| match ch.exchange(key, "", &local) {
+        Ok(_) => Err("exchange under different compile keys succeeded".to_string()),
+        Err(e) => Ok(e.to_string()),
+    };
+    let (t, f) = (text(&mut tree)?, text(&mut flat)?);
+    ensure(t == f && t.contains("desync"), || {
+        format!("tree: {t}\nflat: {f}")
+    })
 }

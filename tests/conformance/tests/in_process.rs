@@ -28,6 +28,7 @@ compiler_collectives_conformance::in_process_tests!(
     autotune_sharded_same_winner,
     autotune_lists_differ,
     cache_hit_agreement,
+    tree_exchange_matches_flat,
 );
 
 /// Every behaviour of the suite is stamped above.

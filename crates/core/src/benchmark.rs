@@ -1,0 +1,261 @@
+//! Measurements behind `ccol bench` and the criterion benches, written once
+//! over any [`Transport`] so every engine runs the same loop.
+//!
+//! - [`bench_state`]: the benchmark's [`FrameState`] — `sources` tensors of
+//!   shape `(8, 16, 4)` named `s0, s1, …`, where every third source has dim 0
+//!   `8 + rank` (so ranks differ and the fast path does not apply).
+//! - [`measure_exchange`]: per round, interleaved on one transport so that
+//!   noise hits all of them: the raw engine floor (a lengths all_gather of 8
+//!   bytes, then an all_gather of the envelope's byte count), our exchange
+//!   (`Channel::exchange` of the rank's state: digest round, envelopes,
+//!   checks, decode, join), the fast path (identical states) and its floor
+//!   (a 16-byte all_gather). Each timing follows a barrier.
+//! - [`simulate`]: in-process ranks (threads) exchanging 20-source states,
+//!   flat or hierarchical, with the bytes each rank received.
+
+use crate::counting::CountingTransport;
+use crate::envelope::{Envelope, Limits, WIRE_VERSION};
+use crate::error::{Error, Result};
+use crate::inprocess::InProcessGroup;
+use crate::join::Join;
+use crate::protocol::{encode_payload, Channel, ChannelOptions};
+use crate::shapes::{FrameState, Observation};
+use crate::transport::{Deadline, Transport};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Compile key of the benchmark's exchanges.
+pub const BENCH_KEY: &str = "bench";
+
+/// The benchmark's state of `sources` sources on `rank` (see the module docs).
+pub fn bench_state(sources: usize, rank: u64) -> FrameState {
+    let mut s = FrameState::new();
+    for i in 0..sources {
+        let d0 = if i % 3 == 0 { 8 + rank } else { 8 };
+        s.record(&format!("s{i}"), &Observation::tensor([d0, 16, 4]));
+    }
+    s
+}
+
+/// Bytes of the envelope one exchange of `value` sends (header, kind, key
+/// [`BENCH_KEY`], empty configuration, payload).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] if the value cannot be encoded.
+pub fn envelope_bytes<J: Join>(value: &J) -> Result<usize> {
+    let env = Envelope {
+        version: WIRE_VERSION,
+        seq: 0,
+        kind: J::KIND.to_owned(),
+        key: BENCH_KEY.to_owned(),
+        config: String::new(),
+        payload: encode_payload(value)?,
+    };
+    env.encode(&Limits::default())
+        .map(|b| b.len())
+        .map_err(|e| Error::InvalidArgument(e.to_string()))
+}
+
+/// This rank's timings for one state size, in milliseconds per round.
+#[derive(Clone, Debug, Default)]
+pub struct Samples {
+    /// Sources in the state.
+    pub sources: usize,
+    /// Bytes of this rank's envelope.
+    pub envelope_bytes: usize,
+    /// Lengths all_gather + all_gather of `envelope_bytes` bytes.
+    pub floor_ms: Vec<f64>,
+    /// `Channel::exchange` with rank-dependent states.
+    pub ours_ms: Vec<f64>,
+    /// `Channel::exchange` with identical states (fast path).
+    pub fast_ms: Vec<f64>,
+    /// One 16-byte all_gather.
+    pub floor16_ms: Vec<f64>,
+}
+
+fn timed(t: &dyn Transport, deadline: Deadline, f: impl FnOnce() -> Result<()>) -> Result<f64> {
+    t.barrier(deadline)?;
+    let start = Instant::now();
+    f()?;
+    Ok(start.elapsed().as_secs_f64() * 1e3)
+}
+
+/// One rank's samples as the JSON `ccol bench` reads back from each rank
+/// (`bench-rank-<R>.json`): `{"rank": R, "sizes": [{"sources", "envelope_bytes",
+/// "floor_ms", "ours_ms", "fast_ms", "floor16_ms"}, …]}`, times in ms.
+pub fn samples_json(rank: u32, samples: &[Samples]) -> serde_json::Value {
+    serde_json::json!({
+        "rank": rank,
+        "sizes": samples.iter().map(|s| serde_json::json!({
+            "sources": s.sources,
+            "envelope_bytes": s.envelope_bytes,
+            "floor_ms": s.floor_ms,
+            "ours_ms": s.ours_ms,
+            "fast_ms": s.fast_ms,
+            "floor16_ms": s.floor16_ms,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// Runs the interleaved measurement of the module docs for each state size
+/// in `sizes`: `warmup` rounds, then `rounds` recorded ones. Every rank must
+/// call it with the same arguments.
+///
+/// Cost per round: 4 barriers, 3 all_gathers of ≤ 32 bytes, 2 of the
+/// envelope's size.
+///
+/// # Errors
+/// The transport's or the channel's errors; [`Error::InvalidArgument`] if a
+/// round took the wrong path (fast path on differing states or not on
+/// identical ones).
+pub fn measure_exchange(
+    transport: Arc<dyn Transport>,
+    sizes: &[usize],
+    warmup: usize,
+    rounds: usize,
+    timeout: Duration,
+) -> Result<Vec<Samples>> {
+    let rank = u64::from(transport.rank());
+    let t = &*transport;
+    let opts = ChannelOptions::default().with_timeout(timeout);
+    let mut channel = Channel::with_options(Arc::clone(&transport), opts)?;
+    let max = Limits::default().max_message_bytes;
+    let mut out = Vec::new();
+    for &sources in sizes {
+        let state = bench_state(sources, rank);
+        let same = bench_state(sources, 0);
+        let len = envelope_bytes(&state)?;
+        let filler = vec![0x5au8; len];
+        let mut s = Samples {
+            sources,
+            envelope_bytes: len,
+            ..Samples::default()
+        };
+        for round in 0..warmup + rounds {
+            let deadline = Deadline::after(timeout);
+            let floor = timed(t, deadline, || {
+                t.all_gather_fixed(&(len as u64).to_le_bytes(), deadline)?;
+                t.all_gather(&filler, max, deadline).map(|_| ())
+            })?;
+            let mut fast_path = true;
+            let ours = timed(t, deadline, || {
+                fast_path = channel.exchange(BENCH_KEY, "", &state)?.fast_path();
+                Ok(())
+            })?;
+            let mut fast_ok = false;
+            let fast = timed(t, deadline, || {
+                fast_ok = channel.exchange(BENCH_KEY, "", &same)?.fast_path();
+                Ok(())
+            })?;
+            let floor16 = timed(t, deadline, || {
+                t.all_gather_fixed(&[0u8; 16], deadline).map(|_| ())
+            })?;
+            if (t.world_size() > 1 && fast_path) || !fast_ok {
+                return Err(Error::InvalidArgument(format!(
+                    "round {round}: the fast path {} on {} states",
+                    if fast_ok { "applied" } else { "did not apply" },
+                    if fast_ok { "differing" } else { "identical" }
+                )));
+            }
+            if round >= warmup {
+                s.floor_ms.push(floor);
+                s.ours_ms.push(ours);
+                s.fast_ms.push(fast);
+                s.floor16_ms.push(floor16);
+            }
+        }
+        out.push(s);
+    }
+    Ok(out)
+}
+
+/// One simulated world: time of one exchange and bytes received.
+#[derive(Clone, Debug)]
+pub struct SimResult {
+    /// Ranks (threads).
+    pub world_size: u32,
+    /// Whether the tree exchange ran.
+    pub hierarchical: bool,
+    /// Wall time of the measured exchange, ms (slowest rank, from a common
+    /// start after a barrier).
+    pub exchange_ms: f64,
+    /// The most bytes any rank received in that exchange.
+    pub max_received_bytes: u64,
+    /// Bytes of one rank's payload (postcard of its state).
+    pub payload_bytes: usize,
+}
+
+/// Simulates `world_size` in-process ranks (one thread each, 256 KiB
+/// stacks) exchanging [`bench_state`]`(sources, rank)`: one warm-up exchange,
+/// then one measured. `hierarchical` forces the tree (or the flat exchange).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for a world of 0 or a thread that cannot be
+/// started; any rank's exchange error.
+pub fn simulate(
+    world_size: u32,
+    sources: usize,
+    hierarchical: bool,
+    timeout: Duration,
+) -> Result<SimResult> {
+    let ranks = InProcessGroup::create(world_size)?;
+    let opts = ChannelOptions::default()
+        .with_timeout(timeout)
+        .with_hierarchical_from(if hierarchical { 2 } else { u32::MAX });
+    let payload_bytes = encode_payload(&bench_state(sources, 1))?.len();
+    let mut handles = Vec::with_capacity(ranks.len());
+    for t in ranks {
+        let opts = opts.clone();
+        let h = std::thread::Builder::new()
+            .stack_size(256 << 10)
+            .spawn(move || -> Result<(Instant, Instant, u64)> {
+                let state = bench_state(sources, u64::from(t.rank()));
+                let t = CountingTransport::new(t);
+                let counts = t.counts();
+                let transport: Arc<dyn Transport> = Arc::new(t);
+                let mut ch = Channel::with_options(Arc::clone(&transport), opts)?;
+                ch.exchange(BENCH_KEY, "", &state)?;
+                transport.barrier(Deadline::after(timeout))?;
+                counts.reset();
+                let released = Instant::now();
+                ch.exchange(BENCH_KEY, "", &state)?;
+                Ok((released, Instant::now(), counts.received()))
+            })
+            .map_err(|e| Error::InvalidArgument(format!("cannot start a rank thread: {e}")))?;
+        handles.push(h);
+    }
+    // From the first rank released by the barrier to the last rank done.
+    let mut first: Option<Instant> = None;
+    let mut last: Option<Instant> = None;
+    let mut max_received = 0;
+    let mut first_err = None;
+    for h in handles {
+        match h.join() {
+            Ok(Ok((released, end, got))) => {
+                first = Some(first.map_or(released, |f| f.min(released)));
+                last = Some(last.map_or(end, |l| l.max(end)));
+                max_received = max_received.max(got);
+            }
+            Ok(Err(e)) => {
+                first_err.get_or_insert(e);
+            }
+            Err(_) => {
+                first_err.get_or_insert(Error::InvalidArgument("a rank thread panicked".into()));
+            }
+        }
+    }
+    if let Some(e) = first_err {
+        return Err(e);
+    }
+    let exchange_ms = match (first, last) {
+        (Some(f), Some(l)) => l.saturating_duration_since(f).as_secs_f64() * 1e3,
+        _ => 0.0,
+    };
+    Ok(SimResult {
+        world_size,
+        hierarchical,
+        exchange_ms,
+        max_received_bytes: max_received,
+        payload_bytes,
+    })
+}

@@ -1,0 +1,512 @@
+//! The hierarchical exchange: a binomial tree over the transport's
+//! point-to-point messages, for large worlds.
+//!
+//! The flat exchange gathers every rank's envelope on every rank, so each
+//! rank receives `(N − 1) · payload` bytes. Above
+//! [`ChannelOptions::hierarchical_from`](crate::ChannelOptions::hierarchical_from)
+//! ranks (default [`DEFAULT_HIERARCHICAL_FROM`]) the channel uses this module
+//! instead:
+//!
+//! 1. **fast path** (when on): a 33-byte message (the 32-byte digest message
+//!    plus an "all same" flag) travels up the tree to rank 0, which sends one
+//!    byte back down: every envelope identical or not. If identical, the
+//!    result is this rank's own value, as in the flat fast path.
+//! 2. **summary round**: each rank sends its parent a *summary* of its
+//!    subtree — the join of the subtree's values, plus which ranks were at
+//!    which position (sequence number, compile key, decision kind), held which
+//!    configuration and spoke which wire version, as lists of rank ranges (in
+//!    a binomial tree a subtree is one range, so the common case is one range
+//!    per field). Rank 0 sends the summary of the whole world back down the
+//!    tree; every rank forwards those exact bytes to its children and reads
+//!    the same verdict from them.
+//!
+//! Tree: the parent of rank `r > 0` is `r & (r − 1)`; its children are
+//! `r + 2^k` for `2^k` below the lowest set bit of `r` (every power of two
+//! for rank 0), below `N`. Depth ⌈log₂ N⌉. A rank receives at most
+//! ⌈log₂ N⌉ summaries from children and one from its parent, each about one
+//! payload: O(payload · log N) bytes instead of O(payload · N).
+//!
+//! The verdict is the flat exchange's, checked in the same order: wire
+//! versions ([`Error::VersionMismatch`]), undecodable messages
+//! ([`Error::Decode`] naming the child whose message failed — the child, not
+//! the rank below it that caused it), positions ([`Error::Desync`], groups
+//! and text identical to the flat exchange), configuration
+//! ([`Error::Disagreement`], identical), then the join. A missing rank gives
+//! [`Error::Timeout`] naming the tree neighbour that did not send (its
+//! subtree is behind it), on that neighbour's side of the tree.
+//!
+//! The result carries no per-rank values (`Gathered::per_rank` is `None`).
+
+use crate::envelope::{self, Envelope, Limits, DIGEST_MSG_LEN, WIRE_VERSION};
+use crate::error::{group_ranks, DecodeError, Error, Result};
+use crate::join::Join;
+use crate::transport::{Deadline, Transport};
+use serde::{Deserialize, Serialize};
+
+/// Default smallest world size that uses the tree: 64 ranks. Below it the
+/// flat exchange is faster on the engines measured (`ccol bench`).
+pub const DEFAULT_HIERARCHICAL_FROM: u32 = 64;
+
+/// Decision kind of tree summary messages.
+const TREE_KIND: &str = "ccol.tree_summary";
+/// Message tags on the transport's point-to-point channel.
+const TAG_DIGEST_UP: u32 = 0x4343_5401;
+const TAG_DIGEST_DOWN: u32 = 0x4343_5402;
+const TAG_SUMMARY_UP: u32 = 0x4343_5403;
+const TAG_SUMMARY_DOWN: u32 = 0x4343_5404;
+
+/// The parent of `rank` in the binomial tree rooted at 0 (`None` for 0).
+pub fn parent(rank: u32) -> Option<u32> {
+    (rank != 0).then(|| rank & (rank - 1))
+}
+
+/// The children of `rank` in a binomial tree of `world_size` ranks, smallest
+/// subtree first.
+pub fn children(rank: u32, world_size: u32) -> Vec<u32> {
+    let limit = if rank == 0 {
+        u64::from(world_size)
+    } else {
+        u64::from(rank & rank.wrapping_neg())
+    };
+    let mut out = Vec::new();
+    let mut step = 1u64;
+    while step < limit {
+        let child = u64::from(rank) + step;
+        if child >= u64::from(world_size) {
+            break;
+        }
+        out.push(u32::try_from(child).unwrap_or(u32::MAX));
+        step <<= 1;
+    }
+    out
+}
+
+/// The ranks `[start, end)` of `rank`'s subtree.
+fn subtree(rank: u32, world_size: u32) -> (u32, u32) {
+    if rank == 0 {
+        return (0, world_size);
+    }
+    let span = u64::from(rank & rank.wrapping_neg());
+    let end = (u64::from(rank) + span).min(u64::from(world_size));
+    (rank, u32::try_from(end).unwrap_or(world_size))
+}
+
+/// Half-open rank ranges, sorted and coalesced.
+type Ranges = Vec<(u32, u32)>;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct Position {
+    seq: u64,
+    key: String,
+    kind: String,
+}
+
+/// What a subtree reports about itself.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct Meta {
+    versions: Vec<(u16, Ranges)>,
+    positions: Vec<(Position, Ranges)>,
+    configs: Vec<(String, Ranges)>,
+    /// The lowest child rank whose message could not be decoded, and why.
+    failure: Option<(u32, String)>,
+}
+
+fn add<T: PartialEq>(groups: &mut Vec<(T, Ranges)>, what: T, ranges: &[(u32, u32)]) {
+    let at = match groups.iter().position(|(w, _)| *w == what) {
+        Some(i) => i,
+        None => {
+            groups.push((what, Vec::new()));
+            groups.len() - 1
+        }
+    };
+    let list = &mut groups[at].1;
+    list.extend_from_slice(ranges);
+    list.sort_unstable();
+    let mut merged: Ranges = Vec::with_capacity(list.len());
+    for &(s, e) in list.iter() {
+        match merged.last_mut() {
+            Some(last) if s <= last.1 => last.1 = last.1.max(e),
+            _ => merged.push((s, e)),
+        }
+    }
+    *list = merged;
+}
+
+impl Meta {
+    fn fail(&mut self, rank: u32, why: String) {
+        if self.failure.as_ref().is_none_or(|(r, _)| rank < *r) {
+            self.failure = Some((rank, why));
+        }
+    }
+
+    /// Whether every range lies in the sender's subtree `span` and each
+    /// field covers at most the span's ranks in all (a peer could send
+    /// others; this also bounds what expanding the groups allocates).
+    fn valid(&self, span: (u32, u32)) -> bool {
+        fn field<T>(groups: &[(T, Ranges)], (lo, hi): (u32, u32)) -> bool {
+            let mut total = 0u64;
+            for (_, rs) in groups {
+                for &(s, e) in rs {
+                    if s >= e || s < lo || e > hi {
+                        return false;
+                    }
+                    total += u64::from(e - s);
+                }
+            }
+            total <= u64::from(hi - lo)
+        }
+        field(&self.versions, span)
+            && field(&self.positions, span)
+            && field(&self.configs, span)
+            && self
+                .failure
+                .as_ref()
+                .is_none_or(|(r, _)| *r >= span.0 && *r < span.1)
+    }
+
+    fn absorb(&mut self, other: Meta) {
+        for (v, r) in other.versions {
+            add(&mut self.versions, v, &r);
+        }
+        for (p, r) in other.positions {
+            add(&mut self.positions, p, &r);
+        }
+        for (c, r) in other.configs {
+            add(&mut self.configs, c, &r);
+        }
+        if let Some((rank, why)) = other.failure {
+            self.fail(rank, why);
+        }
+    }
+}
+
+fn expand(groups: &[(impl std::fmt::Display, Ranges)]) -> Vec<crate::RankGroup> {
+    group_ranks(
+        groups
+            .iter()
+            .flat_map(|(what, rs)| rs.iter().flat_map(|&(s, e)| s..e).map(move |r| (r, what))),
+    )
+}
+
+struct PositionText<'a>(&'a Position, bool);
+
+impl std::fmt::Display for PositionText<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = self.1.then_some(self.0.kind.as_str());
+        crate::protocol::fmt_position(f, self.0.seq, &self.0.key, kind)
+    }
+}
+
+/// A summary message: the envelope format, kind [`TREE_KIND`], payload =
+/// postcard of (meta, postcard of the subtree's join if any).
+fn encode_summary<J: Join>(
+    meta: &Meta,
+    merged: Option<&J>,
+    seq: u64,
+    limits: &Limits,
+) -> Result<Vec<u8>> {
+    let value = merged.map(crate::protocol::encode_payload).transpose()?;
+    let payload = postcard::to_allocvec(&(meta, value))
+        .map_err(|e| Error::InvalidArgument(format!("cannot encode a tree summary: {e}")))?;
+    Envelope {
+        version: WIRE_VERSION,
+        seq,
+        kind: TREE_KIND.to_owned(),
+        key: String::new(),
+        config: String::new(),
+        payload,
+    }
+    .encode(limits)
+    .map_err(|e| Error::InvalidArgument(format!("this rank's tree summary: {e}")))
+}
+
+/// Decodes a summary message from `from`, whose ranks are `span`. A message
+/// of another wire version is reported as that version for the whole span.
+fn decode_summary<J: Join>(
+    bytes: &[u8],
+    from: u32,
+    span: (u32, u32),
+    limits: &Limits,
+) -> (Meta, Option<J>) {
+    let mut meta = Meta::default();
+    let (version, _) = match envelope::peek_header(bytes) {
+        Ok(h) => h,
+        Err(e) => {
+            meta.fail(from, e.to_string());
+            return (meta, None);
+        }
+    };
+    if version != WIRE_VERSION {
+        add(&mut meta.versions, version, &[span]);
+        return (meta, None);
+    }
+    let env = match Envelope::decode(bytes, limits) {
+        Ok(env) if env.kind == TREE_KIND => env,
+        Ok(env) => {
+            meta.fail(
+                from,
+                format!("message kind '{}', expected '{TREE_KIND}'", env.kind),
+            );
+            return (meta, None);
+        }
+        Err(e) => {
+            meta.fail(from, e.to_string());
+            return (meta, None);
+        }
+    };
+    let (theirs, value): (Meta, Option<Vec<u8>>) =
+        match envelope::decode_payload(TREE_KIND, &env.payload) {
+            Ok(x) => x,
+            Err(e) => {
+                meta.fail(from, e.to_string());
+                return (meta, None);
+            }
+        };
+    if !theirs.valid(span) {
+        meta.fail(
+            from,
+            format!(
+                "rank ranges outside or beyond its ranks {}..{}",
+                span.0, span.1
+            ),
+        );
+        return (meta, None);
+    }
+    // A subtree at another decision kind is a desync; its value is not ours to decode.
+    let same_kind = theirs.positions.iter().all(|(p, _)| p.kind == J::KIND);
+    let merged = match value {
+        Some(v) if same_kind => match envelope::decode_payload::<J>(J::KIND, &v) {
+            Ok(j) => Some(j),
+            Err(e) => {
+                meta.fail(from, e.to_string());
+                None
+            }
+        },
+        _ => None,
+    };
+    meta.absorb(theirs);
+    (meta, merged)
+}
+
+/// Turns the whole world's summary into the exchange's result, the same on
+/// every rank.
+fn verdict<J: Join>(meta: &Meta, merged: Option<J>) -> Result<J> {
+    if meta.versions.len() > 1 || meta.versions.iter().any(|(v, _)| *v != WIRE_VERSION) {
+        let text: Vec<(String, Ranges)> = meta
+            .versions
+            .iter()
+            .map(|(v, r)| (format!("v{v}"), r.clone()))
+            .collect();
+        return Err(Error::VersionMismatch {
+            groups: expand(&text),
+        });
+    }
+    if let Some((rank, why)) = &meta.failure {
+        return Err(Error::Decode {
+            rank: Some(*rank),
+            source: DecodeError::Invalid {
+                field: "tree summary",
+                detail: why.clone(),
+            },
+        });
+    }
+    if meta.positions.len() > 1 {
+        let kinds_differ = meta.positions.iter().any(|(p, _)| p.kind != J::KIND);
+        let text: Vec<(PositionText<'_>, Ranges)> = meta
+            .positions
+            .iter()
+            .map(|(p, r)| (PositionText(p, kinds_differ), r.clone()))
+            .collect();
+        return Err(Error::Desync {
+            groups: expand(&text),
+        });
+    }
+    if meta.configs.len() > 1 {
+        let text: Vec<(crate::protocol::ConfigText<'_>, Ranges)> = meta
+            .configs
+            .iter()
+            .map(|(c, r)| (crate::protocol::ConfigText(c), r.clone()))
+            .collect();
+        return Err(Error::Disagreement {
+            what: crate::protocol::CONFIG_WHAT.into(),
+            groups: expand(&text),
+        });
+    }
+    merged.ok_or_else(|| Error::Decode {
+        rank: Some(0),
+        source: DecodeError::Invalid {
+            field: "tree summary",
+            detail: "the world's summary holds no value".into(),
+        },
+    })
+}
+
+/// One hierarchical exchange (see the module docs). Returns the join of every
+/// rank's value and whether the fast path applied.
+///
+/// Cost: with the fast path, 2 · depth point-to-point hops of 33 and 1
+/// bytes; then (unless identical) 2 · depth hops of one summary each.
+///
+/// # Errors
+/// As [`crate::Channel::exchange`]; timeouts name the tree neighbour that
+/// did not send.
+pub(crate) fn exchange<J: Join>(
+    t: &dyn Transport,
+    env: &Envelope,
+    encoded: &[u8],
+    local: &J,
+    limits: &Limits,
+    fast_path: bool,
+    deadline: Deadline,
+    traffic: &mut crate::trace::Traffic,
+) -> Result<(J, bool)> {
+    let (me, n) = (t.rank(), t.world_size());
+    let kids = children(me, n);
+    let up = parent(me);
+    if fast_path {
+        let mine = envelope::encode_digest_msg(WIRE_VERSION, env.seq, &envelope::digest(encoded));
+        let mut same = true;
+        for &c in &kids {
+            let msg = t.recv(c, TAG_DIGEST_UP, DIGEST_MSG_LEN + 1, deadline)?;
+            traffic.add(0, msg.len());
+            same &= msg.len() == DIGEST_MSG_LEN + 1
+                && msg[DIGEST_MSG_LEN] == 1
+                && msg[..DIGEST_MSG_LEN] == mine;
+        }
+        let all_same = match up {
+            Some(p) => {
+                let mut msg = mine.to_vec();
+                msg.push(u8::from(same));
+                t.send(p, TAG_DIGEST_UP, &msg, deadline)?;
+                traffic.add(msg.len(), 1);
+                t.recv(p, TAG_DIGEST_DOWN, 1, deadline)? == [1]
+            }
+            None => same,
+        };
+        for &c in &kids {
+            t.send(c, TAG_DIGEST_DOWN, &[u8::from(all_same)], deadline)?;
+            traffic.add(1, 0);
+        }
+        if all_same {
+            return Ok((local.clone(), true));
+        }
+    }
+    let one = [(me, me + 1)];
+    let mut meta = Meta::default();
+    add(&mut meta.versions, WIRE_VERSION, &one);
+    add(
+        &mut meta.positions,
+        Position {
+            seq: env.seq,
+            key: env.key.clone(),
+            kind: env.kind.clone(),
+        },
+        &one,
+    );
+    add(&mut meta.configs, env.config.clone(), &one);
+    let mut merged = Some(local.clone());
+    for &c in &kids {
+        let bytes = t.recv(c, TAG_SUMMARY_UP, limits.max_message_bytes, deadline)?;
+        traffic.add(0, bytes.len());
+        let (theirs, value) = decode_summary::<J>(&bytes, c, subtree(c, n), limits);
+        meta.absorb(theirs);
+        if let (Some(acc), Some(v)) = (merged.as_mut(), value.as_ref()) {
+            acc.join(v);
+        }
+    }
+    let world = match up {
+        Some(p) => {
+            let summary = encode_summary(&meta, merged.as_ref(), env.seq, limits)?;
+            t.send(p, TAG_SUMMARY_UP, &summary, deadline)?;
+            let world = t.recv(p, TAG_SUMMARY_DOWN, limits.max_message_bytes, deadline)?;
+            traffic.add(summary.len(), world.len());
+            world
+        }
+        None => encode_summary(&meta, merged.as_ref(), env.seq, limits)?,
+    };
+    for &c in &kids {
+        t.send(c, TAG_SUMMARY_DOWN, &world, deadline)?;
+        traffic.add(world.len(), 0);
+    }
+    let from = up.unwrap_or(me);
+    let (meta, merged) = decode_summary::<J>(&world, from, (0, n), limits);
+    verdict(&meta, merged).map(|j| (j, false))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tree_shape() {
+        assert_eq!(children(0, 8), vec![1, 2, 4]);
+        assert_eq!(children(4, 8), vec![5, 6]);
+        assert_eq!(children(4, 6), vec![5]);
+        assert_eq!(children(3, 8), Vec::<u32>::new());
+        assert_eq!(children(0, 1), Vec::<u32>::new());
+        assert_eq!(parent(6), Some(4));
+        assert_eq!(parent(0), None);
+        assert_eq!(subtree(4, 6), (4, 6));
+        assert_eq!(subtree(0, 5), (0, 5));
+        // Every rank but 0 is the child of its parent, once.
+        for n in [1u32, 2, 3, 5, 7, 64, 100] {
+            let mut seen = vec![0u32; n as usize];
+            for r in 0..n {
+                for c in children(r, n) {
+                    assert_eq!(parent(c), Some(r));
+                    seen[c as usize] += 1;
+                }
+            }
+            assert!(seen.iter().skip(1).all(|&k| k == 1), "world {n}");
+        }
+    }
+
+    /// A child that claims ranks outside its subtree, or more ranks than it
+    /// has (to make every rank expand huge groups), is a decode failure
+    /// naming it.
+    #[test]
+    fn hostile_summaries_are_refused() {
+        use crate::shapes::FrameState;
+        let limits = Limits::default();
+        let pos = |k: &str| Position {
+            seq: 0,
+            key: k.into(),
+            kind: FrameState::KIND.into(),
+        };
+        let mut outside = Meta::default();
+        add(&mut outside.positions, pos("a"), &[(0, 3)]);
+        let mut repeated = Meta::default();
+        for k in 0..100 {
+            add(&mut repeated.positions, pos(&k.to_string()), &[(4, 6)]);
+        }
+        for meta in [outside, repeated] {
+            let bytes = encode_summary::<FrameState>(&meta, None, 0, &limits).unwrap();
+            let (got, value) = decode_summary::<FrameState>(&bytes, 4, (4, 6), &limits);
+            assert!(value.is_none());
+            let (rank, why) = got.failure.expect("refused");
+            assert_eq!(rank, 4);
+            assert!(why.contains("4..6"), "{why}");
+            assert!(got.positions.is_empty());
+        }
+        let err = verdict::<FrameState>(
+            &{
+                let mut m = Meta::default();
+                add(&mut m.versions, WIRE_VERSION, &[(0, 6)]);
+                m.fail(4, "bad".into());
+                m
+            },
+            None,
+        )
+        .unwrap_err();
+        assert!(matches!(err, Error::Decode { rank: Some(4), .. }), "{err}");
+    }
+
+    #[test]
+    fn ranges_coalesce() {
+        let mut g: Vec<(u8, Ranges)> = Vec::new();
+        add(&mut g, 1, &[(4, 6)]);
+        add(&mut g, 1, &[(0, 2), (2, 4)]);
+        add(&mut g, 2, &[(6, 7)]);
+        assert_eq!(g, vec![(1, vec![(0, 6)]), (2, vec![(6, 7)])]);
+    }
+}
