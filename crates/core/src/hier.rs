@@ -350,6 +350,8 @@ fn verdict<J: Join>(meta: &Meta, merged: Option<J>) -> Result<J> {
 /// # Errors
 /// As [`crate::Channel::exchange`]; timeouts name the tree neighbour that
 /// did not send.
+// The flat exchange reads these from its channel; the tree takes them one by one.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn exchange<J: Join>(
     t: &dyn Transport,
     env: &Envelope,
