@@ -164,6 +164,19 @@ fn compare_inner(args: &CompareArgs) -> anyhow::Result<ExitCode> {
     }
     let py = python(args.python.as_deref());
     let harness = harness(args.harness.as_deref())?;
+    let has_torch = Command::new(&py)
+        .args(["-c", "import torch"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has_torch {
+        bail!(
+            "{} cannot import torch: set CCOL_TORCH_PYTHON or --python to a Python with torch \
+             2.13 (`eval \"$(scripts/setup-torch.sh)\"` installs one and sets it)",
+            py.display()
+        );
+    }
     let mut cmd = Command::new(&py);
     cmd.arg(&harness)
         .arg("--batch")

@@ -218,3 +218,22 @@ fn check_without_any_scenario_exits_2() {
     let out = ccol(&["scenario", "check", dir.path().to_str().expect("utf-8")]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn compare_without_torch_is_one_clear_error() {
+    let file = scenarios().join("01_tensor.json");
+    let out = ccol(&[
+        "scenario",
+        "compare",
+        "--python",
+        "/bin/false",
+        file.to_str().expect("utf-8 path"),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("/bin/false cannot import torch: set CCOL_TORCH_PYTHON"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty(), "no comparison rows without PyTorch");
+}
