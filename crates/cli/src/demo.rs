@@ -164,6 +164,18 @@ pub(crate) fn demo(args: &DemoArgs) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
+    // Check the deadline here, once, rather than in every rank process.
+    let timeout = match args.data.timeout.as_deref() {
+        Some(t) => compiler_collectives::protocol::parse_timeout_secs(t).map(Some),
+        None => compiler_collectives::protocol::timeout_from_env(),
+    };
+    let timeout = match timeout {
+        Ok(t) => t.unwrap_or(compiler_collectives::scenario::RUNNER_TIMEOUT),
+        Err(e) => {
+            eprintln!("ccol demo: {e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
     let mode = args.data.mode();
     if !args.json {
         println!("{summary}");
@@ -189,13 +201,7 @@ pub(crate) fn demo(args: &DemoArgs) -> ExitCode {
     let mut cmd = Command::new(&exe);
     // After a failure, give the other ranks their exchange deadline (plus a
     // second) to notice and report it before the launcher stops them.
-    let stop_delay = args
-        .data
-        .timeout
-        .as_deref()
-        .and_then(|t| compiler_collectives::protocol::parse_timeout_secs(t).ok())
-        .unwrap_or(compiler_collectives::scenario::RUNNER_TIMEOUT)
-        + std::time::Duration::from_secs(1);
+    let stop_delay = timeout + std::time::Duration::from_secs(1);
     cmd.arg("run")
         .arg("--stop-delay")
         .arg(format!("{:.3}", stop_delay.as_secs_f64()))

@@ -137,6 +137,24 @@ fn a_bad_corpus_exits_2_naming_it() {
     );
 }
 
+#[cfg(feature = "gloo")]
+#[test]
+fn a_bad_timeout_variable_exits_2_before_any_rank_starts() {
+    let out = ccol()
+        .args(["demo", "--json"])
+        .env("CCOL_TIMEOUT_S", "abc")
+        .output()
+        .expect("ccol runs");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("CCOL_TIMEOUT_S") && err.contains("abc"),
+        "{err}"
+    );
+    assert!(!err.contains("rank 0"), "a rank was started: {err}");
+    assert!(out.stdout.is_empty());
+}
+
 #[cfg(not(feature = "gloo"))]
 #[test]
 fn demo_without_gloo_says_how_to_get_it() {
