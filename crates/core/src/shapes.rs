@@ -99,15 +99,29 @@ pub struct FrameState {
 impl Join for FrameState {
     const KIND: &'static str = "shape.frame_state";
     fn join(&mut self, other: &Self) {
-        // Ranks usually saw the same sources: walk both maps in step.
-        if self.entries.len() == other.entries.len() && self.entries.keys().eq(other.entries.keys())
-        {
-            for (mine, theirs) in self.entries.values_mut().zip(other.entries.values()) {
+        // ⊥ ⊔ other = other: copy the tree whole instead of inserting
+        // entry by entry.
+        if self.entries.is_empty() {
+            self.entries.clone_from(&other.entries);
+            return;
+        }
+        // Ranks usually saw the same sources: walk both maps in step, in one
+        // pass. Should the names part, the general walk below finishes the
+        // join; joining an entry twice changes nothing (idempotence).
+        if self.entries.len() == other.entries.len() {
+            let mut same = true;
+            for ((name, mine), (source, theirs)) in self.entries.iter_mut().zip(&other.entries) {
+                if name != source {
+                    same = false;
+                    break;
+                }
                 if mine != theirs {
                     join_in_place(mine, theirs);
                 }
             }
-            return;
+            if same {
+                return;
+            }
         }
         for (source, entry) in &other.entries {
             match self.entries.get_mut(source) {
