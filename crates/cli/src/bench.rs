@@ -532,7 +532,7 @@ fn bench_inner(args: &BenchArgs) -> anyhow::Result<()> {
 
     print_table(&rows, our_join_ms, their_join_ms, &wire, &scale);
     let verdicts = targets(&rows, our_join_ms, their_join_ms, &wire, &scale);
-    println!("\ntargets (issue 7), measured in this run:");
+    println!("\ntargets, measured in this run:");
     for t in &verdicts {
         println!(
             "  {:<4} {:<58} {}",
@@ -566,7 +566,7 @@ fn bench_inner(args: &BenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One target of issue 7 and what this run measured for it.
+/// One benchmark target and what this run measured for it.
 struct Target {
     what: String,
     measured: String,
