@@ -798,9 +798,13 @@ impl C10dProcessGroup {
     }
 }
 
-/// How long a failed rank waits for the other failed ranks to check in,
-/// before naming the ranks that did not.
-pub const POST_MORTEM: Duration = Duration::from_millis(500);
+/// How long a failed rank, once a single rank is left silent, waits for it
+/// to check in before naming it. Short: every survivor's error must arrive
+/// within the deadline + 1 s, and at a timeout the window comes after it.
+pub const POST_MORTEM: Duration = Duration::from_millis(250);
+
+/// How long a failed rank may take to record its own check-in.
+const CHECK_IN_LIMIT: Duration = Duration::from_millis(500);
 
 /// How long after an operation's deadline a failed rank still waits for
 /// peers to check in (peers started the operation a little later).
@@ -904,7 +908,7 @@ impl C10dTransport {
         let mut silent: Vec<u32> = (0..self.pg.world).filter(|&r| r != me).collect();
         if self
             ._store
-            .set(&key(me), b"", Deadline::after(POST_MORTEM))
+            .set(&key(me), b"", Deadline::after(CHECK_IN_LIMIT))
             .is_ok()
         {
             // One silent rank, quiet for the post-mortem window, is the usual
