@@ -23,7 +23,13 @@
 //! - Scale (unless `--no-scale`): [`simulate`] with 20-source states, flat
 //!   up to `--flat-max` ranks, hierarchical up to `--scale-max`.
 //!
-//! Output: the table on stdout, `bench.json` and `latency.svg` in `--out`.
+//! Output: the table on stdout, `bench.json` and `latency.svg` in `--out`
+//! (default: `bench/` in the project's cache directory, [`default_out`]),
+//! and a last line saying where they are.
+//!
+//! Exit codes: 0 done; 1 a measurement failed; 2 bad arguments or a Python
+//! without torch; 130 interrupted (the ranks are stopped, temporary files
+//! removed).
 
 use anyhow::{bail, Context as _};
 use clap::Args;
@@ -65,7 +71,7 @@ pub(crate) struct BenchArgs {
     #[arg(long, default_value = "20,200,2000", value_parser = parse_list)]
     sources: List,
     /// Recorded rounds per state size.
-    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 200, value_parser = crate::at_least_one::<u64>)]
     rounds: u64,
     /// Warm-up rounds per state size (not recorded).
     #[arg(long, default_value_t = 30)]
@@ -73,9 +79,11 @@ pub(crate) struct BenchArgs {
     /// `gloo` (rank processes; needs the `gloo` feature) or `in-process` (threads).
     #[arg(long)]
     engine: Option<String>,
-    /// Where to write bench.json and latency.svg.
-    #[arg(long, default_value = "bench-out")]
-    out: PathBuf,
+    /// Where to write bench.json and latency.svg [default: $CCOL_CACHE/bench,
+    /// else $XDG_CACHE_HOME/compiler-collectives/bench, else
+    /// ~/.cache/compiler-collectives/bench].
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
     /// Skip PyTorch's side.
     #[arg(long)]
     no_pytorch: bool,
@@ -100,7 +108,7 @@ pub(crate) struct BenchArgs {
     #[arg(long)]
     no_c10d: bool,
     /// Deadline of each round, in seconds.
-    #[arg(long, default_value_t = 60)]
+    #[arg(long, default_value_t = 60, value_parser = crate::at_least_one::<u64>)]
     timeout: u64,
 }
 
@@ -259,16 +267,69 @@ fn shape_args(args: &BenchArgs) -> Vec<OsString> {
     .collect()
 }
 
+/// `ccol bench` stopped by Ctrl-C, SIGTERM or SIGHUP (exit 130).
+#[derive(Debug)]
+struct Interrupted;
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("interrupted; the ranks were stopped")
+    }
+}
+
+impl std::error::Error for Interrupted {}
+
+/// Bad arguments or set-up (exit 2): a Python without torch, no output
+/// directory.
+#[derive(Debug)]
+struct Usage(String);
+
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Usage {}
+
+/// Where `ccol bench` writes without `--out`: `bench` in the project's cache
+/// directory — `$CCOL_CACHE`, else `$XDG_CACHE_HOME/compiler-collectives`,
+/// else `~/.cache/compiler-collectives` (as `scripts/env.sh` and the
+/// backends resolve it); `None` when none of those variables is set.
+pub(crate) fn default_out() -> Option<PathBuf> {
+    let var = |name| std::env::var_os(name).filter(|v| !v.is_empty());
+    var("CCOL_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| var("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("compiler-collectives")))
+        .or_else(|| {
+            var("HOME").map(|h| PathBuf::from(h).join(".cache").join("compiler-collectives"))
+        })
+        .map(|cache| cache.join("bench"))
+}
+
+/// Ends the run between two measurements when a signal arrived: once the
+/// first launcher ran, Ctrl-C no longer ends this process by itself.
+fn stop_if_interrupted() -> anyhow::Result<()> {
+    if crate::launch::interrupted() {
+        return Err(Interrupted.into());
+    }
+    Ok(())
+}
+
 fn ccol_run(world: usize, program: &[OsString]) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("cannot find this program's path")?;
-    let status = Command::new(&exe)
+    let mut launcher = Command::new(&exe);
+    launcher
         .arg("run")
         .arg("--nproc-per-node")
         .arg(world.to_string())
         .arg("--")
-        .args(program)
-        .status()
-        .context("cannot start the ranks")?;
+        .args(program);
+    let (status, interrupted) =
+        crate::launch::run_launcher(&mut launcher).context("cannot start the ranks")?;
+    if interrupted {
+        return Err(Interrupted.into());
+    }
     if !status.success() {
         bail!("the ranks failed ({status})");
     }
@@ -395,7 +456,13 @@ pub(crate) fn bench(args: &BenchArgs) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("ccol bench: {e:#}");
-            ExitCode::FAILURE
+            if e.downcast_ref::<Interrupted>().is_some() {
+                ExitCode::from(130)
+            } else if e.downcast_ref::<Usage>().is_some() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }
@@ -411,23 +478,41 @@ fn ratio(a: f64, b: f64) -> f64 {
 fn bench_inner(args: &BenchArgs) -> anyhow::Result<()> {
     let engine = match args.engine.as_deref() {
         Some(e @ ("gloo" | "in-process")) => e,
-        Some(other) => bail!("--engine {other}: expected gloo or in-process"),
+        Some(other) => {
+            return Err(Usage(format!("--engine {other}: expected gloo or in-process")).into())
+        }
         None if cfg!(feature = "gloo") => "gloo",
         None => "in-process",
     };
     if engine == "gloo" && !cfg!(feature = "gloo") {
-        bail!("this ccol was built without Gloo (build with `--features gloo`)");
+        return Err(Usage(
+            "this ccol was built without Gloo (build with `--features gloo`, or pass --engine in-process)"
+                .into(),
+        )
+        .into());
     }
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("{}: cannot create", args.out.display()))?;
+    let out = match args.out.clone().or_else(default_out) {
+        Some(o) => o,
+        None => {
+            return Err(Usage(
+                "no cache directory to write to (CCOL_CACHE, XDG_CACHE_HOME and HOME are unset): pass --out DIR"
+                    .into(),
+            )
+            .into())
+        }
+    };
+    std::fs::create_dir_all(&out).with_context(|| format!("{}: cannot create", out.display()))?;
     let tmp = tempfile::Builder::new().prefix("ccol-bench-").tempdir()?;
     let script = tmp.path().join("pytorch_bench.py");
     std::fs::write(&script, PYTORCH_SCRIPT)?;
     let py = python(args);
-    if py.is_none() && !args.no_pytorch {
-        eprintln!(
-            "ccol bench: no PyTorch side (set CCOL_TORCH_PYTHON: eval \"$(bash scripts/setup-torch.sh)\", or pass --python)"
-        );
+    match &py {
+        Some(p) => crate::oracle::require_torch(p).map_err(|e| Usage(format!("{e:#}")))?,
+        None if !args.no_pytorch => eprintln!(
+            "ccol bench: no PyTorch rows: CCOL_TORCH_PYTHON is unset (`. scripts/env.sh; eval \"$(scripts/setup-torch.sh)\"` \
+             sets it, as ./scripts/test.sh does; or pass --python; --no-pytorch hides this note)"
+        ),
+        None => {}
     }
 
     let mut engines: Vec<(&str, Option<&Path>)> = vec![(engine, None)];
@@ -439,7 +524,10 @@ fn bench_inner(args: &BenchArgs) -> anyhow::Result<()> {
     for &world in &args.ranks.0 {
         let theirs = match &py {
             Some(p) => {
-                eprintln!("ccol bench: {world} ranks of PyTorch over gloo…");
+                eprintln!(
+                    "ccol bench: {} of PyTorch over gloo…",
+                    crate::count(world, "rank", "ranks")
+                );
                 let dir = tmp.path().join(format!("pytorch-{world}"));
                 std::fs::create_dir_all(&dir)?;
                 Some(run_pytorch(args, p, &script, world, &dir)?)
@@ -447,7 +535,10 @@ fn bench_inner(args: &BenchArgs) -> anyhow::Result<()> {
             None => None,
         };
         for &(engine, program) in &engines {
-            eprintln!("ccol bench: {world} ranks over {engine}…");
+            eprintln!(
+                "ccol bench: {} over {engine}…",
+                crate::count(world, "rank", "ranks")
+            );
             let dir = tmp.path().join(format!("{engine}-{world}"));
             std::fs::create_dir_all(&dir)?;
             let ours = run_ours(args, engine, program, world, &dir)?;
@@ -474,6 +565,7 @@ fn bench_inner(args: &BenchArgs) -> anyhow::Result<()> {
         }
     }
 
+    stop_if_interrupted()?;
     eprintln!("ccol bench: joins ({JOIN_RANKS} ranks × {JOIN_SOURCES} sources)…");
     let our_join_ms = our_join(JOIN_RANKS, JOIN_SOURCES);
     let their_join = match &py {
@@ -491,6 +583,7 @@ fn bench_inner(args: &BenchArgs) -> anyhow::Result<()> {
                 .arg("--out")
                 .arg(&out)
                 .status()?;
+            stop_if_interrupted()?;
             if !status.success() {
                 bail!("PyTorch's join measurement failed ({status})");
             }
@@ -520,6 +613,7 @@ fn bench_inner(args: &BenchArgs) -> anyhow::Result<()> {
                 if !tree && n > args.flat_max {
                     continue;
                 }
+                stop_if_interrupted()?;
                 eprintln!(
                     "ccol bench: simulating {n} ranks ({})…",
                     if tree { "hierarchical" } else { "flat" }
@@ -530,6 +624,7 @@ fn bench_inner(args: &BenchArgs) -> anyhow::Result<()> {
         }
     }
 
+    stop_if_interrupted()?;
     print_table(&rows, our_join_ms, their_join_ms, &wire, &scale);
     let verdicts = targets(&rows, our_join_ms, their_join_ms, &wire, &scale);
     println!("\ntargets, measured in this run:");
@@ -558,9 +653,10 @@ fn bench_inner(args: &BenchArgs) -> anyhow::Result<()> {
         .iter()
         .map(|t| json!({"target": t.what, "measured": t.measured, "met": t.met}))
         .collect();
-    let json_path = args.out.join("bench.json");
-    std::fs::write(&json_path, serde_json::to_string_pretty(&report)?)?;
-    let svg_path = args.out.join("latency.svg");
+    let json_path = out.join("bench.json");
+    std::fs::write(&json_path, serde_json::to_string_pretty(&report)?)
+        .with_context(|| format!("{}: cannot write", json_path.display()))?;
+    let svg_path = out.join("latency.svg");
     chart(&rows, &svg_path)?;
     println!("\nwrote {} and {}", json_path.display(), svg_path.display());
     Ok(())
@@ -894,10 +990,11 @@ fn chart(rows: &[Row], path: &Path) -> anyhow::Result<()> {
                 color.1.saturating_add(shade),
                 color.2.saturating_add(shade),
             );
+            let ranks = crate::count(w, "rank", "ranks");
             let label = if *name == "PyTorch" {
-                format!("PyTorch (torch gloo), {w} ranks")
+                format!("PyTorch (torch gloo), {ranks}")
             } else {
-                format!("{name} ({engine}), {w} ranks")
+                format!("{name} ({engine}), {ranks}")
             };
             chart
                 .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))?

@@ -8,7 +8,7 @@
 //! hidden `ccol demo-worker`, which writes its report to a results directory
 //! that the parent reads and prints.
 
-use crate::print_table;
+use crate::{count, print_table, ranks_word};
 use clap::Args;
 use compiler_collectives::corpus::{CorpusOptions, Tokenizer};
 use compiler_collectives::scenario::{Mode, RankError, RankReport, RunReport};
@@ -21,6 +21,13 @@ use std::process::{Command, ExitCode};
 const EXIT_RANK_FAILED: u8 = 3;
 /// Exit code of bad arguments or a missing backend.
 const EXIT_USAGE: u8 = 2;
+/// Exit code after Ctrl-C / SIGTERM / SIGHUP (128 + SIGINT, as `ccol run`).
+const EXIT_INTERRUPTED: u8 = 130;
+/// The variable that names the ranks' Gloo rendezvous store.
+#[cfg(feature = "gloo")]
+const GLOO_STORE_ENV: &str = compiler_collectives::gloo::STORE_ENV;
+#[cfg(not(feature = "gloo"))]
+const GLOO_STORE_ENV: &str = "CCOL_GLOO_STORE";
 
 /// The corpus and batching options shared by `demo` and `demo-worker`.
 #[derive(Args, Debug, Clone)]
@@ -33,13 +40,13 @@ pub(crate) struct DataArgs {
     #[arg(long, default_value = "words")]
     tokenizer: Tokenizer,
     /// Samples per batch on each rank.
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 4, value_parser = crate::at_least_one::<u64>)]
     batch_size: u64,
     /// Longest sequence, in tokens (longer paragraphs are truncated).
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 64, value_parser = crate::at_least_one::<u64>)]
     max_seq_len: u64,
     /// Run only this many steps (default: one epoch).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_parser = crate::at_least_one::<u64>)]
     steps: Option<u64>,
     /// Shuffle seed (the same on every rank, as with DistributedSampler).
     #[arg(long, default_value_t = 0)]
@@ -180,8 +187,8 @@ pub(crate) fn demo(args: &DemoArgs) -> ExitCode {
     if !args.json {
         println!("{summary}");
         println!(
-            "mode: {mode} — {} rank processes over Gloo (TCP on 127.0.0.1)\n",
-            args.nproc
+            "mode: {mode} — {} over Gloo (TCP on 127.0.0.1)\n",
+            count(args.nproc, "rank process", "rank processes")
         );
     }
     let results = match tempfile::Builder::new().prefix("ccol-demo-").tempdir() {
@@ -213,8 +220,19 @@ pub(crate) fn demo(args: &DemoArgs) -> ExitCode {
         .arg("--results")
         .arg(results.path())
         .args(args.data.to_args());
-    let status = match cmd.status() {
-        Ok(s) => s,
+    if std::env::var_os(GLOO_STORE_ENV).is_none() {
+        // The ranks' rendezvous directory, inside the results directory: gone
+        // with it even when a rank is killed before it could remove it.
+        cmd.env(GLOO_STORE_ENV, results.path().join("store"));
+    }
+    // Ctrl-C / SIGTERM / SIGHUP: the launcher stops the ranks, then
+    // `results` is removed on return.
+    let status = match crate::launch::run_launcher(&mut cmd) {
+        Ok((_, true)) => {
+            eprintln!("ccol demo: interrupted; the ranks were stopped");
+            return ExitCode::from(EXIT_INTERRUPTED);
+        }
+        Ok((s, false)) => s,
         Err(e) => {
             eprintln!("ccol demo: cannot start the ranks: {e}");
             return ExitCode::FAILURE;
@@ -347,15 +365,22 @@ fn print_agreement(report: &RunReport) {
         .map(|r| r.rank)
         .collect();
     if !failed.is_empty() {
-        println!("ranks {failed:?} failed (see their errors above); no decisions to compare");
+        println!(
+            "{} {failed:?} failed (see the errors above); no decisions to compare",
+            ranks_word(&failed)
+        );
         return;
     }
     let first = report.ranks.first().map(agreed);
     if report.ranks.iter().all(|r| Some(agreed(r)) == first) {
-        println!(
-            "all {} ranks took the same decisions: they compile the same graphs at the same steps",
-            report.ranks.len()
-        );
+        if report.ranks.len() == 1 {
+            println!("1 rank: it took its decisions alone (run with --nproc 2 or more to see ranks agree)");
+        } else {
+            println!(
+                "all {} ranks took the same decisions: they compile the same graphs at the same steps",
+                report.ranks.len()
+            );
+        }
         for r in &report.ranks {
             for (source, dims) in &r.decided {
                 let realised = r.dynamic_dims.get(source).map(|d| format!("{d:?}"));
@@ -381,7 +406,10 @@ fn print_agreement(report: &RunReport) {
             }
         }
         for ((steps, decided), ranks) in groups {
-            println!("  ranks {ranks:?}: compile steps {steps:?}, dynamic {decided:?}");
+            println!(
+                "  {} {ranks:?}: compile steps {steps:?}, dynamic {decided:?}",
+                ranks_word(&ranks)
+            );
         }
         if report.mode == Mode::NoCollectives {
             println!(

@@ -43,7 +43,7 @@ use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::mpsc;
+use std::sync::{mpsc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// The most ranks `--nproc-per-node` accepts.
@@ -203,8 +203,18 @@ fn signal_rank(p: &mut RankProc, how: Stop) {
 }
 
 /// Counts SIGINT, SIGTERM and SIGHUP in [`INTERRUPTS`], whatever handler the
-/// launcher inherited (a background job starts with SIGINT ignored).
+/// launcher inherited (a background job starts with SIGINT ignored). The
+/// handlers are installed once per process; later calls return the first
+/// call's outcome.
 fn count_interrupts() -> io::Result<()> {
+    static INSTALLED: OnceLock<Result<(), String>> = OnceLock::new();
+    INSTALLED
+        .get_or_init(|| install_interrupt_counter().map_err(|e| e.to_string()))
+        .clone()
+        .map_err(io::Error::other)
+}
+
+fn install_interrupt_counter() -> io::Result<()> {
     #[cfg(unix)]
     for sig in [
         signal_hook::consts::SIGINT,
@@ -220,6 +230,67 @@ fn count_interrupts() -> io::Result<()> {
         }?;
     }
     Ok(())
+}
+
+/// Runs `cmd` (a `ccol run` launcher started by `ccol demo` or `ccol bench`)
+/// to its end in its own process group, and passes each Ctrl-C, SIGTERM or
+/// SIGHUP this process gets on to it as one SIGTERM: it then stops its ranks
+/// (a second one makes it kill them at once) and exits, so that the caller
+/// can remove its temporary files. (In its own process group, the launcher
+/// does not also get the terminal's Ctrl-C, which would count twice.)
+/// Returns the launcher's status and whether this process was interrupted.
+///
+/// # Errors
+/// The launcher cannot be started or waited for (it is killed then).
+pub(crate) fn run_launcher(cmd: &mut Command) -> io::Result<(ExitStatus, bool)> {
+    if let Err(e) = count_interrupts() {
+        eprintln!("ccol: warning: cannot handle Ctrl-C/SIGTERM ({e}); ranks may outlive ccol");
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::CommandExt as _;
+        cmd.process_group(0);
+    }
+    let mut child = cmd.spawn()?;
+    let mut forwarded = 0;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Ok((status, forwarded > 0)),
+            Ok(None) => {}
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(e);
+            }
+        }
+        let received = INTERRUPTS.load(Ordering::SeqCst);
+        while forwarded < received {
+            terminate(&mut child);
+            forwarded += 1;
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+/// Whether Ctrl-C, SIGTERM or SIGHUP arrived since [`run_launcher`] first
+/// installed its handlers (which replace the default of ending the process).
+pub(crate) fn interrupted() -> bool {
+    INTERRUPTS.load(Ordering::SeqCst) > 0
+}
+
+/// Sends SIGTERM to `child` (the process, not its group: a launcher stops
+/// its ranks itself); `Child::kill` where signals are not available.
+fn terminate(child: &mut Child) {
+    #[cfg(unix)]
+    {
+        use nix::sys::signal::{kill, Signal};
+        use nix::unistd::Pid;
+        if let Ok(pid) = i32::try_from(child.id()) {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+            return;
+        }
+    }
+    let _ = child.kill();
 }
 
 /// Runs `ccol run`; returns the launcher's exit code.
@@ -503,7 +574,10 @@ fn print_stopped(ranks: &[RankProc], outcome: &Outcome) {
         .map(|p| p.rank)
         .collect();
     if !stopped.is_empty() {
-        eprintln!("ccol run: stopped ranks {stopped:?}");
+        eprintln!(
+            "ccol run: stopped {} {stopped:?}",
+            crate::ranks_word(&stopped)
+        );
     }
 }
 

@@ -152,6 +152,8 @@ struct CheckArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // RUST_LOG, CCOL_LOG_FORMAT: the library's `tracing` events on stderr.
+    compiler_collectives_cli::logging::init();
     // Rank processes (and the launcher, which must outlive a closed pipe to
     // stop its ranks) keep Rust's default of ignoring SIGPIPE: Gloo writes to
     // sockets whose peer may have died, and must see EPIPE, not die of it.
@@ -193,6 +195,25 @@ fn restore_sigpipe() {
         if let Err(e) = unsafe { signal(Signal::SIGPIPE, SigHandler::SigDfl) } {
             eprintln!("ccol: warning: cannot restore SIGPIPE: {e}");
         }
+    }
+}
+
+/// `n` and the noun in the number `n` takes: `count(1, "step", "steps")` is
+/// `1 step`, `count(3, "step", "steps")` is `3 steps`.
+pub(crate) fn count(n: impl TryInto<u64>, one: &str, many: &str) -> String {
+    let n: u64 = n.try_into().unwrap_or(u64::MAX);
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// `--rounds`, `--steps`, …: a whole number of at least 1.
+pub(crate) use compiler_collectives_cli::args::at_least_one;
+
+/// The word for a list of ranks: `rank` before one, `ranks` before several.
+pub(crate) fn ranks_word<T>(ranks: &[T]) -> &'static str {
+    if ranks.len() == 1 {
+        "rank"
+    } else {
+        "ranks"
     }
 }
 
@@ -276,10 +297,10 @@ fn run(args: &RunArgs) -> ExitCode {
 
 fn print_table(scenario: &Scenario, report: &RunReport) {
     println!(
-        "scenario '{}': {} ranks, {} steps, mode {}",
+        "scenario '{}': {}, {}, mode {}",
         scenario.name,
-        scenario.world_size,
-        scenario.steps.len(),
+        count(scenario.world_size, "rank", "ranks"),
+        count(scenario.steps.len(), "step", "steps"),
         report.mode
     );
     println!(

@@ -100,6 +100,31 @@ fn python(flag: Option<&Path>) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("python3"))
 }
 
+/// Checks that `py` can `import torch`, so that a missing torch is one clear
+/// error rather than a Python traceback per rank.
+///
+/// # Errors
+/// Naming `py` and how to get torch (`scripts/setup-torch.sh`, which the
+/// README's test command runs).
+pub(crate) fn require_torch(py: &Path) -> anyhow::Result<()> {
+    let has_torch = Command::new(py)
+        .args(["-c", "import torch"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has_torch {
+        bail!(
+            "{} cannot import torch: set CCOL_TORCH_PYTHON or --python to a Python with torch \
+             2.13 (`. scripts/env.sh; eval \"$(scripts/setup-torch.sh)\"` installs one, as \
+             ./scripts/test.sh does, and sets it)",
+            py.display()
+        );
+    }
+    Ok(())
+}
+
 fn harness(flag: Option<&Path>) -> anyhow::Result<PathBuf> {
     const REL: &str = "tests/pytorch-oracle/harness.py";
     if let Some(p) = flag {
@@ -164,19 +189,7 @@ fn compare_inner(args: &CompareArgs) -> anyhow::Result<ExitCode> {
     }
     let py = python(args.python.as_deref());
     let harness = harness(args.harness.as_deref())?;
-    let has_torch = Command::new(&py)
-        .args(["-c", "import torch"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !has_torch {
-        bail!(
-            "{} cannot import torch: set CCOL_TORCH_PYTHON or --python to a Python with torch \
-             2.13 (`eval \"$(scripts/setup-torch.sh)\"` installs one and sets it)",
-            py.display()
-        );
-    }
+    require_torch(&py)?;
     let mut cmd = Command::new(&py);
     cmd.arg(&harness)
         .arg("--batch")
@@ -265,8 +278,8 @@ impl Tally {
         } else {
             writeln!(
                 out,
-                "compared {} scenario-modes with PyTorch: {} equal, {} differ; {} not expressible in PyTorch{}",
-                self.compared,
+                "compared {} with PyTorch: {} equal, {} differ; {} not expressible in PyTorch{}",
+                crate::count(self.compared, "scenario-mode", "scenario-modes"),
                 self.equal,
                 self.differ,
                 self.unsupported.len(),

@@ -95,9 +95,9 @@ fn show(args: &ShowArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     println!(
-        "profile {}: {} entries",
+        "profile {}: {}",
         file_of(&args.path).display(),
-        profile.len()
+        crate::count(profile.len(), "entry", "entries")
     );
     println!(
         "{:<32}  {:<18}  {:<10}  {:<18}  {:<18}  {:<8}  dynamic",
@@ -169,10 +169,10 @@ fn merge(args: &MergeArgs) -> anyhow::Result<ExitCode> {
         args.output.clone()
     };
     println!(
-        "wrote {} ({} entries from {} profiles)",
+        "wrote {} ({} from {})",
         out.display(),
-        merged.len(),
-        args.inputs.len()
+        crate::count(merged.len(), "entry", "entries"),
+        crate::count(args.inputs.len(), "profile", "profiles")
     );
     Ok(ExitCode::SUCCESS)
 }

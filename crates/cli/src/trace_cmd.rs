@@ -7,8 +7,13 @@
 
 use clap::Args;
 use compiler_collectives::trace::{by_seq, first_divergence, read_trace, TraceRecord};
-use std::path::PathBuf;
+use std::io::{BufRead as _, BufReader, Read as _};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+
+/// The longest first line [`not_a_trace`] reads (a trace record is a few
+/// hundred bytes).
+const FIRST_LINE_MAX_BYTES: u64 = 1 << 20;
 
 #[derive(Args, Debug)]
 pub(crate) struct TraceArgs {
@@ -70,6 +75,34 @@ pub(crate) fn run(args: &TraceArgs) -> ExitCode {
     }
 }
 
+/// Why a file in which [`read_trace`] found no record is not a trace, or
+/// `None` when it is one without exchanges (empty or blank: a channel that
+/// never exchanged). `read_trace` takes an unparsable last line without its
+/// newline for a write cut short; when that line is the file's only content,
+/// the file was never a trace.
+fn not_a_trace(path: &Path) -> Option<String> {
+    let file = std::fs::File::open(path).ok()?;
+    let mut reader = BufReader::new(file.take(FIRST_LINE_MAX_BYTES));
+    let mut line = Vec::new();
+    for number in 1u64.. {
+        line.clear();
+        match reader.read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => return None,
+            Ok(_) if line.iter().all(u8::is_ascii_whitespace) => continue,
+            Ok(_) => {}
+        }
+        return serde_json::from_slice::<TraceRecord>(&line)
+            .err()
+            .map(|e| format!("line {number}: not a trace record: {e}"));
+    }
+    None
+}
+
+/// `1 trace`, `2 traces`.
+fn traces_count(n: usize) -> String {
+    crate::count(n, "trace", "traces")
+}
+
 /// One table cell: `outcome [fast] 'key' (kind)`, at most 44 characters.
 fn cell(r: Option<&TraceRecord>) -> String {
     let Some(r) = r else {
@@ -92,6 +125,15 @@ fn compare(args: &TraceArgs) -> anyhow::Result<bool> {
     let mut traces = Vec::with_capacity(files.len());
     for (i, f) in files.iter().enumerate() {
         let records = read_trace(f)?;
+        if records.is_empty() {
+            if let Some(why) = not_a_trace(f) {
+                anyhow::bail!(
+                    "trace {}: {why} (a trace is the rank-<r>.jsonl that `--trace DIR` or \
+                     CCOL_TRACE_DIR writes, one JSON record per line)",
+                    f.display()
+                );
+            }
+        }
         let rank = records
             .first()
             .map_or(u32::try_from(i).unwrap_or(u32::MAX), |r| r.rank);
@@ -122,7 +164,7 @@ fn compare(args: &TraceArgs) -> anyhow::Result<bool> {
         .filter_map(|m| m.keys().next_back().copied())
         .max();
     let Some(last) = last else {
-        println!("{} traces, no exchanges", traces.len());
+        println!("{}, no exchanges", traces_count(traces.len()));
         return Ok(false);
     };
     let (from, to) = match &divergence {
@@ -156,10 +198,14 @@ fn compare(args: &TraceArgs) -> anyhow::Result<bool> {
             Ok(true)
         }
         None => {
-            println!(
-                "{} traces agree on every exchange (#0..#{last})",
-                traces.len()
-            );
+            if traces.len() == 1 {
+                println!("1 trace (#0..#{last}): no other rank's trace to compare it with");
+            } else {
+                println!(
+                    "{} traces agree on every exchange (#0..#{last})",
+                    traces.len()
+                );
+            }
             Ok(false)
         }
     }

@@ -237,3 +237,325 @@ fn compare_without_torch_is_one_clear_error() {
     );
     assert!(out.stdout.is_empty(), "no comparison rows without PyTorch");
 }
+
+/// `ccol` as `ccol()` starts it, for tests that set the environment or the
+/// working directory.
+fn ccol_command() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_ccol"));
+    c.env_remove("CCOL_TIMEOUT_S")
+        .env_remove("RUST_LOG")
+        .env_remove("CCOL_LOG_FORMAT")
+        .env_remove("CCOL_TORCH_PYTHON")
+        .env_remove("CCOL_GLOO_STORE");
+    c
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// `ccol trace` of a file `name` holding `content`: its output and path
+/// (and the directory, removed on drop).
+fn trace_of(name: &str, content: &str) -> (Output, PathBuf, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join(name);
+    std::fs::write(&file, content).expect("write");
+    let out = ccol(&["trace", file.to_str().expect("utf-8")]);
+    (out, file, dir)
+}
+
+#[test]
+fn trace_of_a_file_that_is_not_a_trace_exits_2_naming_it() {
+    // One line without its newline: read alone it could pass for a trace cut short.
+    let (out, file, _dir) = trace_of("notes.txt", "hello");
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+    let err = text(&out.stderr);
+    assert!(
+        err.starts_with(&format!(
+            "ccol: trace {}: line 1: not a trace record: expected value",
+            file.display()
+        )),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
+    // The same after blank lines: the first line with text is named.
+    let (out, _, _dir) = trace_of("notes.txt", "\n\n{\"seq\": 0}");
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(": line 3: not a trace record: missing field"),
+        "{err}"
+    );
+}
+
+#[test]
+fn trace_of_an_empty_file_is_one_trace_without_exchanges() {
+    // What a channel that never exchanged leaves.
+    let (out, _, _dir) = trace_of("rank-0.jsonl", "");
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(text(&out.stdout), "1 trace, no exchanges\n");
+}
+
+#[test]
+fn counts_of_one_are_singular() {
+    // Scenario 15 has 2 ranks and 1 step.
+    let path = scenarios().join("15_cache_hit_without_agreement.json");
+    let out = ccol(&["scenario", "run", path.to_str().expect("utf-8")]);
+    assert_eq!(out.status.code(), Some(3));
+    let first = text(&out.stdout)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    assert_eq!(
+        first,
+        "scenario 'cache_hit_without_agreement': 2 ranks, 1 step, mode collectives"
+    );
+    // A trace of one rank's run: "1 trace", not "1 traces".
+    let dir = tempfile::tempdir().expect("tempdir");
+    let one = scenarios().join("01_tensor.json");
+    let traces = dir.path().join("traces");
+    let out = ccol(&[
+        "scenario",
+        "run",
+        one.to_str().expect("utf-8"),
+        "--trace",
+        traces.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    let rank0 = traces.join("rank-0.jsonl");
+    let out = ccol(&["trace", rank0.to_str().expect("utf-8")]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let last = text(&out.stdout)
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .to_owned();
+    assert_eq!(
+        last,
+        "1 trace (#0..#0): no other rank's trace to compare it with"
+    );
+}
+
+#[test]
+fn numbers_that_must_be_positive_say_so() {
+    for (args, flag) in [
+        (&["bench", "--rounds", "0"][..], "--rounds <ROUNDS>"),
+        (&["bench", "--timeout", "0"][..], "--timeout <TIMEOUT>"),
+        (&["demo", "--steps", "0"][..], "--steps <STEPS>"),
+        (
+            &["demo", "--batch-size", "0"][..],
+            "--batch-size <BATCH_SIZE>",
+        ),
+    ] {
+        let out = ccol(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = text(&out.stderr);
+        assert!(
+            err.starts_with(&format!(
+                "error: invalid value '0' for '{flag}': must be at least 1\n"
+            )),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("18446744073709551615"), "{err}");
+    }
+    let err = text(&ccol(&["bench", "--rounds", "many"]).stderr);
+    assert!(
+        err.contains(
+            "invalid value 'many' for '--rounds <ROUNDS>': not a whole number of at least 1"
+        ),
+        "{err}"
+    );
+}
+
+/// A tiny in-process `ccol bench` run with `extra` arguments, in `cwd`.
+fn small_bench(cwd: &std::path::Path, env: &[(&str, &std::path::Path)], extra: &[&str]) -> Output {
+    let mut c = ccol_command();
+    c.current_dir(cwd)
+        .env_remove("CCOL_CACHE")
+        .env_remove("XDG_CACHE_HOME")
+        .args([
+            "bench",
+            "--engine",
+            "in-process",
+            "--ranks",
+            "2",
+            "--sources",
+            "20",
+        ])
+        .args(["--rounds", "2", "--warmup", "1", "--no-c10d", "--no-scale"])
+        .args(extra);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("ccol runs")
+}
+
+#[test]
+fn bench_writes_into_the_cache_directory_by_default_and_says_where() {
+    let cwd = tempfile::tempdir().expect("tempdir");
+    let cache = tempfile::tempdir().expect("tempdir");
+    let out = small_bench(
+        cwd.path(),
+        &[("CCOL_CACHE", cache.path())],
+        &["--no-pytorch"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let dir = cache.path().join("bench");
+    assert!(dir.join("bench.json").is_file() && dir.join("latency.svg").is_file());
+    assert_eq!(
+        text(&out.stdout).lines().last().unwrap_or_default(),
+        format!(
+            "wrote {} and {}",
+            dir.join("bench.json").display(),
+            dir.join("latency.svg").display()
+        )
+    );
+    // Nothing lands in the working directory (a checkout, usually).
+    let left: Vec<_> = std::fs::read_dir(cwd.path()).expect("list").collect();
+    assert!(left.is_empty(), "{left:?}");
+    // Without CCOL_CACHE: XDG_CACHE_HOME, then HOME.
+    let xdg = tempfile::tempdir().expect("tempdir");
+    let out = small_bench(
+        cwd.path(),
+        &[("XDG_CACHE_HOME", xdg.path())],
+        &["--no-pytorch"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(xdg
+        .path()
+        .join("compiler-collectives/bench/bench.json")
+        .is_file());
+}
+
+#[test]
+fn bench_with_a_python_without_torch_is_one_clear_error() {
+    let cwd = tempfile::tempdir().expect("tempdir");
+    let cache = tempfile::tempdir().expect("tempdir");
+    let out = small_bench(
+        cwd.path(),
+        &[("CCOL_CACHE", cache.path())],
+        &["--python", "/bin/false"],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.starts_with("ccol bench: /bin/false cannot import torch: set CCOL_TORCH_PYTHON"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(out.stdout.is_empty(), "{}", text(&out.stdout));
+    // Unset: the PyTorch rows are left out, with a note saying how to get them.
+    let out = small_bench(cwd.path(), &[("CCOL_CACHE", cache.path())], &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("ccol bench: no PyTorch rows: CCOL_TORCH_PYTHON is unset"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+/// `ccol scenario run` of scenario 15 (rank 1's exchange fails) with these
+/// logging variables: (exit code, stdout, stderr).
+fn logged_run(vars: &[(&str, &str)], json: bool) -> (i32, String, String) {
+    let path = scenarios().join("15_cache_hit_without_agreement.json");
+    let mut c = ccol_command();
+    c.args(["scenario", "run", path.to_str().expect("utf-8")]);
+    if json {
+        c.arg("--json");
+    }
+    for (k, v) in vars {
+        c.env(k, v);
+    }
+    let out = c.output().expect("ccol runs");
+    (
+        out.status.code().unwrap_or(-1),
+        text(&out.stdout),
+        text(&out.stderr),
+    )
+}
+
+#[test]
+fn warnings_are_logged_on_stderr_by_default_and_rust_log_chooses() {
+    let (code, stdout, stderr) = logged_run(&[], true);
+    assert_eq!(code, 3);
+    serde_json::from_str::<Value>(stdout.trim()).expect("stdout is still one JSON line");
+    let warned: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains(" WARN ccol::exchange: exchange failed"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{stderr}");
+    assert!(warned[0].contains("outcome=\"peer_lost\""), "{stderr}");
+    // Nothing below warnings by default.
+    assert!(
+        !stderr.contains("DEBUG") && !stderr.contains(" INFO "),
+        "{stderr}"
+    );
+    let (_, _, quiet) = logged_run(&[("RUST_LOG", "error")], false);
+    assert!(!quiet.contains("exchange failed"), "{quiet}");
+    let (_, _, verbose) = logged_run(&[("RUST_LOG", "ccol::exchange=debug")], false);
+    assert!(verbose.contains("DEBUG"), "{verbose}");
+    assert!(verbose.contains("exchange done"), "{verbose}");
+    // No colours when stderr is not a terminal.
+    assert!(!stderr.contains('\u{1b}'), "{stderr:?}");
+}
+
+#[test]
+fn ccol_log_format_json_writes_one_object_per_line() {
+    let (code, _, stderr) = logged_run(&[("CCOL_LOG_FORMAT", "json")], false);
+    assert_eq!(code, 3);
+    let events: Vec<Value> = stderr
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(events.len(), 1, "{stderr}");
+    assert_eq!(events[0]["level"], "WARN");
+    assert_eq!(events[0]["target"], "ccol::exchange");
+    assert_eq!(events[0]["fields"]["message"], "exchange failed");
+    assert_eq!(events[0]["fields"]["outcome"], "peer_lost");
+}
+
+#[test]
+fn malformed_logging_variables_are_one_warning_each() {
+    let (code, _, stderr) = logged_run(&[("RUST_LOG", "x=y=z"), ("CCOL_LOG_FORMAT", "xml")], false);
+    assert_eq!(code, 3, "the run goes on");
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("ccol: warning: "))
+        .collect();
+    assert_eq!(warnings.len(), 2, "{stderr}");
+    assert!(
+        warnings[0].starts_with("ccol: warning: RUST_LOG=\"x=y=z\": "),
+        "{stderr}"
+    );
+    assert!(warnings[0].ends_with("; showing warnings only"), "{stderr}");
+    assert_eq!(
+        warnings[1],
+        "ccol: warning: CCOL_LOG_FORMAT=\"xml\": expected text or json; writing text"
+    );
+    // The default filter still applies.
+    assert!(stderr.contains("exchange failed"), "{stderr}");
+}
+
+#[test]
+fn under_ccol_run_every_log_line_has_its_rank_prefix() {
+    let path = scenarios().join("15_cache_hit_without_agreement.json");
+    let out = ccol_command()
+        // Rank 0 exits 3: let rank 1 finish too rather than be stopped.
+        .args(["run", "--stop-delay", "30", "--nproc-per-node", "2", "--"])
+        .arg(env!("CARGO_BIN_EXE_ccol"))
+        .args(["scenario", "run", path.to_str().expect("utf-8"), "--json"])
+        .output()
+        .expect("ccol runs");
+    let stderr = text(&out.stderr);
+    let logged: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("exchange failed"))
+        .collect();
+    // Each of the 2 processes runs the 2-rank scenario: one warning each.
+    assert_eq!(logged.len(), 2, "{stderr}");
+    let mut prefixes: Vec<&str> = logged.iter().map(|l| &l[..9]).collect();
+    prefixes.sort_unstable();
+    assert_eq!(prefixes, ["[rank 0] ", "[rank 1] "], "{stderr}");
+}

@@ -14,7 +14,9 @@
 //!
 //! After connecting, ranks pass a barrier and rank 0 deletes a default
 //! FileStore directory, so a later job with the same run id never meets stale
-//! addresses.
+//! addresses. A rank whose rendezvous fails (a peer never came, a deadline
+//! passed) deletes it too, so a failed job leaves no directory behind either
+//! (the last rank to fail removes what the others wrote after the first).
 
 use crate::store::GlooStore;
 use crate::transport::{GlooOptions, GlooTransport};
@@ -163,7 +165,9 @@ pub fn store_from_env(spec: &str) -> Result<GlooStore, GlooError> {
     }
 }
 
-/// A [`GlooTransport`] for this process, from the environment (module docs).
+/// A [`GlooTransport`] for this process, from the environment (module docs):
+/// [`EnvConfig::read`], `CCOL_TIMEOUT_S` (default 300 s), then
+/// [`EnvConfig::connect`].
 ///
 /// Cost: the rendezvous (one store round per peer), one TCP connection per
 /// peer, and one barrier.
@@ -174,17 +178,43 @@ pub fn store_from_env(spec: &str) -> Result<GlooStore, GlooError> {
 pub fn from_env() -> Result<GlooTransport, Error> {
     let cfg = EnvConfig::read().map_err(|e| Error::InvalidArgument(e.to_string()))?;
     let timeout = timeout_from_env()?.unwrap_or(Duration::from_secs(300));
-    let store = store_from_env(&cfg.store)?;
-    let options = GlooOptions::default()
-        .with_hostname(cfg.hostname.clone())
-        .with_connect_timeout(timeout)
-        .with_prefix(cfg.prefix.clone());
-    let transport = GlooTransport::connect(&store, cfg.rank, cfg.world_size, &options)?;
-    transport.barrier(Deadline::after(timeout))?;
-    if cfg.default_store && cfg.rank == 0 {
-        if let Err(e) = std::fs::remove_dir_all(&cfg.store) {
-            tracing::debug!(dir = %cfg.store, error = %e, "could not remove the rendezvous directory");
+    cfg.connect(timeout)
+}
+
+impl EnvConfig {
+    /// Connects this rank as configured: opens the store, rendezvouses with
+    /// every peer within `timeout`, and passes a barrier within `timeout`.
+    /// With [`EnvConfig::default_store`], the store directory is removed by
+    /// rank 0 after the barrier, and by any rank whose rendezvous or barrier
+    /// fails (module docs); a store the user named is never removed.
+    ///
+    /// Cost: the rendezvous (one store round per peer), one TCP connection
+    /// per peer, and one barrier.
+    ///
+    /// # Errors
+    /// The store's or the rendezvous' [`Error::Timeout`] or [`Error::Backend`].
+    pub fn connect(&self, timeout: Duration) -> Result<GlooTransport, Error> {
+        let result = self.connect_and_meet(timeout);
+        if self.default_store && (result.is_err() || self.rank == 0) {
+            match std::fs::remove_dir_all(&self.store) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    tracing::warn!(dir = %self.store, error = %e, "gloo: cannot remove the rendezvous directory");
+                }
+            }
         }
+        result
     }
-    Ok(transport)
+
+    fn connect_and_meet(&self, timeout: Duration) -> Result<GlooTransport, Error> {
+        let store = store_from_env(&self.store)?;
+        let options = GlooOptions::default()
+            .with_hostname(self.hostname.clone())
+            .with_connect_timeout(timeout)
+            .with_prefix(self.prefix.clone());
+        let transport = GlooTransport::connect(&store, self.rank, self.world_size, &options)?;
+        transport.barrier(Deadline::after(timeout))?;
+        Ok(transport)
+    }
 }

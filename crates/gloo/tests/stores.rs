@@ -3,7 +3,7 @@
 
 use compiler_collectives_core::shapes::{FrameState, Observation};
 use compiler_collectives_core::{Channel, ChannelOptions, InProcessStore, Store};
-use compiler_collectives_gloo::{GlooOptions, GlooStore, GlooTransport, StoreKind};
+use compiler_collectives_gloo::{EnvConfig, GlooOptions, GlooStore, GlooTransport, StoreKind};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -198,4 +198,63 @@ fn a_rust_store_that_fails_reports_through_gloo() {
         .get("k", Duration::from_secs(1))
         .expect_err("get panics, caught");
     assert!(err.to_string().contains("panicked"), "{err}");
+}
+
+/// What `from_env` derives under torchrun on one node (`default_store`: the
+/// FileStore directory of the run id), with the store in `dir`.
+fn env_config(rank: u32, world_size: u32, dir: &std::path::Path, default_store: bool) -> EnvConfig {
+    EnvConfig {
+        rank,
+        world_size,
+        store: dir.to_string_lossy().into_owned(),
+        default_store,
+        hostname: "127.0.0.1".into(),
+        prefix: "ccol/stores-test/0".into(),
+    }
+}
+
+#[test]
+fn a_failed_rendezvous_removes_the_default_store_directory() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("ccol-gloo-failed-0-0");
+    let start = Instant::now();
+    let err = env_config(0, 2, &dir, true)
+        .connect(Duration::from_millis(500))
+        .expect_err("rank 1 never comes");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        start.elapsed()
+    );
+    assert_eq!(err.kind(), "timeout", "{err}");
+    assert!(!dir.exists(), "{} is left behind", dir.display());
+}
+
+#[test]
+fn a_failed_rendezvous_keeps_a_store_directory_the_user_named() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("mine");
+    let err = env_config(1, 2, &dir, false)
+        .connect(Duration::from_millis(300))
+        .expect_err("rank 0 never comes");
+    assert_eq!(err.kind(), "timeout", "{err}");
+    assert!(dir.is_dir(), "{} was removed", dir.display());
+}
+
+#[test]
+fn a_rendezvous_removes_the_default_store_directory_once_connected() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("ccol-gloo-ok-0-0");
+    let ranks: Vec<_> = (0..2)
+        .map(|rank| {
+            let cfg = env_config(rank, 2, &dir, true);
+            std::thread::spawn(move || cfg.connect(Duration::from_secs(30)))
+        })
+        .collect();
+    let transports: Vec<GlooTransport> = ranks
+        .into_iter()
+        .map(|h| h.join().expect("rank thread").expect("connect"))
+        .collect();
+    assert_eq!(transports.len(), 2);
+    assert!(!dir.exists(), "{} is left behind", dir.display());
 }

@@ -19,6 +19,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 fn main() -> anyhow::Result<()> {
+    // RUST_LOG, CCOL_LOG_FORMAT: the library's `tracing` events on stderr.
+    compiler_collectives_cli::logging::init();
     let mut sources = Vec::new();
     let (mut rounds, mut warmup, mut timeout) = (100usize, 20usize, 60u64);
     let mut results = PathBuf::from(".");

@@ -12,7 +12,9 @@
 //!
 //! Options: `--steps N` (200), `--seed S` (0), `--corpus DIR`
 //! (`/usr/share/common-licenses`), `--batch-size B` (8), `--max-seq-len L`
-//! (256), `--lr X` (0.01).
+//! (256), `--lr X` (0.01); `--help`. A bad option or value is one error
+//! naming it, exit code 2. Logs: `RUST_LOG`, `CCOL_LOG_FORMAT=json` (see
+//! `compiler_collectives_cli::logging`).
 //!
 //! Every rank prints its loss (the same on every rank) every 10 steps, a line
 //! per compile, and at the end a summary and one machine-readable line:
@@ -57,6 +59,8 @@
 //! the batch's own shape (a length of at least 2, so a next character exists).
 
 use anyhow::{bail, Context, Result};
+use clap::Parser;
+use compiler_collectives_cli::args::at_least_one;
 use compiler_collectives_core::cache::{
     CacheOptions, CompileCache, CompiledFrame, Inputs, Outcome,
 };
@@ -82,49 +86,29 @@ const TIMEOUT: Duration = Duration::from_secs(120);
 /// Compile key of the training step (equal on every rank).
 const STEP_KEY: &str = "train_step@examples/train_ddp.rs";
 
-/// Command-line options.
+/// Data-parallel training of a tiny character-level model; every compile
+/// decision is agreed by all ranks (start with `ccol run` or torchrun).
+#[derive(Parser, Debug)]
+#[command(name = "train_ddp")]
 struct Args {
+    /// Training steps.
+    #[arg(long, value_name = "N", default_value_t = 200, value_parser = at_least_one::<usize>)]
     steps: usize,
+    /// Seed of the shuffle and of the parameters (the same on every rank).
+    #[arg(long, value_name = "S", default_value_t = 0)]
     seed: u64,
+    /// Corpus directory: every regular file in it is a document.
+    #[arg(long, value_name = "DIR", default_value = corpus::DEFAULT_DIR)]
     corpus: PathBuf,
+    /// Samples per batch on each rank.
+    #[arg(long, value_name = "B", default_value_t = 8, value_parser = at_least_one::<u64>)]
     batch_size: u64,
+    /// Longest sequence, in characters.
+    #[arg(long, value_name = "L", default_value_t = 256, value_parser = at_least_one::<u64>)]
     max_seq_len: u64,
+    /// Adam's learning rate.
+    #[arg(long, value_name = "X", default_value_t = 0.01)]
     lr: f64,
-}
-
-fn parse_args() -> Result<Args> {
-    let mut a = Args {
-        steps: 200,
-        seed: 0,
-        corpus: PathBuf::from(corpus::DEFAULT_DIR),
-        batch_size: 8,
-        max_seq_len: 256,
-        lr: 0.01,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
-        match flag.as_str() {
-            "--steps" => a.steps = value()?.parse().context("--steps")?,
-            "--seed" => a.seed = value()?.parse().context("--seed")?,
-            "--corpus" => a.corpus = PathBuf::from(value()?),
-            "--batch-size" => a.batch_size = value()?.parse().context("--batch-size")?,
-            "--max-seq-len" => a.max_seq_len = value()?.parse().context("--max-seq-len")?,
-            "--lr" => a.lr = value()?.parse().context("--lr")?,
-            "-h" | "--help" => {
-                println!(
-                    "train_ddp [--steps N] [--seed S] [--corpus DIR] [--batch-size B] \
-                     [--max-seq-len L] [--lr X]  (start with `ccol run` or torchrun)"
-                );
-                std::process::exit(0);
-            }
-            other => bail!("unknown option `{other}` (try --help)"),
-        }
-    }
-    if a.steps == 0 {
-        bail!("--steps must be at least 1");
-    }
-    Ok(a)
 }
 
 /// The token ids of every sequence of the corpus, cut to its `len`.
@@ -299,7 +283,10 @@ fn digest(losses: &[f64]) -> u64 {
 }
 
 fn main() -> Result<()> {
-    let args = parse_args()?;
+    // Usage errors: one message naming the bad value, exit 2 (as `ccol`).
+    let args = Args::parse();
+    // RUST_LOG, CCOL_LOG_FORMAT: the library's `tracing` events on stderr.
+    compiler_collectives_cli::logging::init();
     let started = Instant::now();
     tch::set_num_threads(1);
     let transport = Arc::new(from_env().context("joining the process group")?);

@@ -1,0 +1,12 @@
+//! What `ccol` shares with the workspace's example programs.
+//!
+//! The `ccol` binary is this package's main product (see its `--help` and the
+//! README); this library holds only the pieces other programs reuse:
+//!
+//! | module | what |
+//! |---|---|
+//! | [`logging`] | the `tracing` subscriber every program installs: `RUST_LOG`, `CCOL_LOG_FORMAT=json`, stderr |
+//! | [`args`] | clap value parsers with the same messages everywhere (`at_least_one`) |
+
+pub mod args;
+pub mod logging;
