@@ -8,6 +8,7 @@
 //! `CCOL_STRICT_SKIPS=1` (set by `scripts/test.sh`, which installs torch):
 //! then they fail.
 
+use compiler_collectives_conformance::skip::{skip_test, Missing};
 use serde_json::Value;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -21,8 +22,8 @@ fn oracle_dir() -> PathBuf {
     repo().join("tests/pytorch-oracle")
 }
 
-/// The Python with torch 2.13, or why there is none (a failure under
-/// `CCOL_STRICT_SKIPS=1`).
+/// The Python with torch 2.13, or `None` after the skip rule (a failure
+/// under `CCOL_STRICT_SKIPS=1`).
 fn torch_python() -> Option<PathBuf> {
     let candidate = std::env::var_os("CCOL_TORCH_PYTHON")
         .map(PathBuf::from)
@@ -39,12 +40,12 @@ fn torch_python() -> Option<PathBuf> {
         ),
         Err(e) => format!("cannot run {}: {e}", candidate.display()),
     };
-    if std::env::var("CCOL_STRICT_SKIPS").as_deref() == Ok("1") {
-        panic!("CCOL_STRICT_SKIPS=1 but the PyTorch oracle cannot run: {why}");
-    }
-    report(&format!(
-        "skipped: the PyTorch oracle needs torch 2.13 (set CCOL_TORCH_PYTHON): {why}"
-    ));
+    skip_test(
+        "pytorch_oracle",
+        Missing::install(format!(
+            "the PyTorch oracle needs torch 2.13 (run scripts/setup-torch.sh, set CCOL_TORCH_PYTHON): {why}"
+        )),
+    );
     None
 }
 

@@ -1,29 +1,45 @@
 //! The shared conformance suite over Gloo with real processes, at 2, 3 and 4
-//! ranks, plus SIGKILL trials and Redis / default-file-store / torchrun
-//! rendezvous (see `compiler_collectives_conformance::process`). Arguments
-//! filter cases.
+//! ranks, plus SIGKILL trials, the harness's hung-rank check, a soak and
+//! Redis / default-file-store / torchrun rendezvous (see
+//! `compiler_collectives_conformance::process`). Arguments are libtest's
+//! (filters, `--list`, `--exact`).
 
-use compiler_collectives_conformance::process::{self, env_u32, DIR, RANK, ROLE, WORLD};
+use compiler_collectives_conformance::process::{
+    self, env_u32, trial_or_skip, Backend, Outcome, Ranks, DIR, RANK, ROLE, WORLD,
+};
+use compiler_collectives_conformance::skip::Missing;
 use compiler_collectives_conformance::Capability;
 use compiler_collectives_core::shapes::{FrameState, Observation};
 use compiler_collectives_core::{Channel, ChannelOptions, Transport};
 use compiler_collectives_gloo::{GlooOptions, GlooStore, GlooTransport};
-use std::process::{Command, Stdio};
+use std::process::{Command, ExitCode};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const KILL_TRIALS: u32 = 20;
 const KILL_DEADLINE: Duration = Duration::from_secs(3);
 const SOAK_WARMUP: u64 = 1_000;
 const SOAK_EXCHANGES: u64 = 10_000;
 
-fn main() {
+/// Gloo as this suite runs it: FileStore rendezvous in the case's
+/// directory. Its capabilities: every rank's connection is its own, so a
+/// timeout names the ranks that did not send, and a rank that shuts down
+/// or aborts sends its peers a notice.
+fn backend() -> Backend {
+    Backend {
+        name: "gloo",
+        worlds: vec![2, 3, 4],
+        capabilities: &[Capability::NamesMissingRanks, Capability::TellsPeersItLeft],
+    }
+}
+
+fn main() -> ExitCode {
     let code = match process::role().as_deref() {
         Some("behaviour") => process::rank_behaviour(connect()),
         Some("kill_loop") => process::rank_kill_loop(connect(), KILL_DEADLINE),
         Some("env_exchange") => rank_env_exchange(),
         Some("soak") => process::rank_soak(connect(), SOAK_WARMUP, SOAK_EXCHANGES),
-        _ => driver(),
+        _ => return driver(),
     };
     std::process::exit(code);
 }
@@ -71,20 +87,6 @@ fn rank_env_exchange() -> i32 {
     }
 }
 
-/// Whether a skipped case must fail (the test script installs its backend).
-fn strict() -> bool {
-    std::env::var("CCOL_STRICT_SKIPS").is_ok_and(|v| v == "1")
-}
-
-fn skip(why: &str) -> Result<(), String> {
-    if strict() {
-        Err(format!("needed but missing (CCOL_STRICT_SKIPS=1): {why}"))
-    } else {
-        println!("    skipped: {why}");
-        Ok(())
-    }
-}
-
 fn which(program: &str) -> Option<std::path::PathBuf> {
     std::env::var_os("PATH").and_then(|paths| {
         std::env::split_paths(&paths)
@@ -93,12 +95,15 @@ fn which(program: &str) -> Option<std::path::PathBuf> {
     })
 }
 
+/// How long a rendezvous case may run.
+const RENDEZVOUS_LIMIT: Duration = Duration::from_secs(60);
+
 /// Starts `world` ranks with torchrun's variables and `extra`, and checks
 /// every verdict.
 fn run_env_ranks(world: u32, extra: &[(&str, String)]) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let run_id = format!("test-{}-{}", std::process::id(), process::now_ms());
-    let children: Vec<_> = (0..world)
+    let commands = (0..world)
         .map(|r| {
             let mut c = Command::new(&exe);
             c.env(ROLE, "env_exchange")
@@ -107,23 +112,17 @@ fn run_env_ranks(world: u32, extra: &[(&str, String)]) -> Result<(), String> {
                 .env("LOCAL_WORLD_SIZE", world.to_string())
                 .env("TORCHELASTIC_RUN_ID", &run_id)
                 .env("MASTER_PORT", "29500")
-                .env_remove("CCOL_GLOO_STORE")
-                .stdout(Stdio::piped());
+                .env_remove("CCOL_GLOO_STORE");
             for (k, v) in extra {
                 c.env(k, v);
             }
-            c.spawn().map_err(|e| e.to_string())
+            c
         })
-        .collect::<Result<_, _>>()?;
-    let results = process::collect(children, Duration::from_secs(60));
-    let bad: Vec<String> = results
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| r.code != Some(0) || !r.lines.iter().any(|l| l == "VERDICT ok"))
-        .map(|(i, r)| format!("rank {i} (exit {:?}): {}", r.code, r.lines.join(" | ")))
         .collect();
-    if !bad.is_empty() {
-        return Err(bad.join("\n"));
+    let done = Ranks::start(commands)?.finish(RENDEZVOUS_LIMIT);
+    done.within_limit()?;
+    if !done.ranks.iter().all(|r| r.ok_with("VERDICT ok")) {
+        return Err(format!("a rank failed:\n{}", done.describe()));
     }
     let default_dir = std::env::temp_dir().join(format!("ccol-gloo-{run_id}-29500-0"));
     if extra.is_empty() && default_dir.exists() {
@@ -135,56 +134,59 @@ fn run_env_ranks(world: u32, extra: &[(&str, String)]) -> Result<(), String> {
     Ok(())
 }
 
-/// A real redis-server on a free loopback port, stopped on drop.
-struct Redis(std::process::Child, u16);
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// A real redis-server on a loopback port, stopped on drop.
+struct Redis {
+    _server: Ranks,
+    port: u16,
 }
 
+/// Starts redis-server on a loopback port. A port can only be offered, not
+/// held, across the exec: when another process took it first, the server
+/// says so and exits, and the next port is tried; the server is used once
+/// it says it accepts connections (so it is ours that listens).
 fn start_redis(server: &std::path::Path) -> Result<Redis, String> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(|e| e.to_string())?
-        .port();
-    let child = Command::new(server)
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", server.display()))?;
-    let redis = Redis(child, port);
-    let until = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if Instant::now() > until {
-            return Err("redis-server did not start listening within 10 s".into());
+    let mut last = String::new();
+    for _ in 0..5 {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|e| e.to_string())?
+            .port();
+        let mut c = Command::new(server);
+        c.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"]);
+        let ranks = Ranks::start(vec![c])?;
+        if ranks
+            .wait_line(0, Duration::from_secs(10), |l| {
+                l.contains("Ready to accept connections")
+            })
+            .is_some()
+        {
+            return Ok(Redis {
+                _server: ranks,
+                port,
+            });
         }
-        std::thread::sleep(Duration::from_millis(20));
+        last = ranks.lines(0).join("\n");
     }
-    Ok(redis)
+    Err(format!(
+        "redis-server did not start in 5 tries; its last output:\n{last}"
+    ))
 }
 
-fn redis_rendezvous() -> Result<(), String> {
+fn redis_rendezvous() -> Result<(), Outcome> {
     let Some(server) = which("redis-server") else {
-        return skip("redis-server is not installed (apt-get install redis-server)");
+        return Err(Outcome::Skip(Missing::install(
+            "redis-server is not installed (apt-get install redis-server)",
+        )));
     };
     let redis = start_redis(&server)?;
-    run_env_ranks(
+    Ok(run_env_ranks(
         3,
-        &[("CCOL_GLOO_STORE", format!("redis://127.0.0.1:{}", redis.1))],
-    )
+        &[(
+            "CCOL_GLOO_STORE",
+            format!("redis://127.0.0.1:{}", redis.port),
+        )],
+    )?)
 }
 
 fn default_file_store_under_torchrun_env() -> Result<(), String> {
@@ -192,35 +194,42 @@ fn default_file_store_under_torchrun_env() -> Result<(), String> {
 }
 
 /// `torchrun --no-python` from the project's torch set-up, when present.
-fn torchrun_no_python() -> Result<(), String> {
+fn torchrun_no_python() -> Result<(), Outcome> {
     let torchrun = std::env::var_os("CCOL_TORCHRUN")
         .map(std::path::PathBuf::from)
         .filter(|p| p.is_file())
         .or_else(|| which("torchrun"));
     let Some(torchrun) = torchrun else {
-        return skip("torchrun not found (run scripts/setup-torch.sh, or set CCOL_TORCHRUN)");
+        return Err(Outcome::Skip(Missing::install(
+            "torchrun not found (run scripts/setup-torch.sh, or set CCOL_TORCHRUN)",
+        )));
     };
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let out = Command::new(&torchrun)
-        .args(["--standalone", "--nproc-per-node", "2", "--no-python"])
+    let mut c = Command::new(&torchrun);
+    c.args(["--standalone", "--nproc-per-node", "2", "--no-python"])
         .arg(&exe)
         .env(ROLE, "env_exchange")
-        .env_remove("CCOL_GLOO_STORE")
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", torchrun.display()))?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let oks = text
-        .lines()
+        .env_remove("CCOL_GLOO_STORE");
+    let out = process::run_within(c, RENDEZVOUS_LIMIT)?;
+    let text = out.lines.join("\n");
+    let oks = out
+        .lines
+        .iter()
         .filter(|l| l.trim_end().ends_with("VERDICT ok"))
         .count();
-    if out.status.success() && oks == 2 {
+    if out.killed_at_limit {
+        return Err(Outcome::Fail(format!(
+            "hung: torchrun still running after {} s was stopped:\n{text}",
+            RENDEZVOUS_LIMIT.as_secs()
+        )));
+    }
+    if out.code == Some(0) && oks == 2 {
         Ok(())
     } else {
-        Err(format!(
-            "torchrun exited {:?} with {oks} ok verdicts:\n{text}\n{}",
-            out.status.code(),
-            String::from_utf8_lossy(&out.stderr)
-        ))
+        Err(Outcome::Fail(format!(
+            "torchrun exited {:?} with {oks} ok verdicts:\n{text}",
+            out.code
+        )))
     }
 }
 
@@ -228,30 +237,25 @@ fn no_env() -> Vec<(&'static str, String)> {
     Vec::new()
 }
 
-fn driver() -> i32 {
-    let (mut cases, skipped) =
-        process::behaviour_cases("gloo", &[2, 3, 4], Capability::ALL, no_env);
-    cases.push((
-        "gloo::rendezvous::redis_store".into(),
-        Box::new(redis_rendezvous),
+fn driver() -> ExitCode {
+    let b = backend();
+    let mut trials = process::behaviour_trials(&b, no_env);
+    trials.extend(process::harness_trials(&b, no_env));
+    trials.push(trial_or_skip(
+        "gloo::rendezvous::redis_store",
+        redis_rendezvous,
     ));
-    cases.push((
-        "gloo::rendezvous::default_file_store".into(),
-        Box::new(default_file_store_under_torchrun_env),
+    trials.push(trial_or_skip(
+        "gloo::rendezvous::default_file_store",
+        || Ok(default_file_store_under_torchrun_env()?),
     ));
-    cases.push((
-        "gloo::rendezvous::torchrun_no_python".into(),
-        Box::new(torchrun_no_python),
+    trials.push(trial_or_skip(
+        "gloo::rendezvous::torchrun_no_python",
+        torchrun_no_python,
     ));
-    cases.push((
-        "gloo::soak::two_ranks".into(),
-        Box::new(|| process::soak_case("gloo", 2, &[], SOAK_EXCHANGES)),
-    ));
-    cases.extend(process::kill_cases(
-        "gloo",
-        KILL_TRIALS,
-        KILL_DEADLINE,
-        no_env,
-    ));
-    process::run_cases(cases, skipped)
+    trials.push(trial_or_skip("gloo::soak::two_ranks", || {
+        Ok(process::soak_case("gloo", 2, &[], SOAK_EXCHANGES)?)
+    }));
+    trials.extend(process::kill_trials(&b, KILL_TRIALS, KILL_DEADLINE, no_env));
+    process::run(trials)
 }

@@ -15,10 +15,11 @@
 //!     └─ veth ── ns h2: 10.213.N.3/24, rank 2   ← its link is cut
 //! ```
 
-use compiler_collectives_conformance::process::{self, env_u32, Case, RANK, ROLE, WORLD};
+use compiler_collectives_conformance::process::{self, env_u32, Ranks, RANK, ROLE, WORLD};
+use compiler_collectives_conformance::skip::Missing;
 use compiler_collectives_core::Transport;
 use compiler_collectives_gloo::{GlooOptions, GlooStore, GlooTransport};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,12 +31,11 @@ const ADDR: &str = "CCOL_TEST_ADDR";
 const STORE: &str = "CCOL_TEST_STORE";
 const PREFIX: &str = "CCOL_TEST_PREFIX";
 
-fn main() {
-    let code = match process::role().as_deref() {
-        Some("kill_loop") => process::rank_kill_loop(connect(), DEADLINE),
+fn main() -> ExitCode {
+    match process::role().as_deref() {
+        Some("kill_loop") => std::process::exit(process::rank_kill_loop(connect(), DEADLINE)),
         _ => driver(),
-    };
-    std::process::exit(code);
+    }
 }
 
 fn connect() -> Arc<dyn Transport> {
@@ -208,8 +208,9 @@ impl Drop for Hosts {
     }
 }
 
-/// Why this machine cannot run the case, if it cannot.
-fn missing_privilege() -> Option<String> {
+/// Why this machine cannot run the case, if it cannot: a privilege it
+/// lacks, or iproute2 not installed.
+fn missing_privilege() -> Option<Missing> {
     let root = std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
@@ -219,7 +220,9 @@ fn missing_privilege() -> Option<String> {
         .and_then(|l| l.split_whitespace().nth(1).map(|e| e == "0"))
         .unwrap_or(false);
     if !root {
-        return Some("not root: network namespaces need CAP_NET_ADMIN".into());
+        return Some(Missing::machine(
+            "not root: network namespaces need CAP_NET_ADMIN",
+        ));
     }
     // CAP_NET_ADMIN is bit 12 of the effective capabilities.
     let net_admin = std::fs::read_to_string("/proc/self/status")
@@ -231,10 +234,14 @@ fn missing_privilege() -> Option<String> {
         .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
         .is_some_and(|caps| caps & (1 << 12) != 0);
     if !net_admin {
-        return Some("root without CAP_NET_ADMIN (a restricted container)".into());
+        return Some(Missing::machine(
+            "root without CAP_NET_ADMIN (a restricted container)",
+        ));
     }
     if Command::new("ip").arg("-V").output().is_err() {
-        return Some("iproute2's ip is not installed (apt-get install iproute2)".into());
+        return Some(Missing::install(
+            "iproute2's ip is not installed (apt-get install iproute2)",
+        ));
     }
     None
 }
@@ -252,72 +259,59 @@ fn which(program: &str) -> Option<std::path::PathBuf> {
 fn cut_trial(hosts: &Hosts, t: u32) -> Result<u128, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let prefix = format!("trial{t}-{}", process::now_ms());
-    let children = (0..3u32)
+    let commands = (0..3u32)
         .map(|r| {
             let h = r as usize;
-            hosts
-                .command(h, &exe)
-                .env(ROLE, "kill_loop")
+            let mut c = hosts.command(h, &exe);
+            c.env(ROLE, "kill_loop")
                 .env(RANK, r.to_string())
                 .env(WORLD, "3")
                 .env(ADDR, hosts.addr(h))
                 .env(STORE, hosts.addr(0))
-                .env(PREFIX, &prefix)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .map_err(|e| format!("cannot start rank {r}: {e}"))
+                .env(PREFIX, &prefix);
+            c
         })
-        .collect::<Result<Vec<_>, _>>()?;
-    let worst = process::fault_trial(children, DEADLINE, "the cut", false, |_victim| {
+        .collect();
+    let ranks = Ranks::start(commands)?;
+    let worst = process::fault_trial(ranks, DEADLINE, "the cut", false, |_victim| {
         hosts.set_link(2, false)
     });
     hosts.set_link(2, true)?;
     worst
 }
 
-/// Whether a skipped case must fail: CI installs everything and runs as root.
-fn strict() -> bool {
-    std::env::var("CCOL_STRICT_SKIPS").is_ok_and(|v| v == "1")
-}
-
-fn driver() -> i32 {
+fn driver() -> ExitCode {
     let name = "gloo::netns::cut_link_mid_exchange";
     let why = match (missing_privilege(), which("redis-server")) {
         (Some(why), _) => Some(why),
-        (None, None) => Some("redis-server is not installed (apt-get install redis-server)".into()),
+        (None, None) => Some(Missing::install(
+            "redis-server is not installed (apt-get install redis-server)",
+        )),
         (None, Some(_)) => None,
     };
     if let Some(why) = why {
-        if strict() && !why.starts_with("not root") {
-            let fail: Case =
-                Box::new(move || Err(format!("needed but missing (CCOL_STRICT_SKIPS=1): {why}")));
-            return process::run_cases(vec![(name.into(), fail)], Vec::new());
-        }
-        return process::run_cases(Vec::new(), vec![(name.into(), why)]);
+        return process::run(vec![process::skipped_trial(name, why)]);
     }
     let hosts = match Hosts::create() {
         Ok(h) => h,
         Err(e) => {
-            let fail: Case = Box::new(move || Err(format!("cannot make the namespaces: {e}")));
-            return process::run_cases(vec![(name.into(), fail)], Vec::new());
+            return process::run(vec![process::trial(name, move || {
+                Err(format!("cannot make the namespaces: {e}"))
+            })])
         }
     };
     let hosts = Arc::new(std::sync::Mutex::new(hosts));
     let server = which("redis-server").unwrap_or_default();
     let setup = Arc::clone(&hosts);
-    let mut cases: Vec<(String, Case)> = vec![(
-        "gloo::netns::redis_in_host_0".into(),
-        Box::new(move || {
-            setup
-                .lock()
-                .map_err(|e| e.to_string())?
-                .start_redis(&server)
-        }),
-    )];
+    let mut trials = vec![process::trial("gloo::netns::redis_in_host_0", move || {
+        setup
+            .lock()
+            .map_err(|e| e.to_string())?
+            .start_redis(&server)
+    })];
     let counter = Arc::new(std::sync::atomic::AtomicU32::new(0));
     let trial_hosts = Arc::clone(&hosts);
-    cases.extend(process::trial_cases(
+    trials.extend(process::trial_cases(
         name,
         "link cut",
         TRIALS,
@@ -328,7 +322,7 @@ fn driver() -> i32 {
             cut_trial(&hosts, t)
         },
     ));
-    let code = process::run_cases(cases, Vec::new());
+    let code = process::run(trials);
     drop(hosts);
     code
 }

@@ -9,27 +9,35 @@
 //! It fails instead when the machine has a GPU and `CCOL_STRICT_SKIPS=1`
 //! but the library is missing.
 
-use compiler_collectives_conformance::process::{self, env_u32, DIR, RANK, WORLD};
+use compiler_collectives_conformance::process::{self, env_u32, Backend, DIR, RANK, WORLD};
+use compiler_collectives_conformance::skip::Missing;
 use compiler_collectives_conformance::Capability;
 use compiler_collectives_core::Transport;
 use compiler_collectives_nccl::{FileStore, NcclOptions, NcclTransport};
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 const KILL_TRIALS: u32 = 20;
 const KILL_DEADLINE: Duration = Duration::from_secs(3);
 
-/// NCCL itself can do neither, but the transport's store does both: the
-/// post-mortem names missing ranks, `left/<rank>` keys tell waiting peers.
-const HAS: &[Capability] = Capability::ALL;
+/// NCCL as this suite runs it, at `worlds`. Its capabilities: NCCL itself
+/// has neither, but the transport's store has both — the post-mortem names
+/// missing ranks, `left/<rank>` keys tell waiting peers.
+fn backend(worlds: Vec<u32>) -> Backend {
+    Backend {
+        name: "nccl",
+        worlds,
+        capabilities: &[Capability::NamesMissingRanks, Capability::TellsPeersItLeft],
+    }
+}
 
-fn main() {
-    let code = match process::role().as_deref() {
-        Some("behaviour") => process::rank_behaviour(connect()),
-        Some("kill_loop") => process::rank_kill_loop(connect(), KILL_DEADLINE),
+fn main() -> ExitCode {
+    match process::role().as_deref() {
+        Some("behaviour") => std::process::exit(process::rank_behaviour(connect())),
+        Some("kill_loop") => std::process::exit(process::rank_kill_loop(connect(), KILL_DEADLINE)),
         _ => driver(),
-    };
-    std::process::exit(code);
+    }
 }
 
 /// One GPU per rank (device = rank), rendezvous in the case's directory.
@@ -49,10 +57,6 @@ fn connect() -> Arc<dyn Transport> {
     }
 }
 
-fn strict() -> bool {
-    std::env::var("CCOL_STRICT_SKIPS").is_ok_and(|v| v == "1")
-}
-
 /// World sizes to run: `CCOL_NCCL_WORLDS` or 1..=min(GPUs, 8).
 fn worlds(gpus: usize) -> Vec<u32> {
     if let Ok(v) = std::env::var("CCOL_NCCL_WORLDS") {
@@ -65,30 +69,43 @@ fn worlds(gpus: usize) -> Vec<u32> {
     (1..=u32::try_from(gpus.min(8)).unwrap_or(1)).collect()
 }
 
-fn driver() -> i32 {
+fn driver() -> ExitCode {
+    // Without a GPU nothing can run (a machine's lack, never a failure);
+    // with GPUs but without the library, the skip rule decides.
     let gpus = match compiler_collectives_nccl::device_count() {
         Ok(n) => n,
         Err(e) => {
-            println!("\nrunning 0 tests\nnccl conformance skipped: {e}\n\ntest result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out\n");
-            return 0;
+            return process::run(vec![process::skipped_trial(
+                "nccl::conformance",
+                Missing::machine(format!("no GPU: {e}")),
+            )])
         }
     };
     if let Err(e) = compiler_collectives_nccl::library() {
-        println!("\nnccl conformance skipped: {gpus} GPU(s) but {e}");
-        return i32::from(strict());
+        return process::run(vec![process::skipped_trial(
+            "nccl::conformance",
+            Missing::install(format!("{gpus} GPU(s) but {e}")),
+        )]);
     }
     let worlds = worlds(gpus);
     println!("nccl conformance: {gpus} GPU(s), world sizes {worlds:?}");
-    let (mut cases, skipped) = process::behaviour_cases("nccl", &worlds, HAS, Vec::new);
+    let b = backend(worlds);
+    let mut trials = process::behaviour_trials(&b, Vec::new);
+    if gpus >= 2 {
+        trials.extend(process::harness_trials(&b, Vec::new));
+    }
     if gpus >= 3 {
-        cases.extend(process::kill_cases(
-            "nccl",
+        trials.extend(process::kill_trials(
+            &b,
             KILL_TRIALS,
             KILL_DEADLINE,
             Vec::new,
         ));
     } else {
-        println!("nccl::sigkill_mid_exchange skipped: needs 3 GPUs, this machine has {gpus}");
+        trials.push(process::skipped_trial(
+            "nccl::sigkill_mid_exchange",
+            Missing::machine(format!("needs 3 GPUs, this machine has {gpus}")),
+        ));
     }
-    process::run_cases(cases, skipped)
+    process::run(trials)
 }

@@ -6,6 +6,7 @@
 //! absent; with `CCOL_STRICT_SKIPS=1` (the test script, which installs it)
 //! that is a failure.
 
+use compiler_collectives_conformance::skip::{skip_test, Missing};
 use compiler_collectives_core::{Deadline, Error, InProcessStore, Store};
 use compiler_collectives_nccl::{
     device_count, fetch_unique_id, find_library, publish_unique_id, Communicator, FileStore,
@@ -14,20 +15,16 @@ use compiler_collectives_nccl::{
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-fn strict() -> bool {
-    std::env::var("CCOL_STRICT_SKIPS").is_ok_and(|v| v == "1")
-}
-
-/// The library of the default search, or `None` after printing why.
+/// The library of the default search, or `None` after the skip rule
+/// (scripts/setup-nccl.sh installs it, so a failure under strict skips).
 fn lib_or_skip(test: &str) -> Option<Arc<compiler_collectives_nccl::NcclLib>> {
     match compiler_collectives_nccl::library() {
         Ok(lib) => Some(lib),
         Err(e) => {
-            assert!(
-                !strict(),
-                "{test}: NCCL needed but missing (CCOL_STRICT_SKIPS=1): {e}"
+            skip_test(
+                test,
+                Missing::install(format!("NCCL (run scripts/setup-nccl.sh): {e}")),
             );
-            println!("{test}: skipped: {e}");
             None
         }
     }

@@ -166,6 +166,21 @@ void* ccol_c10d_tcpstore_new(const char* host, uint16_t port, int32_t world_size
     }
 }
 
+// The port a TCPStore listens on or connects to (the bound one for a server
+// asked for port 0); -CCOL_C10D_INVALID for a store that is not a TCPStore.
+int32_t ccol_c10d_tcpstore_port(void* store, ccol_c10d_error* err) {
+    clear_error(err);
+    try {
+        auto* tcp = dynamic_cast<c10d::TCPStore*>(&store_of(store));
+        if (tcp == nullptr) {
+            throw std::invalid_argument("not a TCPStore (a PrefixStore has no port of its own)");
+        }
+        return static_cast<int32_t>(tcp->getPort());
+    } catch (...) {
+        return -report(err);
+    }
+}
+
 void* ccol_c10d_prefixstore_new(const char* prefix, void* store, ccol_c10d_error* err) {
     clear_error(err);
     try {

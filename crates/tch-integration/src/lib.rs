@@ -55,6 +55,7 @@ mod sys {
             timeout_ms: i64,
             err: *mut RawError,
         ) -> *mut c_void;
+        pub(crate) fn ccol_c10d_tcpstore_port(store: *mut c_void, err: *mut RawError) -> i32;
         pub(crate) fn ccol_c10d_prefixstore_new(
             prefix: *const c_char,
             store: *mut c_void,
@@ -345,6 +346,27 @@ impl C10dStore {
             let s = err.status;
             err.into_error(s, "TCPStore")
         })
+    }
+
+    /// The port of this `TCPStore`: the one a server bound (port 0 in
+    /// [`C10dStore::tcp`] lets the system pick a free one, which a test or
+    /// launcher then publishes to the clients), or the one a client
+    /// connected to.
+    ///
+    /// # Errors
+    /// [`C10dError::Invalid`] for a store that is not a `TCPStore` (a
+    /// prefixed one).
+    pub fn port(&self) -> Result<u16, C10dError> {
+        let mut err = RawError::new();
+        // SAFETY: the handle is live; `err` is writable for the call.
+        let p = unsafe { sys::ccol_c10d_tcpstore_port(self.0.as_ptr(), &mut err) };
+        match u16::try_from(p) {
+            Ok(port) if p >= 0 => Ok(port),
+            _ => {
+                let status = err.status;
+                Err(err.into_error(status, "TCPStore port"))
+            }
+        }
     }
 
     /// Whether `key` is set, without waiting.

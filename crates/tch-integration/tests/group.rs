@@ -6,18 +6,10 @@ use compiler_collectives_tch::{observe, C10dError, C10dProcessGroup, C10dStore, 
 use std::time::Duration;
 use tch::Tensor;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
 #[test]
 fn one_rank_group_store_and_tensor_ops() {
     let t = Duration::from_secs(20);
-    let store =
-        C10dStore::tcp("127.0.0.1", free_port(), 1, true, true, t).expect("TCPStore server");
+    let store = C10dStore::tcp("127.0.0.1", 0, 1, true, true, t).expect("TCPStore server");
     let soon = Deadline::after(t);
     store.set("k", b"v", soon).expect("set");
     assert_eq!(store.get("k", soon).expect("get"), b"v");
@@ -67,9 +59,23 @@ fn observations_follow_sizes_and_strides() {
 
 #[test]
 fn a_client_without_a_server_times_out_with_torch_text() {
+    // A port this test holds bound but not listening: nothing else can take
+    // it, and connections to it are refused (a listener that accepts and
+    // never answers would leave libtorch's client waiting past its timeout
+    // in its validation read).
+    let held =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("a socket");
+    held.bind(&std::net::SocketAddr::from(([127, 0, 0, 1], 0)).into())
+        .expect("bind");
+    let port = held
+        .local_addr()
+        .ok()
+        .and_then(|a| a.as_socket())
+        .expect("its address")
+        .port();
     let err = C10dStore::tcp(
         "127.0.0.1",
-        free_port(),
+        port,
         2,
         false,
         false,
@@ -77,4 +83,5 @@ fn a_client_without_a_server_times_out_with_torch_text() {
     )
     .expect_err("no server");
     assert!(!err.to_string().is_empty());
+    drop(held);
 }

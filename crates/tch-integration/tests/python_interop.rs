@@ -5,6 +5,8 @@
 //! transport; each side checks every payload byte for byte. This proves the
 //! transport hooks into libtorch's real process group.
 
+use compiler_collectives_conformance::process::Ranks;
+use compiler_collectives_conformance::skip::{skip_test, Missing};
 use compiler_collectives_core::{Deadline, Transport};
 use compiler_collectives_tch::{C10dProcessGroup, C10dStore, C10dTransport};
 use std::path::PathBuf;
@@ -39,30 +41,30 @@ fn python_default_group_store(port: u16, world: u32) -> C10dStore {
 #[test]
 fn python_and_rust_ranks_share_one_gloo_group() {
     let Some(py) = python() else {
-        if std::env::var("CCOL_STRICT_SKIPS").is_ok_and(|v| v == "1") {
-            panic!(
-                "CCOL_TORCH_PYTHON is not set (CCOL_STRICT_SKIPS=1): run scripts/setup-torch.sh"
-            );
-        }
-        println!(
-            "skipped: CCOL_TORCH_PYTHON is not set (run `eval \"$(scripts/setup-torch.sh)\"`)"
+        return skip_test(
+            "python_and_rust_ranks_share_one_gloo_group",
+            Missing::install(
+                "CCOL_TORCH_PYTHON is not set (run `eval \"$(scripts/setup-torch.sh)\"`)",
+            ),
         );
-        return;
     };
     let world = 3u32;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port");
+    // The test serves the TCPStore as torchrun's agent does, on a port the
+    // system picks (no race for a "free" port); every rank, the Python one
+    // included (`TORCHELASTIC_USE_AGENT_STORE=True`), connects as a client.
+    let server = C10dStore::tcp("127.0.0.1", 0, world, true, false, Duration::from_secs(60))
+        .expect("TCPStore server");
+    let port = server.port().expect("its port");
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/python_rank.py");
-    let child = Command::new(py)
+    let mut python_rank = Command::new(py);
+    python_rank
         .arg(&script)
-        .arg(port.to_string())
-        .arg(world.to_string())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("python rank starts");
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", port.to_string())
+        .env("RANK", "0")
+        .env("WORLD_SIZE", world.to_string())
+        .env("TORCHELASTIC_USE_AGENT_STORE", "True");
+    let child = Ranks::start(vec![python_rank]).expect("python rank starts");
     let ranks: Vec<_> = (1..world)
         .map(|rank| {
             std::thread::spawn(move || {
@@ -97,11 +99,13 @@ fn python_and_rust_ranks_share_one_gloo_group() {
     for r in ranks {
         assert_eq!(r.join().expect("rust rank"), world as usize);
     }
-    let out = child.wait_with_output().expect("python rank ends");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let done = child.finish(Duration::from_secs(120));
+    done.within_limit().expect("the python rank ended");
+    let rank0 = &done.ranks[0];
     assert!(
-        out.status.success() && stdout.contains("PYTHON OK 3 payloads"),
-        "python rank: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+        rank0.ok_with("PYTHON OK 3 payloads"),
+        "python rank:\n{}",
+        done.describe()
     );
+    drop(server);
 }

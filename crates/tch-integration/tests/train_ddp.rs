@@ -10,6 +10,8 @@
 //! passes, unless `CCOL_STRICT_SKIPS=1`.
 
 use anyhow::{bail, ensure, Context, Result};
+use compiler_collectives_conformance::skip::{skip_test, Missing};
+use compiler_collectives_tch::C10dStore;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -20,13 +22,11 @@ const STEPS: u32 = 200;
 const LIMIT: Duration = Duration::from_secs(300);
 const CORPUS: &str = "/usr/share/common-licenses";
 
-/// Prints why the test does not run, or fails under `CCOL_STRICT_SKIPS=1`.
+/// The skip rule: prints why the test does not run, or fails under
+/// `CCOL_STRICT_SKIPS=1` (the test command builds the example and the
+/// corpus is Debian's base-files).
 fn skip(why: &str) {
-    assert!(
-        std::env::var("CCOL_STRICT_SKIPS").as_deref() != Ok("1"),
-        "CCOL_STRICT_SKIPS=1 but: {why}"
-    );
-    eprintln!("skipped: {why}");
+    skip_test("two_ranks_train_and_agree", Missing::install(why));
 }
 
 fn example_binary() -> Option<PathBuf> {
@@ -36,12 +36,6 @@ fn example_binary() -> Option<PathBuf> {
         .join("examples")
         .join(format!("train_ddp{}", std::env::consts::EXE_SUFFIX));
     bin.is_file().then_some(bin)
-}
-
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
 }
 
 /// One rank's finished run.
@@ -122,7 +116,10 @@ fn two_ranks_train_and_agree() -> Result<()> {
         skip(&format!("{CORPUS} is missing"));
         return Ok(());
     }
-    let port = free_port()?.to_string();
+    // The test serves the TCPStore as torchrun's agent does, on a port the
+    // system picks (no race for a "free" port); the ranks connect to it.
+    let server = C10dStore::tcp("127.0.0.1", 0, WORLD, true, false, LIMIT)?;
+    let port = server.port()?.to_string();
     let run_id = format!("train-ddp-test-{}", std::process::id());
     let mut children = Vec::new();
     for rank in 0..WORLD {
@@ -135,7 +132,7 @@ fn two_ranks_train_and_agree() -> Result<()> {
             .env("MASTER_ADDR", "127.0.0.1")
             .env("MASTER_PORT", &port)
             .env("TORCHELASTIC_RUN_ID", &run_id)
-            .env_remove("TORCHELASTIC_USE_AGENT_STORE")
+            .env("TORCHELASTIC_USE_AGENT_STORE", "True")
             .stdin(Stdio::null())
             .stdout(out.reopen()?)
             .stderr(out.reopen()?)

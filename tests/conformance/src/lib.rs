@@ -6,9 +6,11 @@
 //! the in-process engine, real processes for Gloo — and requires every rank
 //! to return `Ok`. Backend differences are plain arguments of [`Ctx`].
 //!
-//! [`in_process_tests!`] stamps out one `#[test]` per behaviour and world
-//! size for the in-process engine; multi-process backends look a behaviour
-//! up by name with [`find`] inside their rank processes.
+//! [`in_process_trials`] makes one case per behaviour and world size for
+//! the in-process engine; multi-process backends run theirs through
+//! [`process`] and look a behaviour up by name with [`find`] inside their
+//! rank processes. Every runner has a hard limit per case: a hung rank
+//! fails its case, never the whole run. [`skip`] is the one skip rule.
 //!
 //! Behaviours whose assertions are about time ([`Behaviour::timed`]) must be
 //! run one at a time (the in-process runner holds [`TIMING_LOCK`]).
@@ -16,6 +18,8 @@
 use compiler_collectives_core::shapes::{FrameState, Observation};
 mod decisions;
 pub mod process;
+mod ranks;
+pub mod skip;
 
 use compiler_collectives_core::RankGroup;
 use compiler_collectives_core::{
@@ -303,18 +307,67 @@ pub const BEHAVIOURS: &[Behaviour] = &[
     },
 ];
 
-/// The behaviour called `name`.
+/// The line the hung rank of [`HUNG_RANK`] prints before it hangs.
+pub const HUNG_MARK: &str = "HUNG: this rank sleeps forever on purpose";
+
+/// Not a behaviour of the suite (not in [`BEHAVIOURS`]): the harness's own
+/// check. The last rank prints [`HUNG_MARK`] and sleeps forever inside the
+/// behaviour, as a rank stuck in an engine would; the others wait for it in
+/// an exchange. A runner must fail such a case at its limit and go on
+/// ([`process::harness_trials`], [`run_in_process_within`]).
+pub const HUNG_RANK: Behaviour = Behaviour {
+    name: "hung_rank",
+    min_world: 2,
+    timed: false,
+    run: hung_rank,
+    needs: &[],
+};
+
+fn hung_rank(ctx: &Ctx) -> Result<(), String> {
+    if ctx.rank() + 1 == ctx.world() {
+        println!("{HUNG_MARK}");
+        use std::io::Write as _;
+        let _ = std::io::stdout().flush();
+        loop {
+            std::thread::sleep(Duration::from_secs(3600));
+        }
+    }
+    let mut ch = ctx.channel(ctx.timeout)?;
+    ch.exchange("f", "", &AnyVote(false))
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// The behaviour called `name` ([`BEHAVIOURS`] and [`HUNG_RANK`]).
 pub fn find(name: &str) -> Option<&'static Behaviour> {
-    BEHAVIOURS.iter().find(|b| b.name == name)
+    BEHAVIOURS
+        .iter()
+        .chain(std::iter::once(&HUNG_RANK))
+        .find(|b| b.name == name)
 }
 
 /// Held while a timed behaviour runs, so timing assertions are not disturbed
 /// by other tests on a 2-core machine.
 pub static TIMING_LOCK: Mutex<()> = Mutex::new(());
 
+/// How long an in-process case may run before its unfinished ranks are
+/// reported as hung (their threads are left behind; the test fails and the
+/// binary goes on).
+pub const IN_PROCESS_LIMIT: Duration = Duration::from_secs(60);
+
 /// Runs `behaviour` on `world` in-process ranks (threads) and returns every
-/// rank's result, index = rank.
+/// rank's result, index = rank, within [`IN_PROCESS_LIMIT`].
 pub fn run_in_process(behaviour: &Behaviour, world: u32) -> Vec<Result<(), String>> {
+    run_in_process_within(behaviour, world, IN_PROCESS_LIMIT)
+}
+
+/// [`run_in_process`] with another limit: a rank that has not finished
+/// when `limit` has passed gets an `Err` saying it hung.
+pub fn run_in_process_within(
+    behaviour: &Behaviour,
+    world: u32,
+    limit: Duration,
+) -> Vec<Result<(), String>> {
     let _guard = behaviour
         .timed
         .then(|| TIMING_LOCK.lock().unwrap_or_else(|e| e.into_inner()));
@@ -322,22 +375,41 @@ pub fn run_in_process(behaviour: &Behaviour, world: u32) -> Vec<Result<(), Strin
         Ok(t) => t,
         Err(e) => return vec![Err(e.to_string())],
     };
-    let handles: Vec<_> = transports
+    let (tx, rx) = std::sync::mpsc::channel();
+    for (r, t) in transports.into_iter().enumerate() {
+        let ctx = Ctx {
+            transport: Arc::new(t),
+            timeout: Duration::from_secs(20),
+            short_timeout: Duration::from_millis(1500),
+            margin: Duration::from_secs(1),
+        };
+        let (run, tx) = (behaviour.run, tx.clone());
+        std::thread::spawn(move || {
+            let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&ctx)))
+                .unwrap_or_else(|_| Err("rank panicked".into()));
+            let _ = tx.send((r, res));
+        });
+    }
+    drop(tx);
+    let start = Instant::now();
+    let mut results: Vec<Option<Result<(), String>>> = (0..world).map(|_| None).collect();
+    while results.iter().any(Option::is_none) {
+        let left = limit.saturating_sub(start.elapsed());
+        match rx.recv_timeout(left) {
+            Ok((r, res)) => results[r] = Some(res),
+            Err(_) => break,
+        }
+    }
+    results
         .into_iter()
-        .map(|t| {
-            let ctx = Ctx {
-                transport: Arc::new(t),
-                timeout: Duration::from_secs(20),
-                short_timeout: Duration::from_millis(1500),
-                margin: Duration::from_secs(1),
-            };
-            let run = behaviour.run;
-            std::thread::spawn(move || run(&ctx))
+        .map(|r| {
+            r.unwrap_or_else(|| {
+                Err(format!(
+                    "hung: not finished at the case's limit of {} ms (its thread is left behind)",
+                    limit.as_millis()
+                ))
+            })
         })
-        .collect();
-    handles
-        .into_iter()
-        .map(|h| h.join().unwrap_or_else(|_| Err("rank panicked".into())))
         .collect()
 }
 
@@ -358,28 +430,64 @@ pub fn assert_all_ok(name: &str, world: u32, results: &[Result<(), String>]) {
     );
 }
 
-/// Stamps out `#[test]`s for every behaviour at world sizes 1 to 4 over the
-/// in-process engine.
-#[macro_export]
-macro_rules! in_process_tests {
-    ($($name:ident),* $(,)?) => {
-        $(
-            mod $name {
-                fn check(world: u32) {
-                    let b = $crate::find(stringify!($name)).expect("behaviour exists");
-                    if world < b.min_world {
-                        return;
-                    }
-                    let results = $crate::run_in_process(b, world);
-                    $crate::assert_all_ok(b.name, world, &results);
-                }
-                #[test] fn world_1() { check(1) }
-                #[test] fn world_2() { check(2) }
-                #[test] fn world_3() { check(3) }
-                #[test] fn world_4() { check(4) }
+/// Every behaviour at each of `worlds` over the in-process engine (ranks
+/// as threads), named `in_process::<behaviour>::world_<n>`, each within
+/// [`IN_PROCESS_LIMIT`]; a world below a behaviour's smallest is listed as
+/// ignored with the reason. Plus the runner's own hung-rank check.
+pub fn in_process_trials(worlds: &[u32]) -> Vec<libtest_mimic::Trial> {
+    use libtest_mimic::{Completion, Failed, Trial};
+    let mut trials = Vec::new();
+    for b in BEHAVIOURS {
+        for &world in worlds {
+            let name = format!("in_process::{}::world_{world}", b.name);
+            if world < b.min_world {
+                let why = format!("needs at least {} ranks", b.min_world);
+                trials.push(Trial::ignorable_test(name, move || {
+                    Ok(Completion::ignored_with(why))
+                }));
+                continue;
             }
-        )*
-    };
+            trials.push(Trial::test(name, move || {
+                let failures: Vec<String> = run_in_process(b, world)
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(r, res)| res.as_ref().err().map(|e| format!("rank {r}: {e}")))
+                    .collect();
+                if failures.is_empty() {
+                    Ok(())
+                } else {
+                    Err(Failed::from(failures.join("\n")))
+                }
+            }));
+        }
+    }
+    trials.push(Trial::test(
+        "in_process::harness::hung_rank_fails_at_the_limit",
+        || hung_rank_check().map_err(Failed::from),
+    ));
+    trials
+}
+
+/// A rank that hangs on purpose makes its in-process case fail at the limit
+/// (the hung thread is left behind) instead of blocking the test binary.
+fn hung_rank_check() -> Result<(), String> {
+    let limit = Duration::from_secs(2);
+    let start = Instant::now();
+    let results = run_in_process_within(&HUNG_RANK, 2, limit);
+    let took = start.elapsed();
+    ensure(
+        took >= limit && took < limit + Duration::from_secs(2),
+        || format!("the case ended after {took:?} (limit {limit:?})"),
+    )?;
+    let want = "hung: not finished at the case's limit of 2000 ms";
+    // Rank 0 waits for rank 1 in an exchange with a 20 s deadline: it has
+    // not finished either.
+    for (r, res) in results.iter().enumerate() {
+        ensure(res.as_ref().is_err_and(|e| e.starts_with(want)), || {
+            format!("rank {r}: {res:?}")
+        })?;
+    }
+    Ok(())
 }
 
 fn ensure(cond: bool, what: impl FnOnce() -> String) -> Result<(), String> {
@@ -465,27 +573,41 @@ fn barrier_repeated(ctx: &Ctx) -> Result<(), String> {
     Ok(())
 }
 
+/// Point-to-point around the ring, with tags kept apart: each rank first
+/// sends its next peer one message on tag 9, then three on tag 7; the
+/// receiver takes the three tag-7 messages first, in order (a transport
+/// that ignored tags would hand it the tag-9 message), then the tag-9 one.
+/// Sending to oneself is an invalid argument.
 fn send_recv_ring(ctx: &Ctx) -> Result<(), String> {
     let (me, n) = (ctx.rank(), ctx.world());
     let next = (me + 1) % n;
     let prev = (me + n - 1) % n;
+    let other = format!("{me}->{next} on tag 9");
+    ctx.transport
+        .send(next, 9, other.as_bytes(), ctx.deadline())
+        .map_err(|e| format!("send on tag 9: {e}"))?;
     for i in 0u32..3 {
         let msg = format!("{me}->{next}#{i}");
         ctx.transport
             .send(next, 7, msg.as_bytes(), ctx.deadline())
             .map_err(|e| e.to_string())?;
     }
-    for i in 0u32..3 {
+    let expect = |tag: u32, want: String| -> Result<(), String> {
         let got = ctx
             .transport
-            .recv(prev, 7, 1 << 10, ctx.deadline())
-            .map_err(|e| e.to_string())?;
-        let want = format!("{prev}->{me}#{i}");
+            .recv(prev, tag, 1 << 10, ctx.deadline())
+            .map_err(|e| format!("receive on tag {tag}: {e}"))?;
         ensure(got == want.as_bytes(), || {
-            format!("got {:?}, want {want}", String::from_utf8_lossy(&got))
-        })?;
+            format!(
+                "receive on tag {tag} got {:?}, want {want}",
+                String::from_utf8_lossy(&got)
+            )
+        })
+    };
+    for i in 0u32..3 {
+        expect(7, format!("{prev}->{me}#{i}"))?;
     }
-    // A message on another tag does not satisfy a receive on tag 7.
+    expect(9, format!("{prev}->{me} on tag 9"))?;
     ctx.transport
         .barrier(ctx.deadline())
         .map_err(|e| e.to_string())?;
@@ -495,22 +617,42 @@ fn send_recv_ring(ctx: &Ctx) -> Result<(), String> {
     })
 }
 
+/// The last rank sends 64 bytes where its peers' limit is 32 (its own is
+/// 64): every peer gets a decode error naming it. The sender itself either
+/// completes with every buffer right (an engine that delivered its bytes,
+/// such as threads of one process) or fails with a typed error (a peer
+/// refused the bytes) — never a wrong buffer or a hang; then all ranks
+/// still share one barrier on the same transport's fixed-size path.
 fn oversized_message_named(ctx: &Ctx) -> Result<(), String> {
-    // The last rank sends 64 bytes where the limit is 32.
-    let big = ctx.rank() == ctx.world() - 1;
+    let odd = ctx.world() - 1;
+    let big = ctx.rank() == odd;
     let data = if big { vec![1u8; 64] } else { vec![0u8; 8] };
     let limit = if big { 64 } else { 32 };
     let res = ctx.transport.all_gather(&data, limit, ctx.deadline());
     if big {
-        // The sender's own outcome depends on the engine: in-process it has
-        // delivered its bytes; over a network its peers refuse to take them.
-        return Ok(());
+        return match res {
+            Ok(bufs) => {
+                let want = |r: u32| {
+                    if r == odd {
+                        vec![1u8; 64]
+                    } else {
+                        vec![0u8; 8]
+                    }
+                };
+                ensure(
+                    bufs.len() == ctx.world() as usize
+                        && (0u32..).zip(&bufs).all(|(r, b)| *b == want(r)),
+                    || format!("the sender got wrong buffers: {bufs:?}"),
+                )
+            }
+            Err(Error::Decode { .. } | Error::PeerLost { .. } | Error::Timeout { .. }) => Ok(()),
+            Err(e) => Err(format!("the sender got an error of kind {}: {e}", e.kind())),
+        };
     }
     match res {
-        Err(Error::Decode { rank: Some(r), .. }) if r == ctx.world() - 1 => Ok(()),
+        Err(Error::Decode { rank: Some(r), .. }) if r == odd => Ok(()),
         other => Err(format!(
-            "expected a decode error naming rank {}, got {other:?}",
-            ctx.world() - 1
+            "expected a decode error naming rank {odd}, got {other:?}"
         )),
     }
 }
@@ -676,38 +818,63 @@ fn config_disagreement(ctx: &Ctx) -> Result<(), String> {
 }
 
 /// The last rank plays a peer of another wire version: it sends a digest
-/// message of version 99 by hand. Every other rank gets the version-mismatch
-/// error naming it; the v99 rank, reading the same gathered messages by the
-/// header layout every version keeps, tells the v1 ranks apart too.
+/// message of version 99 by hand. Every other rank gets the
+/// version-mismatch error naming it; then every rank all_gathers what it
+/// concluded, and the v99 rank checks what its peers reported: each a
+/// `version_mismatch` with the v1 ranks and itself as v99.
 fn version_mismatch_named(ctx: &Ctx) -> Result<(), String> {
     let odd = ctx.world() - 1;
-    if ctx.rank() == odd {
+    let others: Vec<u32> = (0..odd).collect();
+    let want = [(&others[..], "v1"), (&[odd][..], "v99")];
+    let report = if ctx.rank() == odd {
         let msg = envelope::encode_digest_msg(99, 0, &[0u8; 16]);
-        let all = ctx
-            .transport
+        ctx.transport
             .all_gather_fixed(&msg, ctx.deadline())
             .map_err(|e| e.to_string())?;
-        let mut versions = Vec::new();
-        for (r, chunk) in (0u32..).zip(all.chunks(envelope::DIGEST_MSG_LEN)) {
-            let (v, _) = envelope::peek_header(chunk).map_err(|e| format!("rank {r}: {e}"))?;
-            versions.push((r, format!("v{v}")));
-        }
-        let err = Error::VersionMismatch {
-            groups: compiler_collectives_core::group_ranks(versions),
-        };
-        let others: Vec<u32> = (0..odd).collect();
-        return expect_groups(&err, &[(&others, "v1"), (&[odd], "v99")]);
+        String::new()
+    } else {
+        let mut ch = ctx.channel(ctx.timeout)?;
+        let err = ch
+            .exchange("f", "", &state(4))
+            .err()
+            .ok_or("a v99 peer was accepted")?;
+        ensure(matches!(err, Error::VersionMismatch { .. }), || {
+            format!("{err}")
+        })?;
+        expect_groups(&err, &want)?;
+        report_of(&err)
+    };
+    let reports = ctx
+        .transport
+        .all_gather(report.as_bytes(), 1 << 16, ctx.deadline())
+        .map_err(|e| format!("gathering the reports: {e}"))?;
+    if ctx.rank() != odd {
+        return Ok(());
     }
-    let mut ch = ctx.channel(ctx.timeout)?;
-    let err = ch
-        .exchange("f", "", &state(4))
-        .err()
-        .ok_or("a v99 peer was accepted")?;
-    let others: Vec<u32> = (0..odd).collect();
-    expect_groups(&err, &[(&others, "v1"), (&[odd], "v99")])?;
-    ensure(matches!(err, Error::VersionMismatch { .. }), || {
-        format!("{err}")
-    })
+    let expected = format!("version_mismatch {others:?}=v1; [{odd}]=v99");
+    for (r, text) in (0u32..).zip(&reports[..odd as usize]) {
+        let text = String::from_utf8_lossy(text);
+        ensure(text == expected, || {
+            format!("rank {r} reported {text:?}, want {expected:?}")
+        })?;
+    }
+    Ok(())
+}
+
+/// An error's kind and rank groups, as one line a peer can compare:
+/// `version_mismatch [0, 1]=v1; [2]=v99`.
+fn report_of(err: &Error) -> String {
+    let groups = match err {
+        Error::Desync { groups }
+        | Error::VersionMismatch { groups }
+        | Error::Disagreement { groups, .. } => groups.as_slice(),
+        _ => &[],
+    };
+    let groups: Vec<String> = groups
+        .iter()
+        .map(|g| format!("{:?}={}", g.ranks, g.what))
+        .collect();
+    format!("{} {}", err.kind(), groups.join("; "))
 }
 
 /// The last rank sends a valid header with a garbage payload.

@@ -1,20 +1,51 @@
 //! Running behaviours over real rank processes, for multi-process backends.
 //!
-//! A backend's test binary (without libtest's harness) is both the driver
-//! and the rank: [`role`] says which. The driver starts one process of
-//! itself per rank with [`spawn`], passing the role and rank through
-//! environment variables; each rank connects its transport and calls
-//! [`rank_behaviour`] or [`rank_kill_loop`]. [`run_cases`] runs cases one at a
-//! time (deadline bounds are not disturbed by other tests) and prints
-//! libtest-like lines.
+//! A backend's conformance file is a test binary on this harness
+//! (`harness = false`, [libtest-mimic](libtest_mimic)) that is both the
+//! driver and the rank: [`role`] says which. The file declares its
+//! [`Backend`] — name, world sizes and capability set, written out in the
+//! file — and how a rank connects; the driver starts one process of itself
+//! per rank ([`spawn`]), passing the role and rank through environment
+//! variables, and each rank connects its transport and calls
+//! [`rank_behaviour`] or [`rank_kill_loop`].
+//!
+//! **Nothing waits on a rank without a bound.** Ranks' output is read on
+//! threads ([`Ranks`]); every case has a hard limit ([`CASE_LIMIT`] for a
+//! behaviour), at which its ranks are killed and the case fails with what
+//! each printed. [`harness_trials`] proves it on every backend: a rank that
+//! hangs on purpose ([`crate::HUNG_RANK`]) must make its case fail at the
+//! limit. Cases run one at a time ([`run`]), so deadline bounds are not
+//! disturbed by other cases on a 2-core machine.
 
+pub use crate::ranks::{run_within, Finished, RankResult, Ranks};
+use crate::skip::{skip_trial, Missing};
 use crate::{find, Capability, Ctx, BEHAVIOURS};
 use compiler_collectives_core::shapes::{FrameState, Observation};
 use compiler_collectives_core::{Channel, ChannelOptions, Transport};
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
+use libtest_mimic::{Arguments, Completion, Failed, Trial};
+use std::process::{Child, Command, ExitCode};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// The hard limit of one behaviour case, from the start of its ranks:
+/// rendezvous (at most 30 s in the suites) plus a behaviour (each waits at
+/// most a few deadlines of [`Ctx::timeout`] or [`Ctx::short_timeout`]).
+pub const CASE_LIMIT: Duration = Duration::from_secs(90);
+
+/// The limit the hung-rank check runs under ([`harness_trials`]).
+pub const HUNG_LIMIT: Duration = Duration::from_secs(10);
+
+/// A multi-process backend as its conformance file declares it.
+#[derive(Debug, Clone)]
+pub struct Backend {
+    /// The prefix of its case names (`gloo` → `gloo::<behaviour>::world_2`).
+    pub name: &'static str,
+    /// The world sizes every behaviour runs at.
+    pub worlds: Vec<u32>,
+    /// What it can do, written out in its file: behaviours that need a
+    /// capability outside it are listed as skipped with the reason.
+    pub capabilities: &'static [Capability],
+}
 
 /// The role of this process: unset for the driver.
 pub const ROLE: &str = "CCOL_TEST_ROLE";
@@ -251,9 +282,10 @@ pub fn rank_soak(transport: Arc<dyn Transport>, warmup: u64, n: u64) -> i32 {
 /// A rank's failure, too much growth, or files that accumulated.
 pub fn soak_case(prefix: &str, world: u32, env: &[(&str, String)], n: u64) -> Result<(), String> {
     let start = Instant::now();
-    let (_dir, children) = spawn(world, "soak", env);
-    let results = collect(children, Duration::from_secs(300));
-    for (r, res) in results.iter().enumerate() {
+    let (_dir, ranks) = spawn(world, "soak", env)?;
+    let done = ranks.finish(Duration::from_secs(300));
+    done.within_limit()?;
+    for (r, res) in done.ranks.iter().enumerate() {
         let line = res
             .lines
             .iter()
@@ -284,90 +316,134 @@ pub fn soak_case(prefix: &str, world: u32, env: &[(&str, String)], n: u64) -> Re
     Ok(())
 }
 
-/// What one rank process printed and how it ended.
-#[derive(Debug)]
-pub struct RankResult {
-    /// Exit code (`None`: killed, or killed by the driver at the limit).
-    pub code: Option<i32>,
-    /// Its stdout lines.
-    pub lines: Vec<String>,
-}
-
 /// Starts `world` processes of this executable with `role`, a fresh shared
-/// directory, and `env`. Returns the directory (keep it alive) and the children.
+/// directory ([`DIR`]), and `env`. Returns the directory (keep it alive
+/// while the ranks run) and the ranks.
 ///
-/// # Panics
-/// When processes cannot be started (a harness failure).
-pub fn spawn(world: u32, role: &str, env: &[(&str, String)]) -> (tempfile::TempDir, Vec<Child>) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let exe = std::env::current_exe().expect("own path");
-    let children = (0..world)
+/// # Errors
+/// When the directory or a process cannot be made.
+pub fn spawn(
+    world: u32,
+    role: &str,
+    env: &[(&str, String)],
+) -> Result<(tempfile::TempDir, Ranks), String> {
+    let dir = tempfile::tempdir().map_err(|e| format!("case directory: {e}"))?;
+    let exe = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
+    let commands = (0..world)
         .map(|r| {
             let mut c = Command::new(&exe);
             c.env(ROLE, role)
                 .env(RANK, r.to_string())
                 .env(WORLD, world.to_string())
-                .env(DIR, dir.path())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit());
+                .env(DIR, dir.path());
             for (k, v) in env {
                 c.env(k, v);
             }
-            c.spawn().expect("spawn rank")
+            c
         })
         .collect();
-    (dir, children)
+    Ok((dir, Ranks::start(commands)?))
 }
 
-/// Reads every child's output and waits for it, killing any still running
-/// after `limit` in all.
-pub fn collect(children: Vec<Child>, limit: Duration) -> Vec<RankResult> {
-    let start = Instant::now();
-    children
-        .into_iter()
-        .map(|mut c| {
-            let lines: Vec<String> = c
-                .stdout
-                .take()
-                .map(|out| BufReader::new(out).lines().map_while(Result::ok).collect())
-                .unwrap_or_default();
-            let mut code = None;
-            while start.elapsed() < limit {
-                if let Ok(Some(s)) = c.try_wait() {
-                    code = s.code();
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            if code.is_none() {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-            RankResult { code, lines }
-        })
-        .collect()
-}
-
-/// Runs behaviour `name` on `world` rank processes (role `behaviour`) and
-/// requires every rank's `VERDICT ok`.
+/// Runs behaviour `name` on `world` rank processes (role `behaviour`)
+/// under `limit` and requires every rank's `VERDICT ok`.
 ///
 /// # Errors
-/// Each failing rank's exit code and output.
-pub fn run_behaviour(name: &str, world: u32, env: &[(&str, String)]) -> Result<(), String> {
+/// A rank still running at the limit (all are killed; the text shows what
+/// each printed), or each failing rank's exit code and output.
+pub fn run_behaviour(
+    name: &str,
+    world: u32,
+    env: &[(&str, String)],
+    limit: Duration,
+) -> Result<(), String> {
     let mut env = env.to_vec();
     env.push((BEHAVIOUR, name.to_owned()));
-    let (_dir, children) = spawn(world, "behaviour", &env);
-    let failures: Vec<String> = collect(children, Duration::from_secs(90))
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| r.code != Some(0) || !r.lines.iter().any(|l| l == "VERDICT ok"))
-        .map(|(i, r)| format!("rank {i} (exit {:?}): {}", r.code, r.lines.join(" | ")))
-        .collect();
-    if failures.is_empty() {
+    let (_dir, ranks) = spawn(world, "behaviour", &env)?;
+    let done = ranks.finish(limit);
+    done.within_limit()?;
+    if done.ranks.iter().all(|r| r.ok_with("VERDICT ok")) {
         Ok(())
     } else {
-        Err(failures.join("\n"))
+        Err(format!("a rank failed:\n{}", done.describe()))
     }
+}
+
+/// A harness case running `body`: its text error becomes the case's
+/// failure.
+pub fn trial(
+    name: impl Into<String>,
+    body: impl FnOnce() -> Result<(), String> + Send + 'static,
+) -> Trial {
+    Trial::test(name, move || body().map_err(Failed::from))
+}
+
+/// Every behaviour at each of the backend's world sizes, named
+/// `<backend>::<behaviour>::world_<n>`, each under [`CASE_LIMIT`]; those
+/// needing a capability the backend lacks are ignored with the reason.
+/// `env` gives each case's extra environment.
+pub fn behaviour_trials(backend: &Backend, env: fn() -> Vec<(&'static str, String)>) -> Vec<Trial> {
+    let mut trials = Vec::new();
+    for b in BEHAVIOURS {
+        for &world in &backend.worlds {
+            if world < b.min_world {
+                continue;
+            }
+            let name = format!("{}::{}::world_{world}", backend.name, b.name);
+            if let Some(cap) = b.missing(backend.capabilities) {
+                let why = format!("{} lacks {cap:?}", backend.name);
+                trials.push(Trial::ignorable_test(name, move || {
+                    skip_trial(Missing::machine(why))
+                }));
+                continue;
+            }
+            let behaviour = b.name;
+            trials.push(trial(name, move || {
+                run_behaviour(behaviour, world, &env(), CASE_LIMIT)
+            }));
+        }
+    }
+    trials
+}
+
+/// The harness's own check, run on every backend: a rank that hangs on
+/// purpose inside a behaviour ([`crate::HUNG_RANK`], the last of 2 ranks)
+/// must make its case fail at [`HUNG_LIMIT`], with the ranks killed and the
+/// hung rank's output in the failure; the check passes when that failure
+/// came within the limit + 3 s. Prints the measured time.
+pub fn harness_trials(backend: &Backend, env: fn() -> Vec<(&'static str, String)>) -> Vec<Trial> {
+    let name = format!("{}::harness::hung_rank_fails_at_the_limit", backend.name);
+    vec![trial(name, move || {
+        let start = Instant::now();
+        let res = run_behaviour(crate::HUNG_RANK.name, 2, &env(), HUNG_LIMIT);
+        let took = start.elapsed();
+        let err = match res {
+            Ok(()) => return Err("a case with a hung rank passed".into()),
+            Err(e) => e,
+        };
+        if !err.starts_with("hung: rank(s) [") || !err.contains(crate::HUNG_MARK) {
+            return Err(format!(
+                "the failure does not name the hung rank with its output:\n{err}"
+            ));
+        }
+        let bound = HUNG_LIMIT + Duration::from_secs(3);
+        if took < HUNG_LIMIT || took > bound {
+            return Err(format!(
+                "failed after {} ms, outside [{} ms, {} ms]",
+                took.as_millis(),
+                HUNG_LIMIT.as_millis(),
+                bound.as_millis()
+            ));
+        }
+        let shown: Vec<&str> = err.lines().take(4).collect();
+        println!(
+            "    hung rank: the case failed {} ms after its ranks started (limit {} ms); its failure began:\n      {}",
+            took.as_millis(),
+            HUNG_LIMIT.as_millis(),
+            shown.join("\n      ")
+        );
+        Ok(())
+    })]
 }
 
 /// 3 ranks (role `kill_loop`) exchange in a loop; the last is killed with
@@ -378,18 +454,23 @@ pub fn run_behaviour(name: &str, world: u32, env: &[(&str, String)]) -> Result<(
 /// # Errors
 /// What a survivor reported instead, or too late.
 pub fn kill_trial(env: &[(&str, String)], deadline: Duration) -> Result<u128, String> {
-    let (_dir, children) = spawn(3, "kill_loop", env);
-    fault_trial(children, deadline, "the kill", true, |victim| {
+    let (_dir, ranks) = spawn(3, "kill_loop", env)?;
+    fault_trial(ranks, deadline, "the kill", true, |victim| {
         victim.kill().map_err(|e| e.to_string())
     })
 }
 
-/// The common part of fault trials: `children` (role `kill_loop`, see
+/// How long the victim of a fault trial may take to say `READY`
+/// (rendezvous included).
+const READY_LIMIT: Duration = Duration::from_secs(60);
+
+/// The common part of fault trials: `ranks` (role `kill_loop`, see
 /// [`rank_kill_loop`]) exchange in a loop; once the last says `READY` and a
 /// quarter second has passed, `fault` strikes it (kill, cut its link, …).
 /// Every other rank must then report an error naming the last rank (lost
-/// peer or timeout) within `deadline` + 1 s. The victim is killed at the
-/// end. Returns the slowest survivor's time to its error, in ms.
+/// peer or timeout) within `deadline` + 1 s; the survivors are killed at
+/// `deadline` + 10 s, the victim at the end. Returns the slowest
+/// survivor's time to its error, in ms.
 ///
 /// With `exact`, each survivor must name the victim alone. Without it — a
 /// fault no survivor can see, like a cut link: a rank that got the victim's
@@ -400,30 +481,31 @@ pub fn kill_trial(env: &[(&str, String)], deadline: Duration) -> Result<u128, St
 /// (the rank it waited for was itself stuck on the victim).
 ///
 /// # Errors
-/// What a survivor reported instead, or too late; `fault`'s error.
+/// What a survivor reported instead, or too late; `fault`'s error; a rank
+/// still running at the limit.
 pub fn fault_trial(
-    mut children: Vec<Child>,
+    mut ranks: Ranks,
     deadline: Duration,
     what: &str,
     exact: bool,
     fault: impl FnOnce(&mut Child) -> Result<(), String>,
 ) -> Result<u128, String> {
-    let victim_rank = children.len().saturating_sub(1);
-    let mut victim = children.pop().ok_or("no victim")?;
-    let mut reader = BufReader::new(victim.stdout.take().ok_or("stdout")?);
-    let mut line = String::new();
-    reader.read_line(&mut line).map_err(|e| e.to_string())?;
-    if line.trim() != "READY" {
-        let _ = victim.kill();
-        return Err(format!("victim said {line:?}"));
+    let victim_rank = ranks.len().checked_sub(1).ok_or("no victim")?;
+    let ready = ranks.wait_line(victim_rank, READY_LIMIT, |l| l.trim() == "READY");
+    if ready.is_none() {
+        let lines = ranks.lines(victim_rank);
+        return Err(format!(
+            "the victim (rank {victim_rank}) did not say READY within {} s: {lines:?}",
+            READY_LIMIT.as_secs()
+        ));
     }
     std::thread::sleep(Duration::from_millis(250));
-    let struck = fault(&mut victim);
+    let struck = fault(ranks.child_mut(victim_rank));
     let struck_at = now_ms();
-    let results = collect(children, deadline + Duration::from_secs(10));
-    let _ = victim.kill();
-    let _ = victim.wait();
+    let done = ranks.finish_some(deadline + Duration::from_secs(10), |r| r != victim_rank);
     struck?;
+    done.within_limit()?;
+    let results = &done.ranks[..victim_rank];
     let victim = u32::try_from(victim_rank).map_err(|e| e.to_string())?;
     // Each survivor's (line, kind, named ranks, time).
     let mut reports = Vec::new();
@@ -432,7 +514,7 @@ pub fn fault_trial(
             .lines
             .iter()
             .find(|l| l.starts_with("ERROR "))
-            .ok_or_else(|| format!("rank {r} printed no error: {:?}", res.lines))?;
+            .ok_or_else(|| format!("rank {r} printed no error:\n{}", done.describe()))?;
         let parts: Vec<&str> = err.splitn(5, ' ').collect();
         let kind = parts.get(1).copied().unwrap_or("");
         let named: Vec<u32> = parts
@@ -475,7 +557,7 @@ pub fn fault_trial(
             leads_to_victim(r)
         };
         if !(*kind == "peer_lost" || *kind == "timeout") || !names_ok {
-            return Err(format!("rank {r}: {err} (all ranks: {results:?})"));
+            return Err(format!("rank {r}: {err}\n{}", done.describe()));
         }
         let after = at.saturating_sub(struck_at);
         let bound = (deadline + Duration::from_secs(1)).as_millis();
@@ -492,16 +574,16 @@ pub fn fault_trial(
 }
 
 /// `trials` SIGKILL trials ([`kill_trial`]) named
-/// `<prefix>::sigkill_mid_exchange::trial_<i>`, each with a fresh `env()`,
+/// `<backend>::sigkill_mid_exchange::trial_<i>`, each with a fresh `env()`,
 /// then their summary (see [`trial_cases`]).
-pub fn kill_cases(
-    prefix: &str,
+pub fn kill_trials(
+    backend: &Backend,
     trials: u32,
     deadline: Duration,
     env: fn() -> Vec<(&'static str, String)>,
-) -> Vec<(String, Case)> {
+) -> Vec<Trial> {
     trial_cases(
-        &format!("{prefix}::sigkill_mid_exchange"),
+        &format!("{}::sigkill_mid_exchange", backend.name),
         "SIGKILL",
         trials,
         deadline,
@@ -512,124 +594,138 @@ pub fn kill_cases(
 /// `trials` cases named `<name>::trial_<i>` that each run `trial` (which
 /// returns the worst time from its fault to a survivor's error, in ms), then
 /// a `<name>::summary` case that prints how many trials passed and the worst
-/// time-to-error over all of them, and fails unless every trial passed.
+/// time-to-error over all of them, and fails unless every trial that ran
+/// passed (it is ignored when a filter ran none).
 pub fn trial_cases(
     name: &str,
     fault: &str,
     trials: u32,
     deadline: Duration,
-    trial: impl Fn() -> Result<u128, String> + 'static,
-) -> Vec<(String, Case)> {
+    trial: impl Fn() -> Result<u128, String> + Send + Sync + 'static,
+) -> Vec<Trial> {
     let trial = Arc::new(trial);
-    let worst: Arc<std::sync::Mutex<Vec<u128>>> = Arc::default();
-    let mut cases: Vec<(String, Case)> = (0..trials)
+    let outcomes: Arc<Mutex<Vec<Result<u128, String>>>> = Arc::default();
+    let mut cases: Vec<Trial> = (0..trials)
         .map(|t| {
-            let (worst, trial) = (Arc::clone(&worst), Arc::clone(&trial));
-            let case: Case = Box::new(move || {
-                let ms = trial()?;
-                worst.lock().map_err(|e| e.to_string())?.push(ms);
-                Ok(())
-            });
-            (format!("{name}::trial_{t}"), case)
+            let (outcomes, trial) = (Arc::clone(&outcomes), Arc::clone(&trial));
+            Trial::test(format!("{name}::trial_{t}"), move || {
+                // Counted as failed until it returns (a panic leaves it so).
+                let slot = {
+                    let mut o = outcomes.lock().unwrap_or_else(|e| e.into_inner());
+                    o.push(Err("panicked".into()));
+                    o.len() - 1
+                };
+                let res = trial();
+                outcomes.lock().unwrap_or_else(|e| e.into_inner())[slot] = res.clone();
+                res.map(|_| ()).map_err(Failed::from)
+            })
         })
         .collect();
     let (label, fault) = (name.to_owned(), fault.to_owned());
-    let summary: Case = Box::new(move || {
-        let done = worst.lock().map_err(|e| e.to_string())?;
-        let max = done.iter().copied().max().unwrap_or(0);
+    cases.push(Trial::ignorable_test(format!("{name}::summary"), move || {
+        let done = outcomes.lock().unwrap_or_else(|e| e.into_inner());
+        if done.is_empty() {
+            return Ok(Completion::ignored_with("no trial of it ran (filtered out)"));
+        }
+        let passed: Vec<u128> = done.iter().filter_map(|r| r.as_ref().ok().copied()).collect();
+        let max = passed.iter().copied().max().unwrap_or(0);
         let bound = (deadline + Duration::from_secs(1)).as_millis();
         println!(
-            "    {fault} summary ({label}): {}/{trials} trials passed (every survivor reported a typed error leading to the struck rank); \
+            "    {fault} summary ({label}): {}/{} trials passed (every survivor reported a typed error leading to the struck rank); \
              worst time-to-error {max} ms (deadline {} ms, bound {bound} ms)",
+            passed.len(),
             done.len(),
             deadline.as_millis()
         );
-        if done.len() == trials as usize {
-            Ok(())
+        if passed.len() == done.len() {
+            Ok(Completion::Completed)
         } else {
-            Err(format!("only {} of {trials} trials passed", done.len()))
+            Err(format!("only {} of {} trials passed", passed.len(), done.len()).into())
         }
-    });
-    cases.push((format!("{name}::summary"), summary));
+    }));
     cases
 }
 
-/// One case of a driver.
-pub type Case = Box<dyn Fn() -> Result<(), String>>;
-
-/// Named cases to run, and named cases skipped with their reason.
-pub type Cases = (Vec<(String, Case)>, Vec<(String, String)>);
-
-/// Every behaviour at each of `worlds`, named `<prefix>::<behaviour>::world_<n>`;
-/// those needing a capability outside `has` go to the skipped list with the
-/// reason. `env` gives each case's extra environment (e.g. a fresh port).
-pub fn behaviour_cases(
-    prefix: &str,
-    worlds: &[u32],
-    has: &'static [Capability],
-    env: fn() -> Vec<(&'static str, String)>,
-) -> Cases {
-    let mut cases: Vec<(String, Case)> = Vec::new();
-    let mut skipped = Vec::new();
-    for b in BEHAVIOURS {
-        for &world in worlds {
-            if world < b.min_world {
-                continue;
-            }
-            let name = format!("{prefix}::{}::world_{world}", b.name);
-            if let Some(cap) = b.missing(has) {
-                skipped.push((name, format!("{prefix} lacks {cap:?}")));
-                continue;
-            }
-            let behaviour = b.name;
-            cases.push((
-                name,
-                Box::new(move || run_behaviour(behaviour, world, &env())),
-            ));
-        }
-    }
-    (cases, skipped)
+/// A case ignored with `missing`'s reason, or failing where the skip rule
+/// says so ([`crate::skip::verdict`]).
+pub fn skipped_trial(name: impl Into<String>, missing: Missing) -> Trial {
+    Trial::ignorable_test(name, move || skip_trial(missing))
 }
 
-/// Runs the cases whose names contain one of the command-line filters (all
-/// when none), one at a time; prints libtest-like lines and a closing
-/// `test result:` line; returns the exit code.
-pub fn run_cases(cases: Vec<(String, Case)>, skipped: Vec<(String, String)>) -> i32 {
-    let filters: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    let selected =
-        |name: &str| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str()));
-    let cases: Vec<_> = cases.into_iter().filter(|(n, _)| selected(n)).collect();
-    let skipped: Vec<_> = skipped.into_iter().filter(|(n, _)| selected(n)).collect();
-    println!("\nrunning {} tests", cases.len() + skipped.len());
-    let (mut passed, mut failed) = (0, 0);
-    let mut failures = Vec::new();
-    for (name, case) in &cases {
-        let start = Instant::now();
-        match case() {
-            Ok(()) => {
-                passed += 1;
-                println!("test {name} ... ok ({} ms)", start.elapsed().as_millis());
-            }
-            Err(e) => {
-                failed += 1;
-                println!("test {name} ... FAILED");
-                failures.push(format!("---- {name} ----\n{e}"));
-            }
+/// A case that runs `body`, which may skip itself with a [`Missing`]
+/// reason (subject to the skip rule) or fail with its text.
+pub fn trial_or_skip(
+    name: impl Into<String>,
+    body: impl FnOnce() -> Result<(), Outcome> + Send + 'static,
+) -> Trial {
+    Trial::ignorable_test(name, move || match body() {
+        Ok(()) => Ok(Completion::Completed),
+        Err(Outcome::Skip(m)) => skip_trial(m),
+        Err(Outcome::Fail(e)) => Err(Failed::from(e)),
+    })
+}
+
+/// How a case that may skip itself did not pass.
+#[derive(Debug)]
+pub enum Outcome {
+    /// It cannot run here (subject to the skip rule).
+    Skip(Missing),
+    /// It failed.
+    Fail(String),
+}
+
+impl From<String> for Outcome {
+    fn from(e: String) -> Self {
+        Outcome::Fail(e)
+    }
+}
+
+/// Runs `trials` with libtest's command line on libtest's threads (for
+/// in-process cases: timed behaviours serialise themselves on
+/// [`crate::TIMING_LOCK`]); returns the exit code.
+pub fn run_concurrently(trials: Vec<Trial>) -> ExitCode {
+    libtest_mimic::run(&Arguments::from_args(), trials).exit_code()
+}
+
+/// Runs `trials` one at a time with libtest's command line (filters,
+/// `--list`, `--exact`, `--skip`, …) and returns the exit code.
+pub fn run(trials: Vec<Trial>) -> ExitCode {
+    let mut args = Arguments::from_args();
+    args.test_threads = Some(1);
+    libtest_mimic::run(&args, trials).exit_code()
+}
+
+/// Publishes `value` under `name` in the case's directory ([`DIR`]) for
+/// the other ranks (written to a temporary file, then renamed, so a reader
+/// never sees half of it): how a rank shares what only it knows, such as
+/// the port a store server bound.
+///
+/// # Errors
+/// When the directory is unset or not writable.
+pub fn publish(name: &str, value: &str) -> Result<(), String> {
+    let dir = std::path::PathBuf::from(std::env::var(DIR).map_err(|_| format!("{DIR} not set"))?);
+    let tmp = dir.join(format!(".{name}.{}", std::process::id()));
+    std::fs::write(&tmp, value).map_err(|e| format!("{}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, dir.join(name)).map_err(|e| format!("publishing {name}: {e}"))
+}
+
+/// Waits up to `limit` for the value another rank [`publish`]ed as `name`.
+///
+/// # Errors
+/// When it did not appear in time.
+pub fn fetch(name: &str, limit: Duration) -> Result<String, String> {
+    let dir = std::path::PathBuf::from(std::env::var(DIR).map_err(|_| format!("{DIR} not set"))?);
+    let until = Instant::now() + limit;
+    loop {
+        if let Ok(v) = std::fs::read_to_string(dir.join(name)) {
+            return Ok(v);
         }
+        if Instant::now() >= until {
+            return Err(format!(
+                "no '{name}' published within {} ms",
+                limit.as_millis()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
-    for (name, why) in &skipped {
-        println!("test {name} ... skipped: {why}");
-    }
-    for f in &failures {
-        println!("\n{f}");
-    }
-    let verdict = if failed == 0 { "ok" } else { "FAILED" };
-    println!(
-        "\ntest result: {verdict}. {passed} passed; {failed} failed; {} ignored; 0 measured; 0 filtered out\n",
-        skipped.len()
-    );
-    i32::from(failed > 0)
 }

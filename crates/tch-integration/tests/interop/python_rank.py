@@ -1,7 +1,9 @@
 """Rank 0 of a mixed Python + Rust process group (see ../python_interop.rs).
 
-Joins with torch.distributed.init_process_group("cpu:gloo") — torch's own
-store and group naming — then exchanges a variable-length byte payload the way
+Joins with torch.distributed.init_process_group("cpu:gloo", "env://") as a
+rank under torchrun's agent does (TORCHELASTIC_USE_AGENT_STORE=True: the
+TCPStore is served by the test, every rank is a client) — torch's own store
+and group naming — then exchanges a variable-length byte payload the way
 compiler-collectives' c10d transport does (a lengths round, then a round
 padded to the longest) and checks every rank's payload byte for byte.
 """
@@ -21,14 +23,8 @@ def payload(rank: int) -> bytes:
 
 
 def main() -> int:
-    port, world = int(sys.argv[1]), int(sys.argv[2])
-    dist.init_process_group(
-        "cpu:gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=0,
-        world_size=world,
-        timeout=timedelta(seconds=60),
-    )
+    world = int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("cpu:gloo", init_method="env://", timeout=timedelta(seconds=60))
     mine = payload(0)
     lens = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
     dist.all_gather(lens, torch.tensor([len(mine)], dtype=torch.int64))
