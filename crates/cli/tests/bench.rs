@@ -1,9 +1,14 @@
 //! `ccol bench`: tiny runs that check the output's shape and sanity (no
 //! timing assertions: speed is what the command measures, not what tests check).
 
+use compiler_collectives_conformance::process::OutputWithin;
 use serde_json::Value;
 use std::path::Path;
 use std::process::Command;
+
+/// The most any one command of these tests may run before it is stopped and
+/// the test fails with its output (no test waits on a process without a bound).
+const LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
 
 fn ccol() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_ccol"));
@@ -35,7 +40,7 @@ fn run(engine: &str, out: &Path, extra: &[&str]) -> Value {
         ])
         .arg(out)
         .args(extra)
-        .output()
+        .output_within(LIMIT)
         .expect("ccol runs");
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(
@@ -117,7 +122,7 @@ fn in_process_bench_writes_table_json_and_chart() {
 fn bad_lists_are_usage_errors() {
     let o = ccol()
         .args(["bench", "--ranks", "2,x"])
-        .output()
+        .output_within(LIMIT)
         .expect("ccol runs");
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("comma-separated"));

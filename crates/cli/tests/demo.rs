@@ -1,8 +1,13 @@
 //! `ccol demo`: rank processes over Gloo agreeing on a real corpus.
 
+use compiler_collectives_conformance::process::OutputWithin;
 #[cfg(feature = "gloo")]
 use serde_json::Value;
 use std::process::Command;
+
+/// The most any one command of these tests may run before it is stopped and
+/// the test fails with its output (no test waits on a process without a bound).
+const LIMIT: std::time::Duration = std::time::Duration::from_secs(300);
 
 fn ccol() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_ccol"));
@@ -33,7 +38,7 @@ fn run(args: &[&str]) -> (Value, i32) {
         .arg("demo")
         .args(args)
         .arg("--json")
-        .output()
+        .output_within(LIMIT)
         .expect("ccol runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let line = stdout.lines().last().unwrap_or_default();
@@ -127,7 +132,7 @@ fn default_corpus_runs_four_ranks_that_agree() {
 fn a_bad_corpus_exits_2_naming_it() {
     let out = ccol()
         .args(["demo", "--corpus", "/nonexistent/corpus"])
-        .output()
+        .output_within(LIMIT)
         .expect("ccol runs");
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
@@ -143,7 +148,7 @@ fn a_bad_timeout_variable_exits_2_before_any_rank_starts() {
     let out = ccol()
         .args(["demo", "--json"])
         .env("CCOL_TIMEOUT_S", "abc")
-        .output()
+        .output_within(LIMIT)
         .expect("ccol runs");
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
@@ -159,7 +164,7 @@ fn a_bad_timeout_variable_exits_2_before_any_rank_starts() {
 #[test]
 fn demo_without_gloo_says_how_to_get_it() {
     let _ = corpus;
-    let out = ccol().arg("demo").output().expect("ccol runs");
+    let out = ccol().arg("demo").output_within(LIMIT).expect("ccol runs");
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("scripts/demo.sh"), "{err}");

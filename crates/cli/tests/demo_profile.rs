@@ -5,7 +5,11 @@
 #[cfg(feature = "gloo")]
 #[test]
 fn a_restarted_demo_job_compiles_fewer_times_from_its_profile() {
+    use compiler_collectives_conformance::process::OutputWithin;
     use serde_json::Value;
+    /// The most one run may take before it is stopped and the test fails
+    /// with its output (no test waits on a process without a bound).
+    const LIMIT: std::time::Duration = std::time::Duration::from_secs(300);
     let root = tempfile::tempdir().expect("tempdir");
     let run = || -> Value {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_ccol"))
@@ -14,7 +18,7 @@ fn a_restarted_demo_job_compiles_fewer_times_from_its_profile() {
             .env_remove("CCOL_GLOO_STORE")
             .env("CCOL_PROFILE_DIR", root.path())
             .env("CCOL_JOB_ID", "demo-job")
-            .output()
+            .output_within(LIMIT)
             .expect("ccol runs");
         assert_eq!(
             out.status.code(),

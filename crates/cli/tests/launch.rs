@@ -1,10 +1,14 @@
 //! `ccol run` as a user runs it: the real binary launching `sh -c` ranks.
 #![cfg(unix)]
 
+use compiler_collectives_conformance::process::{OutputWithin, Ranks};
 use std::collections::BTreeMap;
-use std::io::{BufRead as _, BufReader};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
+
+/// The most any one command of these tests may run before it is stopped and
+/// the test fails with its output (no test waits on a process without a bound).
+const LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
 
 fn ccol_run(args: &[&str]) -> (Output, Duration) {
     let start = Instant::now();
@@ -12,7 +16,7 @@ fn ccol_run(args: &[&str]) -> (Output, Duration) {
         .arg("run")
         .args(args)
         .stdin(Stdio::null())
-        .output()
+        .output_within(LIMIT)
         .expect("ccol runs");
     (out, start.elapsed())
 }
@@ -234,36 +238,38 @@ fn a_missing_command_exits_2() {
 
 #[test]
 fn sigterm_to_the_launcher_stops_the_ranks() {
-    let start = Instant::now();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ccol"))
-        .args([
-            "run",
-            "--nproc-per-node",
-            "2",
-            "sh",
-            "-c",
-            "echo ready; sleep 30",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("ccol starts");
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    for _ in 0..2 {
-        let line = lines.next().expect("a line").expect("readable");
-        assert!(line.ends_with("ready"), "{line}");
+    let mut c = Command::new(env!("CARGO_BIN_EXE_ccol"));
+    c.args([
+        "run",
+        "--nproc-per-node",
+        "2",
+        "sh",
+        "-c",
+        "echo ready; sleep 30",
+    ]);
+    let mut launcher = Ranks::start(vec![c]).expect("ccol starts");
+    let ready = |launcher: &Ranks| {
+        let lines = launcher.lines(0);
+        (lines.iter().filter(|l| l.ends_with("ready")).count(), lines)
+    };
+    let until = Instant::now() + Duration::from_secs(10);
+    while ready(&launcher).0 < 2 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
     }
+    let (n, lines) = ready(&launcher);
+    assert_eq!(n, 2, "both ranks say ready within 10 s: {lines:?}");
+    let start = Instant::now();
     let killed = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
+        .args(["-TERM", &launcher.child_mut(0).id().to_string()])
         .status()
         .expect("kill runs");
     assert!(killed.success());
-    let out = child.wait_with_output().expect("ccol exits");
-    let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(130), "{stderr}");
-    assert!(start.elapsed() < Duration::from_secs(5), "{stderr}");
-    assert!(stderr.contains("interrupted"), "{stderr}");
+    let done = launcher.finish(Duration::from_secs(15));
+    let out = &done.ranks[0];
+    let text = out.lines.join("\n");
+    assert_eq!(out.code, Some(130), "{text}");
+    assert!(start.elapsed() < Duration::from_secs(5), "{text}");
+    assert!(text.contains("interrupted"), "{text}");
 }
 
 #[test]

@@ -6,10 +6,15 @@
 //! - SIGKILL during a save, 100 trials, never leaves a corrupt or partial file.
 
 use compiler_collectives::profile::{Profile, ProfileLimits, ProfileStore};
+use compiler_collectives_conformance::process::OutputWithin;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
+
+/// The most any one command of these tests may run before it is stopped and
+/// the test fails with its output (no test waits on a process without a bound).
+const LIMIT: std::time::Duration = std::time::Duration::from_secs(300);
 
 fn scenario(file: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -22,7 +27,7 @@ fn ccol(args: &[&str]) -> Output {
         .args(args)
         .env_remove("CCOL_TIMEOUT_S")
         .env_remove("CCOL_TRACE_DIR")
-        .output()
+        .output_within(LIMIT)
         .expect("ccol runs")
 }
 
@@ -245,6 +250,25 @@ fn writer(dir: &Path, prefix: &str, count: u32, filler: u32) -> Command {
     c
 }
 
+/// Waits for `child` to exit within `limit`, killing it and failing the
+/// test at the limit (no test waits on a process without a bound).
+fn finish_within(mut child: std::process::Child, limit: Duration) -> Output {
+    let start = std::time::Instant::now();
+    while child.try_wait().expect("try_wait").is_none() {
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("reaped");
+            panic!(
+                "hung: still running after {} s: {}",
+                limit.as_secs(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("reaped")
+}
+
 #[test]
 fn eight_concurrent_writer_processes_never_lose_an_entry() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -259,7 +283,7 @@ fn eight_concurrent_writer_processes_never_lose_an_entry() {
         })
         .collect();
     for c in children {
-        let out = c.wait_with_output().expect("writer ends");
+        let out = finish_within(c, LIMIT);
         assert!(
             out.status.success(),
             "{}",
@@ -296,7 +320,9 @@ fn sigkill_during_saves_never_leaves_a_corrupt_or_partial_file() {
     let dir = tmp.path().join("job");
     // A large profile (2,000 entries, ~100 KB) makes each save take long enough to be
     // killed in the middle of writing.
-    let seed = writer(&dir, "seed", 1, 2_000).output().expect("seed");
+    let seed = writer(&dir, "seed", 1, 2_000)
+        .output_within(LIMIT)
+        .expect("seed");
     assert!(
         seed.status.success(),
         "{}",
@@ -396,7 +422,7 @@ fn the_environment_names_the_profile_per_job_and_the_trace_directory() {
         if let Some(j) = job {
             c.env("TORCHELASTIC_RUN_ID", j);
         }
-        c.output().expect("ccol runs")
+        c.output_within(LIMIT).expect("ccol runs")
     };
     let compiles = |o: &Output| -> Value {
         assert_eq!(
@@ -483,7 +509,7 @@ fn empty_profile_variables_count_as_unset() {
         .env_remove("CCOL_JOB_ID")
         .env_remove("TORCHELASTIC_RUN_ID")
         .envs(vars.iter().copied());
-        let out = c.output().expect("ccol runs");
+        let out = c.output_within(LIMIT).expect("ccol runs");
         assert_eq!(
             out.status.code(),
             Some(0),
@@ -561,7 +587,7 @@ fn merging_into_a_stores_profile_file_waits_for_its_lock() {
     let lock = std::fs::File::create(store.join("profile.ccol.lock")).expect("lock file");
     fs4::FileExt::lock(&lock).expect("lock");
     let target = store.join("profile.ccol");
-    let mut merge = Command::new(env!("CARGO_BIN_EXE_ccol"))
+    let merge = Command::new(env!("CARGO_BIN_EXE_ccol"))
         .args(["profile", "merge", s(&a), s(&b), "-o", s(&target)])
         .stdout(Stdio::null())
         .spawn()
@@ -569,7 +595,7 @@ fn merging_into_a_stores_profile_file_waits_for_its_lock() {
     std::thread::sleep(Duration::from_millis(1500));
     assert!(!target.exists(), "merge wrote while the lock was held");
     fs4::FileExt::unlock(&lock).expect("unlock");
-    assert!(merge.wait().expect("wait").success());
+    assert!(finish_within(merge, LIMIT).status.success());
     let merged = ProfileStore::open(&store)
         .expect("store")
         .load()

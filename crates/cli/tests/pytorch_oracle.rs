@@ -8,11 +8,16 @@
 //! `CCOL_STRICT_SKIPS=1` (set by `scripts/test.sh`, which installs torch):
 //! then they fail.
 
+use compiler_collectives_conformance::process::OutputWithin;
 use compiler_collectives_conformance::skip::{skip_test, Missing};
 use serde_json::Value;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+/// The most any one command of these tests may run before it is stopped and
+/// the test fails with its output (no test waits on a process without a bound).
+const LIMIT: std::time::Duration = std::time::Duration::from_secs(1200);
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -30,7 +35,10 @@ fn torch_python() -> Option<PathBuf> {
         .unwrap_or_else(|| PathBuf::from("python3"));
     let check =
         "import sys, torch, numpy; sys.exit(0 if torch.__version__.startswith('2.13.') else 3)";
-    let why = match Command::new(&candidate).args(["-c", check]).output() {
+    let why = match Command::new(&candidate)
+        .args(["-c", check])
+        .output_within(LIMIT)
+    {
         Ok(o) if o.status.success() => return Some(candidate),
         Ok(o) => format!(
             "{} cannot import torch 2.13 and numpy (exit {:?}): {}",
@@ -62,7 +70,7 @@ fn compare(python: &Path, args: &[&Path]) -> Output {
         .env("CCOL_TORCH_PYTHON", python)
         .env("CCOL_PYTORCH_ORACLE", oracle_dir().join("harness.py"))
         .env_remove("CCOL_TIMEOUT_S")
-        .output()
+        .output_within(LIMIT)
         .expect("ccol runs")
 }
 
@@ -185,7 +193,7 @@ fn randomized_lattice_differential_finds_no_difference() {
     let out = Command::new(&python)
         .arg(oracle_dir().join("differential.py"))
         .args(["--cases", "10000", "--ccol", env!("CARGO_BIN_EXE_ccol")])
-        .output()
+        .output_within(LIMIT)
         .expect("the differential runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
     report(&stdout);
@@ -223,7 +231,7 @@ fn a_wrong_expectation_fails_the_comparison() {
         .arg(&file)
         .env("CCOL_TORCH_PYTHON", &python)
         .env("CCOL_PYTORCH_ORACLE", oracle_dir())
-        .output()
+        .output_within(LIMIT)
         .expect("ccol runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");

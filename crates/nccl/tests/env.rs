@@ -1,8 +1,13 @@
 //! `EnvConfig::read` under torchrun's variables. Each case runs in a child
 //! process (this test binary again), so no test changes its own environment.
 
+use compiler_collectives_conformance::process::OutputWithin;
 use compiler_collectives_nccl::{EnvConfig, NcclError};
 use std::process::Command;
+
+/// The most any one command of these tests may run before it is stopped and
+/// the test fails with its output (no test waits on a process without a bound).
+const LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 const CHILD: &str = "CCOL_NCCL_ENV_CHILD";
 
@@ -26,7 +31,7 @@ fn read_in_child(vars: &[(&str, &str)]) -> Result<String, String> {
     let out = c
         .env(CHILD, "1")
         .envs(vars.iter().copied())
-        .output()
+        .output_within(LIMIT)
         .expect("child runs");
     let text = String::from_utf8_lossy(&out.stdout);
     let line = text

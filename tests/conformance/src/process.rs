@@ -17,7 +17,7 @@
 //! limit. Cases run one at a time ([`run`]), so deadline bounds are not
 //! disturbed by other cases on a 2-core machine.
 
-pub use crate::ranks::{run_within, Finished, RankResult, Ranks};
+pub use crate::ranks::{run_within, Finished, OutputWithin, RankResult, Ranks};
 use crate::skip::{skip_trial, Missing};
 use crate::{find, Capability, Ctx, BEHAVIOURS};
 use compiler_collectives_core::shapes::{FrameState, Observation};

@@ -386,3 +386,97 @@ pub fn run_within(command: Command, limit: Duration) -> Result<RankResult, Strin
     let mut finished = ranks.finish(limit);
     Ok(finished.ranks.remove(0))
 }
+
+/// `Command::output` with a hard limit, for tests that run one program to
+/// its end (`ccol …`, a Python helper): stdout and stderr are read on
+/// threads; a program still running at the limit is asked to stop with
+/// SIGTERM (so a launcher stops its ranks), killed after 5 s, and the call
+/// fails with what it printed — a test then fails instead of hanging.
+pub trait OutputWithin {
+    /// Runs the command to its end within `limit`.
+    ///
+    /// # Errors
+    /// When it cannot be started, or (kind `TimedOut`) when it was still
+    /// running at `limit`.
+    fn output_within(&mut self, limit: Duration) -> std::io::Result<std::process::Output>;
+}
+
+impl OutputWithin for Command {
+    fn output_within(&mut self, limit: Duration) -> std::io::Result<std::process::Output> {
+        self.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = self.spawn()?;
+        let read = |s: Option<Box<dyn Read + Send>>| {
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                if let Some(mut s) = s {
+                    let _ = s.read_to_end(&mut buf);
+                }
+                buf
+            })
+        };
+        let out = read(
+            child
+                .stdout
+                .take()
+                .map(|s| Box::new(s) as Box<dyn Read + Send>),
+        );
+        let err = read(
+            child
+                .stderr
+                .take()
+                .map(|s| Box::new(s) as Box<dyn Read + Send>),
+        );
+        let start = Instant::now();
+        let mut timed_out = false;
+        let status = loop {
+            if let Some(status) = child.try_wait()? {
+                break status;
+            }
+            if start.elapsed() >= limit {
+                timed_out = true;
+                let _ = Command::new("kill")
+                    .args(["-TERM", &child.id().to_string()])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status();
+                let until = Instant::now() + TERM_GRACE;
+                while Instant::now() < until && matches!(child.try_wait(), Ok(None)) {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                let _ = child.kill();
+                break child.wait()?;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        // A grandchild may hold the pipes open: take what was read by then.
+        let join = |h: std::thread::JoinHandle<Vec<u8>>| {
+            let until = Instant::now() + PIPE_GRACE;
+            while !h.is_finished() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if h.is_finished() {
+                h.join().unwrap_or_default()
+            } else {
+                b"(output still open: a child of it holds the pipe)".to_vec()
+            }
+        };
+        let (stdout, stderr) = (join(out), join(err));
+        if timed_out {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "hung: {:?} still running after its limit of {} ms was stopped; stdout:\n{}\nstderr:\n{}",
+                    self.get_program(),
+                    limit.as_millis(),
+                    String::from_utf8_lossy(&stdout),
+                    String::from_utf8_lossy(&stderr)
+                ),
+            ));
+        }
+        Ok(std::process::Output {
+            status,
+            stdout,
+            stderr,
+        })
+    }
+}
