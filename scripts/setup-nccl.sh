@@ -5,7 +5,8 @@
 # cache (outside the checkout, reused by fresh clones). Prints the variable
 # that names it:
 #   eval "$(scripts/setup-nccl.sh)"
-# Idempotent; progress goes to stderr. Needs no GPU.
+# Idempotent; progress goes to stderr (pip's download progress included).
+# Needs no GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/env.sh
@@ -21,7 +22,7 @@ done
 if [ -z "$lib" ]; then
     echo "installing nvidia-nccl-cu13==$version into $venv (about 250 MB, once)" >&2
     python3 -m venv "$venv" >&2
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "nvidia-nccl-cu13==$version" >&2
+    "$venv/bin/python" -m pip install --disable-pip-version-check --progress-bar on "nvidia-nccl-cu13==$version" >&2
     lib=$(ls "$venv"/lib/python3*/site-packages/nvidia/nccl/lib/libnccl.so.2)
 fi
 echo "export CCOL_NCCL_LIB=\"$lib\""

@@ -4,7 +4,8 @@
 # the checkout (reused by fresh clones), verifies the version, and prints the
 # variables that build tch-rs against it and find its tools:
 #   eval "$(scripts/setup-torch.sh)"
-# Idempotent: a second run only verifies. Progress goes to stderr.
+# Idempotent: a second run only verifies. Progress goes to stderr (pip's
+# download progress included: the first run fetches about 4.7 GB).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/env.sh
@@ -12,9 +13,10 @@ version=2.13.0
 venv="$CCOL_CACHE/torch-$version"
 check='import torch, numpy, sys; sys.exit(0 if torch.__version__.split("+")[0] == "'$version'" else 1)'
 if ! "$venv/bin/python" -c "$check" 2>/dev/null; then
-    echo "installing torch $version and numpy into $venv (about 2.7 GB, once)" >&2
+    echo "installing torch $version and numpy into $venv (about 4.7 GB on disk: CUDA wheels 2.7 GB," \
+        "torch 1.2 GB, triton 0.7 GB; once)" >&2
     python3 -m venv "$venv" >&2
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "torch==$version" numpy >&2
+    "$venv/bin/python" -m pip install --disable-pip-version-check --progress-bar on "torch==$version" numpy >&2
 fi
 site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 # tch skips its own version check on the LIBTORCH path: check torch/version.py here.

@@ -5,44 +5,52 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/env.sh
+step "Debian packages"
 apt_install libgloo-dev redis-server
 # ip (network namespaces) for the cut-link fault test over Gloo.
 apt_install iproute2
 # The pinned torch (outside the checkout): torchrun and libtorch for the tests
 # that need them.
+step "torch 2.13.0 (pip; about 4.7 GB the first time)"
 eval "$(scripts/setup-torch.sh)"
 # NCCL 2.29.7 (pip wheel; the torch set-up's copy when present) for the nccl
 # crate's tests: real unique ids and communicator errors without a GPU.
+step "NCCL 2.29.7 (pip)"
 eval "$(scripts/setup-nccl.sh)"
 # Backends this script installs must not be skipped by their tests for being
 # missing. (A behaviour an engine cannot show — c10d cannot interrupt peers
 # blocked inside a collective — is skipped with its reason printed.)
 export CCOL_STRICT_SKIPS=1
 features=(--features compiler-collectives-cli/gloo)
+# `ccol` for the README's commands: $CCOL_CACHE/bin/ccol (prints the PATH line).
+step "build and install ccol"
+install_ccol
 
-echo "== cargo fmt --check"
+step "cargo fmt --check"
 cargo fmt --all --check
-echo "== cargo clippy (default members, then every crate with Gloo)"
-cargo clippy --all-targets --quiet -- -D warnings
-cargo clippy --workspace --all-targets "${features[@]}" --quiet -- -D warnings
-echo "== cargo doc"
-RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet -p compiler-collectives-core -p compiler-collectives
-echo "== core depends on no backend"
+step "cargo clippy (default members, then every crate with Gloo)"
+cargo clippy --all-targets -- -D warnings
+cargo clippy --workspace --all-targets "${features[@]}" -- -D warnings
+step "cargo doc"
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p compiler-collectives-core -p compiler-collectives
+step "core depends on no backend"
 deps=$(cargo tree -p compiler-collectives-core -e normal,build --prefix none --quiet)
 if grep -Ei '^(compiler-collectives-(gloo|nccl|tch)|cudarc|tch|torch-sys|libloading|cc) ' <<<"$deps"; then
     echo "compiler-collectives-core must not depend on a backend or native code" >&2
     exit 1
 fi
 grep -q '^#!\[forbid(unsafe_code)\]' crates/core/src/lib.rs || { echo "core must forbid unsafe code" >&2; exit 1; }
-echo "== cargo test (default members: no native libraries needed; the NCCL crate's CPU tests"
-echo "   use the pip NCCL set up above, its GPU suite says why it skips without GPUs)"
-cargo test --quiet 2>&1
-echo "== cargo test: Gloo backend (real processes, redis, torchrun)"
-cargo test --quiet -p compiler-collectives-gloo 2>&1
-echo "== cargo test: ccol demo over Gloo"
-cargo test --quiet -p compiler-collectives-cli "${features[@]}" --test demo 2>&1
-cargo test --quiet -p compiler-collectives-cli "${features[@]}" --test demo_profile 2>&1
-echo "== cargo test: Debian's Gloo and libtorch's c10d Gloo in one process"
-cargo test --quiet -p compiler-collectives-gloo-libtorch 2>&1
-echo "== cargo test: libtorch c10d process groups (real processes)"
-cargo test --quiet -p compiler-collectives-tch 2>&1
+step "cargo test: default members (no native libraries needed)"
+echo "   (the NCCL crate's CPU tests use the pip NCCL set up above, its GPU suite says why it skips without GPUs)"
+cargo test -- --quiet 2>&1
+step "cargo test: Gloo backend (real processes, redis, torchrun)"
+cargo test -p compiler-collectives-gloo -- --quiet 2>&1
+step "cargo test: ccol demo over Gloo"
+cargo test -p compiler-collectives-cli "${features[@]}" --test demo -- --quiet 2>&1
+cargo test -p compiler-collectives-cli "${features[@]}" --test demo_profile -- --quiet 2>&1
+cargo test -p compiler-collectives-cli "${features[@]}" --test interrupt -- --quiet 2>&1
+step "cargo test: Debian's Gloo and libtorch's c10d Gloo in one process"
+cargo test -p compiler-collectives-gloo-libtorch -- --quiet 2>&1
+step "cargo test: libtorch c10d process groups (real processes)"
+cargo test -p compiler-collectives-tch -- --quiet 2>&1
+steps_done

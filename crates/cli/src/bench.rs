@@ -10,7 +10,8 @@
 //!   `ccol bench-worker`; over `--engine in-process` they are threads. A
 //!   round's time is the slowest rank's; p50/p90 over the rounds.
 //! - c10d: with `--c10d-worker PATH` (default: `examples/bench_c10d` beside
-//!   ccol, built by `cargo build --release -p compiler-collectives-tch
+//!   ccol, else in the release build of `$CARGO_TARGET_DIR` or of the cache's
+//!   `target/` — built by `cargo build --release -p compiler-collectives-tch
 //!   --example bench_c10d`), the same measurement over libtorch's
 //!   `ProcessGroupGloo` — the engine PyTorch's own path runs on.
 //! - PyTorch (unless `--no-pytorch`): the embedded `bench/pytorch_bench.py`
@@ -101,7 +102,9 @@ pub(crate) struct BenchArgs {
     scale_max: u32,
     /// Also measure our side over libtorch's c10d with this worker binary
     /// (`cargo build --release -p compiler-collectives-tch --example bench_c10d`;
-    /// default: `examples/bench_c10d` beside ccol, when built).
+    /// default: `examples/bench_c10d` beside ccol, else
+    /// $CARGO_TARGET_DIR/release/examples/bench_c10d, else
+    /// target/release/examples/bench_c10d in the cache directory, when built).
     #[arg(long, value_name = "PATH")]
     c10d_worker: Option<PathBuf>,
     /// Do not look for the c10d worker beside ccol.
@@ -292,11 +295,11 @@ impl std::fmt::Display for Usage {
 
 impl std::error::Error for Usage {}
 
-/// Where `ccol bench` writes without `--out`: `bench` in the project's cache
-/// directory — `$CCOL_CACHE`, else `$XDG_CACHE_HOME/compiler-collectives`,
-/// else `~/.cache/compiler-collectives` (as `scripts/env.sh` and the
-/// backends resolve it); `None` when none of those variables is set.
-pub(crate) fn default_out() -> Option<PathBuf> {
+/// The project's cache directory: `$CCOL_CACHE`, else
+/// `$XDG_CACHE_HOME/compiler-collectives`, else `~/.cache/compiler-collectives`
+/// (as `scripts/env.sh` and the backends resolve it); `None` when none of
+/// those variables is set.
+fn cache_dir() -> Option<PathBuf> {
     let var = |name| std::env::var_os(name).filter(|v| !v.is_empty());
     var("CCOL_CACHE")
         .map(PathBuf::from)
@@ -304,7 +307,11 @@ pub(crate) fn default_out() -> Option<PathBuf> {
         .or_else(|| {
             var("HOME").map(|h| PathBuf::from(h).join(".cache").join("compiler-collectives"))
         })
-        .map(|cache| cache.join("bench"))
+}
+
+/// Where `ccol bench` writes without `--out`: `bench` in [`cache_dir`].
+fn default_out() -> Option<PathBuf> {
+    cache_dir().map(|cache| cache.join("bench"))
 }
 
 /// Ends the run between two measurements when a signal arrived: once the
@@ -393,17 +400,29 @@ fn join_list(v: &[usize]) -> String {
         .join(",")
 }
 
-/// `--c10d-worker`, else `examples/bench_c10d` beside this ccol when built
-/// (same target directory and profile), unless `--no-c10d`.
+/// `--c10d-worker`, else the first `examples/bench_c10d` that is built:
+/// beside this ccol (same target directory and profile), in
+/// `$CARGO_TARGET_DIR/release`, in the cache's `target/release` (where the
+/// scripts build; an installed ccol is not beside it). None with `--no-c10d`.
 fn c10d_worker(args: &BenchArgs) -> Option<PathBuf> {
     if args.no_c10d || args.engine.as_deref() == Some("in-process") {
         return None;
     }
-    args.c10d_worker.clone().or_else(|| {
-        let exe = std::env::current_exe().ok()?;
-        let p = exe.parent()?.join("examples").join("bench_c10d");
-        p.is_file().then_some(p)
-    })
+    if let Some(p) = &args.c10d_worker {
+        return Some(p.clone());
+    }
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(Path::to_path_buf));
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .filter(|v| !v.is_empty())
+        .map(|t| PathBuf::from(t).join("release"));
+    let cache = cache_dir().map(|c| c.join("target").join("release"));
+    [beside, target, cache]
+        .into_iter()
+        .flatten()
+        .map(|dir| dir.join("examples").join("bench_c10d"))
+        .find(|p| p.is_file())
 }
 
 fn python(args: &BenchArgs) -> Option<PathBuf> {

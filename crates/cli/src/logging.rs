@@ -9,8 +9,11 @@
 //!   `tracing-subscriber`'s `EnvFilter` syntax: `RUST_LOG=debug`,
 //!   `RUST_LOG=warn,ccol::exchange=debug` (one event per exchange),
 //!   `RUST_LOG=warn,compiler_collectives_gloo=trace`. Unset or empty:
-//!   warnings and errors ([`DEFAULT_FILTER`]). As everywhere `RUST_LOG` is
-//!   read, a list without a bare level shows only the targets it names.
+//!   [`DEFAULT_FILTER`], warnings and errors — except the `ccol::exchange`
+//!   "exchange failed" warning, which repeats the error the exchange returns
+//!   and the program reports itself (`RUST_LOG=warn` shows it too). As
+//!   everywhere `RUST_LOG` is read, a list without a bare level shows only
+//!   the targets it names.
 //! - `CCOL_LOG_FORMAT` ([`FORMAT_ENV`]): `text` (the default; one line per
 //!   event, ANSI colours only when stderr is a terminal and `NO_COLOR` is
 //!   unset) or `json` (one JSON object per line: `timestamp`, `level`,
@@ -31,14 +34,16 @@
 
 use std::fmt;
 use std::io::IsTerminal as _;
-use tracing_subscriber::filter::{EnvFilter, LevelFilter};
+use tracing_subscriber::filter::EnvFilter;
 
 /// The variable that chooses what is logged (`EnvFilter` directives).
 pub const FILTER_ENV: &str = "RUST_LOG";
 /// The variable that chooses the format: `text` or `json`.
 pub const FORMAT_ENV: &str = "CCOL_LOG_FORMAT";
-/// What is shown when [`FILTER_ENV`] is unset or empty.
-pub const DEFAULT_FILTER: LevelFilter = LevelFilter::WARN;
+/// What is shown when [`FILTER_ENV`] is unset or empty (or malformed):
+/// warnings, but not the per-exchange "exchange failed" (the error itself
+/// reaches the program, which reports it).
+pub const DEFAULT_FILTER: &str = "warn,ccol::exchange=error";
 
 /// How log lines are written.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -103,16 +108,17 @@ impl LogConfig {
     /// malformed ones, each replaced by its default.
     pub fn parse(filter: Option<&str>, format: Option<&str>) -> (LogConfig, Vec<LogConfigError>) {
         let mut problems = Vec::new();
-        let builder = EnvFilter::builder().with_default_directive(DEFAULT_FILTER.into());
+        let builder = EnvFilter::builder();
+        let default = || builder.parse_lossy(DEFAULT_FILTER);
         let filter = match filter.map(str::trim).filter(|f| !f.is_empty()) {
-            None => builder.parse_lossy(""),
+            None => default(),
             Some(text) => builder.parse(text).unwrap_or_else(|e| {
                 problems.push(LogConfigError {
                     variable: FILTER_ENV,
                     value: text.to_owned(),
                     reason: format!("{e}; showing warnings only"),
                 });
-                builder.parse_lossy("")
+                default()
             }),
         };
         let format = LogFormat::parse(format.unwrap_or("")).unwrap_or_else(|e| {
@@ -197,9 +203,14 @@ mod tests {
 
     #[test]
     fn variables_choose_filter_and_format() {
-        check(None, None, "warn Text", &[]);
-        check(Some(""), Some(""), "warn Text", &[]);
-        check(Some("  "), Some(" JSON "), "warn Json", &[]);
+        check(None, None, "ccol::exchange=error,warn Text", &[]);
+        check(Some(""), Some(""), "ccol::exchange=error,warn Text", &[]);
+        check(
+            Some("  "),
+            Some(" JSON "),
+            "ccol::exchange=error,warn Json",
+            &[],
+        );
         check(Some("debug"), Some("text"), "debug Text", &[]);
         check(
             Some("ccol::exchange=debug"),
@@ -220,11 +231,11 @@ mod tests {
         check(
             None,
             Some("xml"),
-            "warn Text",
+            "ccol::exchange=error,warn Text",
             &[r#"CCOL_LOG_FORMAT="xml": expected text or json; writing text"#],
         );
         let (config, problems) = LogConfig::parse(Some("ccol=loud"), None);
-        assert_eq!(config.filter.to_string(), "warn");
+        assert_eq!(config.filter.to_string(), "ccol::exchange=error,warn");
         assert_eq!(problems.len(), 1);
         assert_eq!(problems[0].variable, "RUST_LOG");
         assert_eq!(problems[0].value, "ccol=loud");
