@@ -142,11 +142,19 @@ fn ctrl_c_to_the_demo_stops_its_ranks_and_leaves_nothing() {
     interrupt_demo("INT", true);
 }
 
+/// Without Gloo there are no ranks to interrupt: `ccol demo` refuses at once
+/// (exit 2) and leaves nothing in the temporary directory either.
 #[cfg(not(feature = "gloo"))]
 #[test]
-fn interrupting_the_demo_needs_gloo() {
+fn a_demo_without_gloo_exits_2_and_leaves_nothing() {
     let _ = interrupt_demo;
-    println!(
-        "skipped: this ccol is built without Gloo (cargo test --features gloo --test interrupt)"
-    );
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(env!("CARGO_BIN_EXE_ccol"))
+        .args(["demo", "--nproc", "2"])
+        .env("TMPDIR", tmp.path())
+        .output()
+        .expect("ccol runs");
+    assert_eq!(out.status.code(), Some(2));
+    let left: Vec<_> = std::fs::read_dir(tmp.path()).expect("list").collect();
+    assert!(left.is_empty(), "{left:?}");
 }
