@@ -7,7 +7,7 @@
 //! 32-byte digest round (the fast path); otherwise every rank gathers every
 //! rank's values and returns the same [`Error::Disagreement`], which lists,
 //! for the names that differ, each distinct combination of values with its
-//! ranks, e.g. `ranks disagree on must-agree value 'compiler': rank [0] have
+//! ranks, e.g. `ranks disagree on must-agree value 'compiler': rank [0] has
 //! compiler='2.13.0'; ranks [1,2] have compiler='2.12.1'`. A name one rank
 //! lists and another does not shows as `<absent>` there.
 //!
@@ -31,7 +31,7 @@
 //!     let err = h.join().unwrap().unwrap_err();            // the same error on every rank
 //!     assert_eq!(err.to_string(),
 //!         "ranks disagree on must-agree value 'code': ranks [0,1] have code='4be0'; \
-//!          rank [2] have code='9f1c'; the channel is unusable: abort it");
+//!          rank [2] has code='9f1c'; the channel is unusable: abort it");
 //! }
 //! # Ok::<(), compiler_collectives_core::Error>(())
 //! ```

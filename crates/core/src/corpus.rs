@@ -231,7 +231,7 @@ pub enum CorpusError {
         dir: PathBuf,
     },
     /// The directory holds no readable regular file.
-    #[error("corpus directory {}: no readable regular files ({skipped} entries skipped); pass a directory of text files with --corpus DIR", dir.display())]
+    #[error("corpus directory {}: no readable regular files ({} skipped); pass a directory of text files with --corpus DIR", dir.display(), crate::error::counted(*skipped, "entry", "entries"))]
     Empty {
         /// The directory.
         dir: PathBuf,
@@ -239,7 +239,7 @@ pub enum CorpusError {
         skipped: usize,
     },
     /// Files were read but none holds a non-blank line.
-    #[error("corpus directory {}: {files} files read but none holds any text; pass a directory of text files with --corpus DIR", dir.display())]
+    #[error("corpus directory {}: {} read but none holds any text; pass a directory of text files with --corpus DIR", dir.display(), crate::error::counted(*files, "file", "files"))]
     NoText {
         /// The directory.
         dir: PathBuf,
@@ -407,30 +407,35 @@ pub struct CorpusSummary {
 
 impl fmt::Display for CorpusSummary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use crate::error::counted;
         writeln!(
             f,
-            "corpus {}: {} documents ({} bytes, {} truncated, {} entries skipped)",
+            "corpus {}: {} ({}, {} truncated, {} skipped)",
             self.dir.display(),
-            self.documents,
-            self.bytes,
+            counted(self.documents, "document", "documents"),
+            counted(self.bytes, "byte", "bytes"),
             self.truncated_documents,
-            self.skipped
+            counted(self.skipped, "entry", "entries")
         )?;
         writeln!(
             f,
-            "  {} sequences (paragraphs), {} {} tokens, {} longer than {} (capped)",
-            self.sequences, self.tokens, self.tokenizer, self.capped_sequences, self.max_seq_len
+            "  {} (paragraphs), {} ({}), {} longer than {} (capped)",
+            counted(self.sequences, "sequence", "sequences"),
+            counted(self.tokens, "token", "tokens"),
+            self.tokenizer,
+            self.capped_sequences,
+            self.max_seq_len
         )?;
         write!(
             f,
-            "  {} ranks × {} samples per epoch ({} repeated), batch {} → {} steps per epoch; {} epoch(s), running {} steps per rank",
-            self.world_size,
-            self.samples_per_rank,
+            "  {} × {} per epoch ({} repeated), batch {} → {} per epoch; {} epoch(s), running {} per rank",
+            counted(self.world_size, "rank", "ranks"),
+            counted(self.samples_per_rank, "sample", "samples"),
             self.padding_samples,
             self.batch_size,
-            self.steps_per_epoch,
+            counted(self.steps_per_epoch, "step", "steps"),
             self.epochs,
-            self.steps
+            counted(self.steps, "step", "steps")
         )
     }
 }

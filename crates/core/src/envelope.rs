@@ -308,7 +308,10 @@ pub fn decode_digest_msg(bytes: &[u8]) -> Result<DigestMsg, DecodeError> {
     if bytes.len() != DIGEST_MSG_LEN {
         return Err(DecodeError::Invalid {
             field: "digest message",
-            detail: format!("{} bytes, expected {DIGEST_MSG_LEN}", bytes.len()),
+            detail: format!(
+                "{}, expected {DIGEST_MSG_LEN}",
+                crate::error::counted(bytes.len(), "byte", "bytes")
+            ),
         });
     }
     if msg_type != MSG_DIGEST {
@@ -341,7 +344,7 @@ pub fn decode_payload<T: serde::de::DeserializeOwned>(
         Ok((v, [])) => Ok(v),
         Ok((_, rest)) => Err(DecodeError::Payload {
             kind: kind.to_owned(),
-            detail: format!("{} trailing bytes", rest.len()),
+            detail: crate::error::counted(rest.len(), "trailing byte", "trailing bytes"),
         }),
         Err(e) => Err(DecodeError::Payload {
             kind: kind.to_owned(),

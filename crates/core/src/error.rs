@@ -60,15 +60,32 @@ pub struct RankGroup {
 }
 
 /// Formats groups as `ranks [0,1,3] at #42 'a'; rank [2] at #42 'b'`.
-fn fmt_groups(f: &mut fmt::Formatter<'_>, groups: &[RankGroup], sep: &str) -> fmt::Result {
+/// `verb` is `[for one rank, for several]`, e.g. `[" speaks ", " speak "]`.
+fn fmt_groups(f: &mut fmt::Formatter<'_>, groups: &[RankGroup], verb: [&str; 2]) -> fmt::Result {
     for (i, g) in groups.iter().enumerate() {
         if i > 0 {
             f.write_str("; ")?;
         }
-        let word = if g.ranks.len() == 1 { "rank" } else { "ranks" };
+        let (word, sep) = if g.ranks.len() == 1 {
+            ("rank", verb[0])
+        } else {
+            ("ranks", verb[1])
+        };
         write!(f, "{word} {}{sep}{}", RankList(&g.ranks), g.what)?;
     }
     Ok(())
+}
+
+/// `n` with the noun in the right number: `1 byte`, `2 bytes`.
+pub(crate) fn counted<N>(n: N, one: &str, many: &str) -> String
+where
+    N: fmt::Display + PartialEq + From<u8>,
+{
+    if n == N::from(1) {
+        format!("{n} {one}")
+    } else {
+        format!("{n} {many}")
+    }
 }
 
 /// Displays a rank list as `[0,1,3]`.
@@ -114,7 +131,7 @@ pub fn group_ranks<T: fmt::Display>(items: impl IntoIterator<Item = (u32, T)>) -
 #[non_exhaustive]
 pub enum DecodeError {
     /// Fewer bytes than the fixed header or than the header announces.
-    #[error("truncated: {needed} bytes needed, {got} present")]
+    #[error("truncated: {} needed, {got} present", counted(*needed, "byte", "bytes"))]
     Truncated {
         /// Bytes the header requires.
         needed: usize,
@@ -122,7 +139,7 @@ pub enum DecodeError {
         got: usize,
     },
     /// More bytes than the header announces.
-    #[error("{extra} trailing bytes after the message")]
+    #[error("{} after the message", counted(*extra, "trailing byte", "trailing bytes"))]
     Trailing {
         /// Bytes left over.
         extra: usize,
@@ -196,7 +213,7 @@ pub enum Error {
     /// decision kind differ). Every rank gets the same groups. Fatal.
     #[error(
         "desync: {}; the channel is unusable: abort it",
-        DisplayGroups(groups, " at ")
+        DisplayGroups(groups, [" at ", " at "])
     )]
     Desync {
         /// Each group of ranks with what they were doing, e.g.
@@ -206,7 +223,7 @@ pub enum Error {
     /// Ranks speak different wire versions of the protocol. Fatal.
     #[error(
         "wire version mismatch: {}; the channel is unusable: abort it",
-        DisplayGroups(groups, " speak ")
+        DisplayGroups(groups, [" speaks ", " speak "])
     )]
     VersionMismatch {
         /// Each group of ranks with its wire version, e.g. `v1`.
@@ -216,7 +233,7 @@ pub enum Error {
     /// (per-source overrides, configuration, fingerprints). Fatal.
     #[error(
         "ranks disagree on {what}: {}; the channel is unusable: abort it",
-        DisplayGroups(groups, " have ")
+        DisplayGroups(groups, [" has ", " have "])
     )]
     Disagreement {
         /// What must agree.
@@ -262,7 +279,7 @@ pub enum Error {
     },
 }
 
-struct DisplayGroups<'a>(&'a [RankGroup], &'a str);
+struct DisplayGroups<'a>(&'a [RankGroup], [&'a str; 2]);
 
 /// "waiting for rank [3]", or a plain statement when the engine cannot tell.
 struct Missing<'a>(&'a [u32]);

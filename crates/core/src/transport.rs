@@ -112,7 +112,11 @@ pub trait Transport: Send + Sync + Debug {
                     rank: u32::try_from(rank).ok(),
                     source: crate::DecodeError::Invalid {
                         field: "fixed-size contribution",
-                        detail: format!("{} bytes, expected {}", p.len(), data.len()),
+                        detail: format!(
+                            "{}, expected {}",
+                            crate::error::counted(p.len(), "byte", "bytes"),
+                            data.len()
+                        ),
                     },
                 });
             }

@@ -592,7 +592,7 @@ fn a_disagreement_on_many_long_names_gives_a_bounded_message() {
         assert!(e.contains("(and 1984 more)"), "{e}");
         assert!(e.contains(&format!("'{}…'", "n".repeat(200))), "{e}");
         assert!(
-            e.contains("ranks disagree") && e.contains("rank [2] have"),
+            e.contains("ranks disagree") && e.contains("rank [2] has"),
             "{e}"
         );
     }

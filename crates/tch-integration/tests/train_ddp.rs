@@ -10,6 +10,7 @@
 //! passes, unless `CCOL_STRICT_SKIPS=1`.
 
 use anyhow::{bail, ensure, Context, Result};
+use compiler_collectives_conformance::process::OutputWithin;
 use compiler_collectives_conformance::skip::{skip_test, Missing};
 use compiler_collectives_tch::C10dStore;
 use std::collections::BTreeMap;
@@ -193,6 +194,38 @@ fn two_ranks_train_and_agree() -> Result<()> {
             loss_lines(&run.output) == losses0,
             "rank {rank} printed other losses than rank 0"
         );
+    }
+    Ok(())
+}
+
+#[test]
+fn usage_errors_exit_2_naming_the_value() -> Result<()> {
+    let Some(bin) = example_binary() else {
+        skip("the train_ddp example is not built (cargo build --examples)");
+        return Ok(());
+    };
+    for (args, want) in [
+        (
+            &["--bogus"][..],
+            "error: unexpected argument '--bogus' found",
+        ),
+        (
+            &["--steps", "0"][..],
+            "error: invalid value '0' for '--steps <N>': must be at least 1",
+        ),
+        (
+            &["--lr", "x"][..],
+            "error: invalid value 'x' for '--lr <X>'",
+        ),
+    ] {
+        let out = Command::new(&bin)
+            .args(args)
+            .env("RUST_BACKTRACE", "1")
+            .output_within(Duration::from_secs(60))?;
+        ensure!(out.status.code() == Some(2), "{args:?}: {:?}", out.status);
+        let err = String::from_utf8_lossy(&out.stderr);
+        ensure!(err.starts_with(want), "{args:?}: {err}");
+        ensure!(!err.contains("backtrace"), "{args:?}: {err}");
     }
     Ok(())
 }

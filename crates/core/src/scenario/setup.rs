@@ -116,7 +116,10 @@ pub(super) fn parse(
             if step >= steps.len() as u64 {
                 return Err(fail(
                     format!("warm_cache.{key}[{i}]"),
-                    format!("step {step} is past the last step ({} steps)", steps.len()),
+                    format!(
+                        "step {step} is past the last step ({})",
+                        crate::error::counted(steps.len(), "step", "steps")
+                    ),
                 ));
             }
             set.insert(step);
