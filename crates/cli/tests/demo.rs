@@ -117,8 +117,12 @@ fn ranks_agree_with_collectives_and_diverge_without() {
 #[test]
 fn default_corpus_runs_four_ranks_that_agree() {
     if !std::path::Path::new("/usr/share/common-licenses").is_dir() {
-        println!("skipped: /usr/share/common-licenses does not exist on this system");
-        return;
+        return compiler_collectives_conformance::skip::skip_test(
+            "default_corpus_runs_four_ranks_that_agree",
+            compiler_collectives_conformance::skip::Missing::install(
+                "/usr/share/common-licenses does not exist (Debian's base-files)",
+            ),
+        );
     }
     let (v, code) = run(&["--steps", "12"]);
     assert_eq!(code, 0, "{v}");

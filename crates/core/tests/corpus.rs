@@ -501,8 +501,13 @@ fn compile_steps(report: &compiler_collectives_core::scenario::RunReport) -> Vec
 fn common_licenses_demo_agrees_with_collectives() {
     let o = CorpusOptions::default();
     if !o.dir.is_dir() {
-        println!("skipped: {} does not exist on this system", o.dir.display());
-        return;
+        return compiler_collectives_conformance::skip::skip_test(
+            "common_licenses_demo_agrees_with_collectives",
+            compiler_collectives_conformance::skip::Missing::install(format!(
+                "{} does not exist (Debian's base-files)",
+                o.dir.display()
+            )),
+        );
     }
     let (sc, summary): (Scenario, _) = corpus::build_with_summary(&o).unwrap();
     println!("{summary}");

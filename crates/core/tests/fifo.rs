@@ -12,7 +12,12 @@ fn mkfifo(path: &Path) -> bool {
     match std::process::Command::new("mkfifo").arg(path).status() {
         Ok(s) if s.success() => true,
         other => {
-            eprintln!("skipped: mkfifo is not available here ({other:?})");
+            compiler_collectives_conformance::skip::skip_test(
+                "fifo",
+                compiler_collectives_conformance::skip::Missing::install(format!(
+                    "mkfifo (coreutils) is not available here ({other:?})"
+                )),
+            );
             false
         }
     }

@@ -7,9 +7,11 @@
 //!   which installs all of them — that is a **failure**: a skip there would
 //!   hide a broken set-up.
 //! - [`Missing::Machine`]: the machine lacks hardware or a privilege the
-//!   test needs (a GPU, root with `CAP_NET_ADMIN`), or the engine lacks a
-//!   [`Capability`](crate::Capability). Nothing a script can install fixes
-//!   that, so it is skipped with its reason even under strict skips.
+//!   test needs (a GPU, root with `CAP_NET_ADMIN`), the engine lacks a
+//!   [`Capability`](crate::Capability), or this build lacks a feature that
+//!   the test command enables in another run of the same file. Nothing a
+//!   script can install fixes that here, so it is skipped with its reason
+//!   even under strict skips.
 //!
 //! [`skip_test`] is the form for plain `#[test]` functions (panics or
 //! prints, then the caller returns); [`skip_trial`] the form for the
