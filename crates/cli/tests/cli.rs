@@ -1,8 +1,14 @@
 //! `ccol` as a user runs it: outputs and exit codes.
 
+use compiler_collectives_conformance::process::OutputWithin;
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::{Command, Output};
+
+/// The most one `ccol` command of these tests may run before it is stopped
+/// and the test fails with its output (no test waits on a process without
+/// a bound).
+const LIMIT: std::time::Duration = std::time::Duration::from_secs(120);
 
 fn scenarios() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/scenarios")
@@ -12,7 +18,7 @@ fn ccol(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_ccol"))
         .args(args)
         .env_remove("CCOL_TIMEOUT_S")
-        .output()
+        .output_within(LIMIT)
         .expect("ccol runs")
 }
 
@@ -205,7 +211,18 @@ fn a_closed_output_pipe_ends_ccol_without_a_panic() {
         .read_line(&mut first)
         .expect("one line");
     // The reader is gone now: ccol's next write meets a closed pipe.
+    let start = std::time::Instant::now();
+    while child.try_wait().expect("try_wait").is_none() && start.elapsed() < LIMIT {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    if start.elapsed() >= LIMIT {
+        let _ = child.kill();
+    }
     let out = child.wait_with_output().expect("ccol ends");
+    assert!(
+        start.elapsed() < LIMIT,
+        "hung: ccol did not end within {LIMIT:?} after its reader left"
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert_ne!(out.status.code(), Some(101), "ccol panicked: {err}");
     assert!(!err.contains("panicked"), "{err}");
@@ -389,7 +406,7 @@ fn small_bench(cwd: &std::path::Path, env: &[(&str, &std::path::Path)], extra: &
     for (k, v) in env {
         c.env(k, v);
     }
-    c.output().expect("ccol runs")
+    c.output_within(LIMIT).expect("ccol runs")
 }
 
 #[test]
@@ -468,7 +485,7 @@ fn logged_run(vars: &[(&str, &str)], json: bool) -> (i32, String, String) {
     for (k, v) in vars {
         c.env(k, v);
     }
-    let out = c.output().expect("ccol runs");
+    let out = c.output_within(LIMIT).expect("ccol runs");
     (
         out.status.code().unwrap_or(-1),
         text(&out.stdout),
@@ -545,7 +562,7 @@ fn under_ccol_run_every_log_line_has_its_rank_prefix() {
         .args(["run", "--stop-delay", "30", "--nproc-per-node", "2", "--"])
         .arg(env!("CARGO_BIN_EXE_ccol"))
         .args(["scenario", "run", path.to_str().expect("utf-8"), "--json"])
-        .output()
+        .output_within(LIMIT)
         .expect("ccol runs");
     let stderr = text(&out.stderr);
     let logged: Vec<&str> = stderr

@@ -5,6 +5,9 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+#[cfg(not(feature = "gloo"))]
+use compiler_collectives_conformance::process::OutputWithin;
+
 /// How long a stopped demo may take to exit.
 const STOP_LIMIT: Duration = Duration::from_secs(20);
 
@@ -152,7 +155,7 @@ fn a_demo_without_gloo_exits_2_and_leaves_nothing() {
     let out = Command::new(env!("CARGO_BIN_EXE_ccol"))
         .args(["demo", "--nproc", "2"])
         .env("TMPDIR", tmp.path())
-        .output()
+        .output_within(STOP_LIMIT)
         .expect("ccol runs");
     assert_eq!(out.status.code(), Some(2));
     let left: Vec<_> = std::fs::read_dir(tmp.path()).expect("list").collect();
