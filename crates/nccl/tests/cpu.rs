@@ -6,6 +6,7 @@
 //! absent; with `CCOL_STRICT_SKIPS=1` (the test script, which installs it)
 //! that is a failure.
 
+use compiler_collectives_conformance::process::OutputWithin;
 use compiler_collectives_conformance::skip::{skip_test, Missing};
 use compiler_collectives_core::{Deadline, Error, InProcessStore, Store};
 use compiler_collectives_nccl::{
@@ -337,7 +338,7 @@ fn cudarc_result_level_init_without_a_gpu() {
         ])
         .env(CHILD, "1")
         .env("LD_LIBRARY_PATH", dir.path())
-        .output()
+        .output_within(std::time::Duration::from_secs(120))
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -398,7 +399,7 @@ fn default_probe_without_any_nccl_says_not_found() {
         .env("CCOL_CACHE", empty.path())
         .env("HOME", empty.path())
         .env("CCOL_PYTHON", empty.path().join("no-python"))
-        .output()
+        .output_within(std::time::Duration::from_secs(120))
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     if let Some(line) = stdout.lines().find(|l| l.starts_with("PROBE-CHILD-SKIP")) {
