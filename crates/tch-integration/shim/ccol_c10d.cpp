@@ -6,11 +6,14 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -19,23 +22,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-extern "C" {
-
-#define CCOL_C10D_OK 0
-#define CCOL_C10D_TIMEOUT 1
-#define CCOL_C10D_DIST 2
-#define CCOL_C10D_INVALID 3
-#define CCOL_C10D_OTHER 4
-#define CCOL_C10D_UNSUPPORTED 5
-#define CCOL_C10D_NETWORK 6
-
-typedef struct ccol_c10d_error {
-    int32_t status;
-    char message[2048];
-} ccol_c10d_error;
-
-typedef void (*ccol_c10d_append_fn)(void* out, const uint8_t* data, size_t len);
-}
+#include "ccol_c10d.h"
 
 namespace {
 
@@ -114,13 +101,89 @@ int32_t report(ccol_c10d_error* err) {
     }
 }
 
-std::chrono::milliseconds millis(int64_t ms) { return std::chrono::milliseconds(ms < 1 ? 1 : ms); }
+// At least 1 ms; at most ten years (so that now + timeout cannot overflow).
+std::chrono::milliseconds millis(int64_t ms) {
+    constexpr int64_t most = 10LL * 365 * 24 * 3600 * 1000;
+    return std::chrono::milliseconds(ms < 1 ? 1 : ms > most ? most : ms);
+}
 
 c10d::Store& store_of(void* h) {
     if (h == nullptr) {
         throw std::invalid_argument("null store");
     }
     return *static_cast<StoreHandle*>(h)->store;
+}
+
+c10::intrusive_ptr<c10d::Store> store_ptr(void* h) {
+    if (h == nullptr) {
+        throw std::invalid_argument("null store");
+    }
+    return static_cast<StoreHandle*>(h)->store;
+}
+
+// What a bounded store call left for its caller.
+struct Outcome {
+    std::mutex mutex;
+    std::condition_variable done_cv;
+    bool done = false;
+    int32_t status = CCOL_C10D_OK;
+    std::string message;
+    int64_t value = 0;
+};
+
+// Runs `op` (returning an int64_t) on a thread of its own and waits at most
+// `timeout_ms` for it. libtorch's TCPStore client sends set/add/delete/check
+// on a blocking socket with no receive or send timeout and waits for the
+// server's answer without a bound, so this is the only bound the caller gets.
+// On time: the op's status and value. Late: CCOL_C10D_TIMEOUT; the thread
+// keeps the store alive (`op` owns what it uses) and finishes, or stays
+// blocked, on its own, touching nothing of the caller's.
+template <typename Op>
+int32_t run_bounded(const char* what, int64_t timeout_ms, int64_t* value, ccol_c10d_error* err, Op op) {
+    auto outcome = std::make_shared<Outcome>();
+    std::thread([outcome, op = std::move(op)]() mutable {
+        int64_t v = 0;
+        ccol_c10d_error e;
+        clear_error(&e);
+        int32_t status = CCOL_C10D_OK;
+        try {
+            v = op();
+        } catch (...) {
+            status = report(&e);
+        }
+        std::string message;
+        try {
+            message = e.message;
+        } catch (...) {
+            // bad_alloc: the status alone.
+        }
+        try {
+            std::lock_guard<std::mutex> guard(outcome->mutex);
+            outcome->done = true;
+            outcome->status = status;
+            outcome->message = std::move(message);
+            outcome->value = v;
+        } catch (...) {
+            // The lock failed: the caller reports a timeout.
+            return;
+        }
+        outcome->done_cv.notify_all();
+    }).detach();
+    std::unique_lock<std::mutex> lock(outcome->mutex);
+    if (!outcome->done_cv.wait_for(lock, millis(timeout_ms), [&] { return outcome->done; })) {
+        set_error(err, CCOL_C10D_TIMEOUT,
+                  std::string("store ") + what + ": no answer from the store within " + std::to_string(timeout_ms) +
+                      " ms (the call may still take effect)");
+        return CCOL_C10D_TIMEOUT;
+    }
+    if (outcome->status != CCOL_C10D_OK) {
+        set_error(err, outcome->status, outcome->message);
+        return outcome->status;
+    }
+    if (value != nullptr) {
+        *value = outcome->value;
+    }
+    return CCOL_C10D_OK;
 }
 
 c10d::ProcessGroupGloo& pg_of(void* h) {
@@ -141,7 +204,7 @@ at::Tensor& tensor_of(void* t) {
 
 extern "C" {
 
-uint32_t ccol_c10d_abi_version(void) { return 1; }
+uint32_t ccol_c10d_abi_version(void) { return 2; }
 
 void* ccol_c10d_tcpstore_new(const char* host, uint16_t port, int32_t world_size, int32_t is_server,
                              int32_t wait_workers, int64_t timeout_ms, ccol_c10d_error* err) {
@@ -195,14 +258,20 @@ void* ccol_c10d_prefixstore_new(const char* prefix, void* store, ccol_c10d_error
     }
 }
 
-int32_t ccol_c10d_store_set(void* store, const char* key, const uint8_t* data, size_t len, ccol_c10d_error* err) {
+int32_t ccol_c10d_store_set(void* store, const char* key, const uint8_t* data, size_t len, int64_t timeout_ms,
+                            ccol_c10d_error* err) {
     clear_error(err);
     try {
         if (key == nullptr || (data == nullptr && len > 0)) {
             throw std::invalid_argument("null key or data");
         }
-        store_of(store).set(key, std::vector<uint8_t>(data, data + len));
-        return CCOL_C10D_OK;
+        auto s = store_ptr(store);
+        std::string k(key);
+        std::vector<uint8_t> v(data, data + len);
+        return run_bounded("set", timeout_ms, nullptr, err, [s, k, v]() -> int64_t {
+            s->set(k, v);
+            return 0;
+        });
     } catch (...) {
         return report(err);
     }
@@ -225,14 +294,16 @@ int32_t ccol_c10d_store_get(void* store, const char* key, int64_t timeout_ms, vo
     }
 }
 
-int32_t ccol_c10d_store_add(void* store, const char* key, int64_t delta, int64_t* result, ccol_c10d_error* err) {
+int32_t ccol_c10d_store_add(void* store, const char* key, int64_t delta, int64_t timeout_ms, int64_t* result,
+                            ccol_c10d_error* err) {
     clear_error(err);
     try {
         if (key == nullptr || result == nullptr) {
             throw std::invalid_argument("null key or result");
         }
-        *result = store_of(store).add(key, delta);
-        return CCOL_C10D_OK;
+        auto s = store_ptr(store);
+        std::string k(key);
+        return run_bounded("add", timeout_ms, result, err, [s, k, delta]() -> int64_t { return s->add(k, delta); });
     } catch (...) {
         return report(err);
     }
@@ -247,6 +318,9 @@ int32_t ccol_c10d_store_wait(void* store, const char* const* keys, size_t n, int
         }
         std::vector<std::string> ks;
         for (size_t i = 0; i < n; i++) {
+            if (keys[i] == nullptr) {
+                throw std::invalid_argument("null key");
+            }
             ks.emplace_back(keys[i]);
         }
         store_of(store).wait(ks, millis(timeout_ms));
@@ -256,29 +330,45 @@ int32_t ccol_c10d_store_wait(void* store, const char* const* keys, size_t n, int
     }
 }
 
-// 1 when every key is set, 0 when not (never blocks), -1 on error.
-int32_t ccol_c10d_store_check(void* store, const char* const* keys, size_t n, ccol_c10d_error* err) {
+int32_t ccol_c10d_store_check(void* store, const char* const* keys, size_t n, int64_t timeout_ms,
+                              ccol_c10d_error* err) {
     clear_error(err);
     try {
+        if (keys == nullptr && n > 0) {
+            throw std::invalid_argument("null keys");
+        }
+        auto s = store_ptr(store);
         std::vector<std::string> ks;
         for (size_t i = 0; i < n; i++) {
+            if (keys[i] == nullptr) {
+                throw std::invalid_argument("null key");
+            }
             ks.emplace_back(keys[i]);
         }
-        return store_of(store).check(ks) ? 1 : 0;
+        int64_t set = 0;
+        int32_t status =
+            run_bounded("check", timeout_ms, &set, err, [s, ks]() -> int64_t { return s->check(ks) ? 1 : 0; });
+        return status == CCOL_C10D_OK ? static_cast<int32_t>(set) : -1;
     } catch (...) {
         report(err);
         return -1;
     }
 }
 
-int32_t ccol_c10d_store_delete(void* store, const char* key, int32_t* existed, ccol_c10d_error* err) {
+int32_t ccol_c10d_store_delete(void* store, const char* key, int64_t timeout_ms, int32_t* existed,
+                               ccol_c10d_error* err) {
     clear_error(err);
     try {
         if (key == nullptr || existed == nullptr) {
             throw std::invalid_argument("null key or result");
         }
-        *existed = store_of(store).deleteKey(key) ? 1 : 0;
-        return CCOL_C10D_OK;
+        auto s = store_ptr(store);
+        std::string k(key);
+        int64_t deleted = 0;
+        int32_t status =
+            run_bounded("delete", timeout_ms, &deleted, err, [s, k]() -> int64_t { return s->deleteKey(k) ? 1 : 0; });
+        *existed = deleted != 0 ? 1 : 0;
+        return status;
     } catch (...) {
         return report(err);
     }
@@ -312,14 +402,6 @@ void* ccol_c10d_pg_gloo_new(void* store, int32_t rank, int32_t size, const char*
     }
 }
 
-void* ccol_c10d_pg_nccl_new(void*, int32_t, int32_t, int64_t, ccol_c10d_error* err) {
-    clear_error(err);
-    set_error(err, CCOL_C10D_UNSUPPORTED,
-              "ProcessGroupNCCL is not built into this shim: it needs CUDA and NCCL headers at build time and a "
-              "GPU at run time; use ProcessGroupGloo, or the compiler-collectives-nccl crate on a GPU machine");
-    return nullptr;
-}
-
 void ccol_c10d_pg_free(void* pg) {
     try {
         delete static_cast<GroupHandle*>(pg);
@@ -327,8 +409,7 @@ void ccol_c10d_pg_free(void* pg) {
     }
 }
 
-// all_gather of equal-sized tensors: `outputs` receives `size` new tensors
-// (owned by the caller: free each with ccol_c10d_tensor_free or hand them to tch).
+// all_gather of equal-sized tensors (see the header).
 int32_t ccol_c10d_pg_allgather(void* pg, void* input, int64_t timeout_ms, void** outputs, ccol_c10d_error* err) {
     clear_error(err);
     try {

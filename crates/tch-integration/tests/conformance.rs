@@ -8,7 +8,7 @@
 use compiler_collectives_conformance::process::{self, env_u32, Backend, RANK, WORLD};
 use compiler_collectives_conformance::Capability;
 use compiler_collectives_core::Transport;
-use compiler_collectives_tch::{C10dProcessGroup, C10dStore, C10dTransport};
+use compiler_collectives_tch::{C10dProcessGroup, C10dStore, C10dTransport, TcpStoreOptions};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,7 +53,8 @@ fn connect() -> Arc<dyn Transport> {
     let world = env_u32(WORLD);
     let t = Duration::from_secs(30);
     let store = if rank == 0 {
-        let store = C10dStore::tcp("127.0.0.1", 0, world, true, false, t).expect("TCPStore server");
+        let store = C10dStore::tcp(&TcpStoreOptions::server("127.0.0.1", 0, world).with_timeout(t))
+            .expect("TCPStore server");
         let port = store.port().expect("bound port");
         process::publish("port", &port.to_string()).expect("publish the port");
         store
@@ -62,7 +63,8 @@ fn connect() -> Arc<dyn Transport> {
             .expect("rank 0's port")
             .parse()
             .expect("a port number");
-        C10dStore::tcp("127.0.0.1", port, world, false, false, t).expect("TCPStore client")
+        C10dStore::tcp(&TcpStoreOptions::client("127.0.0.1", port, world).with_timeout(t))
+            .expect("TCPStore client")
     };
     let scoped = store.prefixed("conformance").expect("prefix");
     let pg =

@@ -8,7 +8,7 @@
 use compiler_collectives_conformance::process::Ranks;
 use compiler_collectives_conformance::skip::{skip_test, Missing};
 use compiler_collectives_core::{Deadline, Transport};
-use compiler_collectives_tch::{C10dProcessGroup, C10dStore, C10dTransport};
+use compiler_collectives_tch::{C10dProcessGroup, C10dStore, C10dTransport, TcpStoreOptions};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
@@ -30,7 +30,12 @@ fn python() -> Option<PathBuf> {
 /// name), `PrefixStore("cpu/")` (the device of the gloo backend).
 fn python_default_group_store(port: u16, world: u32) -> C10dStore {
     let t = Duration::from_secs(60);
-    let store = C10dStore::tcp("127.0.0.1", port, world, false, true, t).expect("TCPStore client");
+    let store = C10dStore::tcp(
+        &TcpStoreOptions::client("127.0.0.1", port, world)
+            .with_wait_workers(true)
+            .with_timeout(t),
+    )
+    .expect("TCPStore client");
     store
         .prefixed("default_pg")
         .and_then(|s| s.prefixed("0/"))
@@ -52,8 +57,10 @@ fn python_and_rust_ranks_share_one_gloo_group() {
     // The test serves the TCPStore as torchrun's agent does, on a port the
     // system picks (no race for a "free" port); every rank, the Python one
     // included (`TORCHELASTIC_USE_AGENT_STORE=True`), connects as a client.
-    let server = C10dStore::tcp("127.0.0.1", 0, world, true, false, Duration::from_secs(60))
-        .expect("TCPStore server");
+    let server = C10dStore::tcp(
+        &TcpStoreOptions::server("127.0.0.1", 0, world).with_timeout(Duration::from_secs(60)),
+    )
+    .expect("TCPStore server");
     let port = server.port().expect("its port");
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/python_rank.py");
     let mut python_rank = Command::new(py);

@@ -12,7 +12,7 @@
 use anyhow::{bail, ensure, Context, Result};
 use compiler_collectives_conformance::process::OutputWithin;
 use compiler_collectives_conformance::skip::{skip_test, Missing};
-use compiler_collectives_tch::C10dStore;
+use compiler_collectives_tch::{C10dStore, TcpStoreOptions};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -119,7 +119,8 @@ fn two_ranks_train_and_agree() -> Result<()> {
     }
     // The test serves the TCPStore as torchrun's agent does, on a port the
     // system picks (no race for a "free" port); the ranks connect to it.
-    let server = C10dStore::tcp("127.0.0.1", 0, WORLD, true, false, LIMIT)?;
+    let server =
+        C10dStore::tcp(&TcpStoreOptions::server("127.0.0.1", 0, WORLD).with_timeout(LIMIT))?;
     let port = server.port()?.to_string();
     let run_id = format!("train-ddp-test-{}", std::process::id());
     let mut children = Vec::new();
