@@ -1,14 +1,14 @@
 //! # compiler-collectives
 //!
 //! The facade crate: everything of [`compiler_collectives_core`] at the top
-//! level, and the backends behind additive features as they land.
+//! level, and the backends behind additive features.
 //!
 //! | feature | backend | status |
 //! |---|---|---|
 //! | *(none)* | in-process (threads), for tests and simulations | available |
 //! | `gloo` | Gloo over TCP, CPU (module `gloo`; needs `libgloo-dev`) | available |
 //! | `nccl` | NCCL via cudarc, GPU (module `nccl`; CUDA and NCCL loaded at run time) | available |
-//! | `tch` | libtorch c10d process groups | planned |
+//! | `tch` | libtorch c10d process groups for tch-rs programs (module `tch`; needs `LIBTORCH`, torch 2.13.0, at build time) | available |
 //!
 //! ```
 //! use compiler_collectives::{Channel, InProcessGroup, join::AnyVote};
@@ -28,3 +28,7 @@ pub use compiler_collectives_gloo as gloo;
 /// The NCCL transport (feature `nccl`).
 #[cfg(feature = "nccl")]
 pub use compiler_collectives_nccl as nccl;
+
+/// libtorch's c10d process groups and a transport over them (feature `tch`).
+#[cfg(feature = "tch")]
+pub use compiler_collectives_tch as tch;
