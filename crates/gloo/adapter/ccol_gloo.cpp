@@ -241,14 +241,19 @@ void* ccol_gloo_store_prefix(void* store, const char* prefix, ccol_gloo_error* e
 
 void* ccol_gloo_store_callbacks(ccol_gloo_store_vtable vtable, int64_t timeout_ms, ccol_gloo_error* err) {
     clear_error(err);
+    // Outside the try: once the CallbackStore exists it owns the context and
+    // drops it itself (when `store` goes out of scope if the handle fails).
+    std::shared_ptr<CallbackStore> store;
     try {
         if (vtable.set == nullptr || vtable.get == nullptr || vtable.wait == nullptr) {
             throw std::invalid_argument("store vtable has a null function");
         }
-        return new StoreHandle{std::make_shared<CallbackStore>(vtable, timeout_ms), nullptr};
+        store = std::make_shared<CallbackStore>(vtable, timeout_ms);
+        return new StoreHandle{store, nullptr};
     } catch (...) {
-        // The store was not created, so its context is still the caller's to drop.
-        if (vtable.drop != nullptr) {
+        // The store was not created, so its context is still the caller's to
+        // drop; dropping it here too would free it twice.
+        if (store == nullptr && vtable.drop != nullptr) {
             vtable.drop(vtable.ctx);
         }
         report(err);

@@ -27,9 +27,16 @@
 //! let mut channel = Channel::new(transport)?;
 //! # Ok::<(), compiler_collectives_core::Error>(())
 //! ```
+//!
+//! Unsafe code lives only in the private `sys` module (loading the adapter,
+//! handle newtypes over its C ABI, the Rust store's callbacks); every other
+//! module is safe code.
+
+#![deny(unsafe_code)]
 
 mod env;
 mod store;
+#[allow(unsafe_code)]
 mod sys;
 mod transport;
 

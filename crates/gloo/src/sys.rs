@@ -1,12 +1,25 @@
-//! Loading the adapter: the embedded shared object is written to a cache
-//! file once and opened with `dlopen(RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND)`,
-//! so its Gloo symbols resolve against Debian's libgloo even in a process
-//! that also holds libtorch's copy of Gloo (DESIGN §3).
+//! The crate's only unsafe code: loading the adapter and safe handles over
+//! its C ABI.
+//!
+//! - Loading: the embedded shared object is written to a cache file once and
+//!   opened with `dlopen(RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND)`, so its Gloo
+//!   symbols resolve against Debian's libgloo even in a process that also
+//!   holds libtorch's copy of Gloo (DESIGN §3).
+//! - Handles: [`StoreHandle`], [`Context`], [`Buffer`] own one adapter object
+//!   each (`NonNull` inside, freed once by a Drop that never panics) and
+//!   expose safe methods over slices, `&CStr` and durations;
+//!   [`Interrupter`] lets another thread interrupt a buffer's wait.
+//! - A core `Store` written in Rust reaches Gloo through a table of C
+//!   function pointers (`cb_*`): each catches panics, and the pointer-to-store
+//!   conversion (`store_of`) states the contract the adapter keeps.
 
 use crate::GlooError;
-use std::ffi::{c_char, c_void, CStr};
+use compiler_collectives_core::{Deadline, Error, Store};
+use std::ffi::{c_char, c_void, CStr, CString};
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
 
 /// The adapter's ABI version this crate was written against.
 pub(crate) const ABI_VERSION: u32 = 2;
@@ -279,19 +292,243 @@ fn load() -> Result<Api, GlooError> {
     })
 }
 
-/// Appends `len` bytes at `data` to the `Vec<u8>` at `out`.
+/// A NUL-terminated copy of `s`.
+pub(crate) fn cstring(s: &str, what: &str) -> Result<CString, GlooError> {
+    CString::new(s).map_err(|_| GlooError::Invalid(format!("{what} contains a NUL byte")))
+}
+
+/// Whole milliseconds of `timeout`, saturating (the adapter takes `int64_t` ms).
+pub(crate) fn timeout_ms(timeout: Duration) -> i64 {
+    i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Milliseconds until `until`, rounded up (Gloo takes whole milliseconds; a
+/// wait must not end before its deadline).
+fn ms_until(until: Instant) -> i64 {
+    let left = until.saturating_duration_since(Instant::now());
+    let ms = left.as_millis() + u128::from(left.subsec_nanos() % 1_000_000 != 0);
+    i64::try_from(ms).unwrap_or(i64::MAX)
+}
+
+/// `ptr`, or the error the adapter filled in when it returned NULL.
+fn made(ptr: *mut c_void, err: RawError, what: &str) -> Result<NonNull<c_void>, GlooError> {
+    NonNull::new(ptr).ok_or_else(|| {
+        let status = err.status;
+        err.into_error(status, what)
+    })
+}
+
+/// `Ok` for [`OK`], else the error the adapter filled in.
+fn checked(status: i32, err: RawError, what: &str) -> Result<(), GlooError> {
+    if status == OK {
+        Ok(())
+    } else {
+        Err(err.into_error(status, what))
+    }
+}
+
+fn rank_arg(rank: u32) -> Result<i32, GlooError> {
+    i32::try_from(rank).map_err(|_| GlooError::Invalid("rank out of range".into()))
+}
+
+// ---------------------------------------------------------------------------
+// Stores
+// ---------------------------------------------------------------------------
+
+/// An adapter store handle: a heap object owning a
+/// `std::shared_ptr<gloo::rendezvous::Store>` (a prefix store also keeps its
+/// parent alive). Freed once, by Drop.
+#[derive(Debug)]
+pub(crate) struct StoreHandle {
+    api: &'static Api,
+    ptr: NonNull<c_void>,
+    /// Held around every call into a store that is not thread-safe: Gloo's
+    /// RedisStore talks over one hiredis connection without a lock. Shared
+    /// by a Redis store and its prefixes; `None` for every other kind.
+    serial: Option<Arc<Mutex<()>>>,
+}
+
+// SAFETY: the handle owns its heap object outright (no thread-local state in
+// the adapter or in Gloo's stores), so it may be used and freed on any thread.
+unsafe impl Send for StoreHandle {}
+// SAFETY: concurrent calls through `&StoreHandle` never race inside a store:
+// HashStore locks its own mutex, FileStore keeps no mutable state in memory
+// (only files, each written under a temporary name and renamed), a
+// PrefixStore forwards to its parent, the Rust store's callbacks reach a
+// `Store: Send + Sync`, and RedisStore's connection is only used under
+// `serial` (see `lock`).
+unsafe impl Sync for StoreHandle {}
+
+impl Drop for StoreHandle {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` came from the adapter and is freed once, here; every
+        // use of it borrowed `self`. ccol_gloo_store_free catches exceptions.
+        unsafe { (self.api.store_free)(self.ptr.as_ptr()) };
+    }
+}
+
+impl StoreHandle {
+    fn new(
+        api: &'static Api,
+        ptr: *mut c_void,
+        err: RawError,
+        what: &str,
+        serial: Option<Arc<Mutex<()>>>,
+    ) -> Result<Self, GlooError> {
+        Ok(StoreHandle {
+            api,
+            ptr: made(ptr, err, what)?,
+            serial,
+        })
+    }
+
+    /// Gloo's FileStore in the (existing) directory `dir`.
+    pub(crate) fn file(dir: &CStr) -> Result<Self, GlooError> {
+        let api = api()?;
+        let mut err = RawError::new();
+        // SAFETY: `dir` is NUL-terminated and outlives the call (the adapter
+        // copies it); `err` is a writable ccol_gloo_error.
+        let p = unsafe { (api.store_file)(dir.as_ptr(), &mut err) };
+        Self::new(api, p, err, "FileStore", None)
+    }
+
+    /// Gloo's RedisStore at `host:port`.
+    pub(crate) fn redis(host: &CStr, port: u16) -> Result<Self, GlooError> {
+        let api = api()?;
+        let mut err = RawError::new();
+        // SAFETY: as in `file`.
+        let p = unsafe { (api.store_redis)(host.as_ptr(), i32::from(port), &mut err) };
+        Self::new(api, p, err, "RedisStore", Some(Arc::default()))
+    }
+
+    /// Gloo's in-memory HashStore.
+    pub(crate) fn hash() -> Result<Self, GlooError> {
+        let api = api()?;
+        let mut err = RawError::new();
+        // SAFETY: `err` is a writable ccol_gloo_error.
+        let p = unsafe { (api.store_hash)(&mut err) };
+        Self::new(api, p, err, "HashStore", None)
+    }
+
+    /// A core [`Store`] seen by Gloo as a store: the adapter calls the
+    /// trampolines below (`cb_*`) with `ctx` = the box leaked here. Gloo's
+    /// waits use `timeout` when Gloo gives none.
+    pub(crate) fn rust(store: Arc<dyn Store>, timeout: Duration) -> Result<Self, GlooError> {
+        let api = api()?;
+        let vt = StoreVtable {
+            ctx: Box::into_raw(Box::new(store)).cast(),
+            set: cb_set,
+            get: cb_get,
+            wait: cb_wait,
+            drop: cb_drop,
+        };
+        let mut err = RawError::new();
+        // SAFETY: the table's functions have the signatures of
+        // ccol_gloo_store_vtable. From here on the adapter owns `ctx` (the
+        // `Box<Arc<dyn Store>>` leaked above) and upholds `store_of`'s
+        // contract: it passes `ctx` unchanged to every callback and calls
+        // `drop` exactly once — before returning NULL if the store cannot be
+        // made, else when the last handle referring to the store is freed,
+        // which (every call borrowing a handle) is after every callback.
+        let p = unsafe { (api.store_callbacks)(vt, timeout_ms(timeout), &mut err) };
+        Self::new(api, p, err, "Rust store", None)
+    }
+
+    /// Gloo's PrefixStore over this store (which it keeps alive).
+    pub(crate) fn prefixed(&self, prefix: &CStr) -> Result<Self, GlooError> {
+        let mut err = RawError::new();
+        // SAFETY: `self.ptr` is live (borrowed); `prefix` is NUL-terminated
+        // and outlives the call; `err` is writable.
+        let p = unsafe { (self.api.store_prefix)(self.ptr.as_ptr(), prefix.as_ptr(), &mut err) };
+        Self::new(self.api, p, err, "PrefixStore", self.serial.clone())
+    }
+
+    /// Serialises calls into a store that is not thread-safe (see `serial`).
+    fn lock(&self) -> Option<MutexGuard<'_, ()>> {
+        self.serial
+            .as_ref()
+            .map(|m| m.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Gloo's `Store::set`.
+    pub(crate) fn set(&self, key: &CStr, value: &[u8]) -> Result<(), GlooError> {
+        let _serial = self.lock();
+        let mut err = RawError::new();
+        // SAFETY: `self.ptr` is live (borrowed); `key` is NUL-terminated and
+        // `value` is `value.len()` readable bytes, both alive for the call
+        // (the adapter copies them); `err` is writable.
+        let s = unsafe {
+            (self.api.store_set)(
+                self.ptr.as_ptr(),
+                key.as_ptr(),
+                value.as_ptr(),
+                value.len(),
+                &mut err,
+            )
+        };
+        checked(s, err, "store set")
+    }
+
+    /// Gloo's `Store::get`: waits until `key` is set (at most `timeout`).
+    pub(crate) fn get(&self, key: &CStr, timeout: Duration) -> Result<Vec<u8>, GlooError> {
+        let _serial = self.lock();
+        let mut out: Vec<u8> = Vec::new();
+        let mut err = RawError::new();
+        // SAFETY: `self.ptr` is live (borrowed); `key` is NUL-terminated and
+        // alive for the call; `out` is a live `Vec<u8>`, the type
+        // `append_to_vec` requires, and the adapter passes it to nothing but
+        // `append_to_vec`, during this call; `err` is writable.
+        let s = unsafe {
+            (self.api.store_get)(
+                self.ptr.as_ptr(),
+                key.as_ptr(),
+                timeout_ms(timeout),
+                std::ptr::from_mut(&mut out).cast(),
+                append_to_vec,
+                &mut err,
+            )
+        };
+        checked(s, err, "store get").map(|()| out)
+    }
+
+    /// Gloo's `Store::wait`: waits until every key is set (at most `timeout`).
+    pub(crate) fn wait(&self, keys: &[CString], timeout: Duration) -> Result<(), GlooError> {
+        let ptrs: Vec<*const c_char> = keys.iter().map(|c| c.as_ptr()).collect();
+        let _serial = self.lock();
+        let mut err = RawError::new();
+        // SAFETY: `self.ptr` is live (borrowed); `ptrs` holds `ptrs.len()`
+        // pointers to the NUL-terminated `keys`, all alive for the call;
+        // `err` is writable.
+        let s = unsafe {
+            (self.api.store_wait)(
+                self.ptr.as_ptr(),
+                ptrs.as_ptr(),
+                ptrs.len(),
+                timeout_ms(timeout),
+                &mut err,
+            )
+        };
+        checked(s, err, "store wait")
+    }
+}
+
+/// Appends `len` bytes at `data` to the `Vec<u8>` at `out` (the adapter's
+/// `ccol_gloo_append_fn`, handed to `ccol_gloo_store_get`). Never unwinds.
 ///
 /// # Safety
-/// `out` must point to a live `Vec<u8>`, `data` to `len` readable bytes.
-pub(crate) unsafe extern "C" fn append_to_vec(out: *mut c_void, data: *const u8, len: usize) {
+/// `out` must be NULL or point to a live `Vec<u8>` that nothing else
+/// accesses during the call; `data` must be NULL or point to `len` readable
+/// bytes that do not overlap it.
+unsafe extern "C" fn append_to_vec(out: *mut c_void, data: *const u8, len: usize) {
     let result = std::panic::catch_unwind(|| {
         if out.is_null() || (data.is_null() && len > 0) {
             return;
         }
-        // SAFETY: guaranteed by the caller (the adapter passes the pointer we gave it).
+        // SAFETY: `out` is a live, unaliased `Vec<u8>` (the caller's contract;
+        // `StoreHandle::get` passes its local vector).
         let v = unsafe { &mut *out.cast::<Vec<u8>>() };
         if len > 0 {
-            // SAFETY: the adapter passes a pointer to `len` bytes of a live vector.
+            // SAFETY: `data` points to `len` readable bytes (the caller's contract).
             v.extend_from_slice(unsafe { std::slice::from_raw_parts(data, len) });
         }
     });
@@ -300,21 +537,495 @@ pub(crate) unsafe extern "C" fn append_to_vec(out: *mut c_void, data: *const u8,
     }
 }
 
-/// A NUL-terminated copy of `s`.
-pub(crate) fn cstring(s: &str, what: &str) -> Result<std::ffi::CString, GlooError> {
-    std::ffi::CString::new(s).map_err(|_| GlooError::Invalid(format!("{what} contains a NUL byte")))
-}
-
-/// Reads a C string the adapter handed over.
+/// Reads a C string the adapter handed over ("" for NULL).
 ///
 /// # Safety
 /// `p` must be NULL or a NUL-terminated string alive for the call.
-pub(crate) unsafe fn from_c(p: *const c_char) -> String {
+unsafe fn from_c(p: *const c_char) -> String {
     if p.is_null() {
         return String::new();
     }
-    // SAFETY: guaranteed by the caller.
+    // SAFETY: non-null and NUL-terminated (the caller's contract).
     unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}
+
+fn deadline_in(ms: i64) -> Deadline {
+    Deadline::after(Duration::from_millis(u64::try_from(ms).unwrap_or(0)))
+}
+
+/// Writes `e` into the adapter's error slot (if any) and returns `status`.
+///
+/// # Safety
+/// `err` must be NULL or point to a writable `ccol_gloo_error` that nothing
+/// else accesses during the call.
+unsafe fn fill(err: *mut RawError, status: i32, e: &Error) -> i32 {
+    // SAFETY: NULL or writable and unaliased (the caller's contract).
+    let Some(out) = (unsafe { err.as_mut() }) else {
+        return status;
+    };
+    let text = e.to_string();
+    out.status = status;
+    let n = text.len().min(out.message.len() - 1);
+    for (dst, &b) in out.message.iter_mut().zip(&text.as_bytes()[..n]) {
+        *dst = c_char::from_ne_bytes([b]);
+    }
+    out.message[n] = 0;
+    status
+}
+
+fn status_of(e: &Error) -> i32 {
+    match e {
+        Error::Timeout { .. } => TIMEOUT,
+        Error::InvalidArgument(_) => INVALID,
+        _ => IO,
+    }
+}
+
+/// The Rust store behind a callback's `ctx`.
+///
+/// # Safety
+/// `ctx` must be the pointer [`StoreHandle::rust`] put in the vtable (the
+/// `Box<Arc<dyn Store>>` it leaked), and the vtable's `drop` (`cb_drop`) must
+/// not run on it until the returned reference is gone: the caller picks `'a`
+/// no longer than the callback it is in. The adapter guarantees both (see
+/// the SAFETY comment in [`StoreHandle::rust`]).
+unsafe fn store_of<'a>(ctx: *mut c_void) -> &'a Arc<dyn Store> {
+    // SAFETY: `ctx` is a live `Box<Arc<dyn Store>>` for `'a` (the caller's
+    // contract); only shared references to it are ever made.
+    unsafe { &*ctx.cast::<Arc<dyn Store>>() }
+}
+
+/// Runs a callback's body, catching its panic: nothing unwinds into C++.
+/// An error comes back with the status the adapter gets for it.
+fn guarded(f: impl FnOnce() -> Result<(), Error>) -> Result<(), (i32, Error)> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err((status_of(&e), e)),
+        Err(_) => Err((IO, Error::InvalidArgument("the Rust store panicked".into()))),
+    }
+}
+
+/// A callback's status, with its error's text written into `err`.
+///
+/// # Safety
+/// As [`fill`] for `err`.
+unsafe fn report(err: *mut RawError, result: Result<(), (i32, Error)>) -> i32 {
+    match result {
+        Ok(()) => OK,
+        // Formatting the error runs its Display: keep a panic there from
+        // unwinding into C++ too.
+        Err((status, e)) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // SAFETY: forwarded from the caller.
+            unsafe { fill(err, status, &e) }
+        }))
+        .unwrap_or(status),
+    }
+}
+
+/// The vtable's `set`.
+///
+/// # Safety
+/// Called by the adapter only: `ctx` as for [`store_of`], `key`
+/// NUL-terminated, `data` NULL or `len` readable bytes, `err` as for [`fill`].
+unsafe extern "C" fn cb_set(
+    ctx: *mut c_void,
+    key: *const c_char,
+    data: *const u8,
+    len: usize,
+    err: *mut RawError,
+) -> i32 {
+    let result = guarded(|| {
+        // SAFETY: the adapter passes a NUL-terminated key (`key.c_str()`).
+        let key = unsafe { from_c(key) };
+        let value = if len == 0 || data.is_null() {
+            &[][..]
+        } else {
+            // SAFETY: the adapter passes `len` readable bytes (`data.data()`).
+            unsafe { std::slice::from_raw_parts(data, len) }
+        };
+        // SAFETY: the adapter's `ctx` during one of its callbacks (this fn's contract).
+        let store = unsafe { store_of(ctx) };
+        store.set(&key, value, Deadline::after(Duration::from_secs(300)))
+    });
+    // SAFETY: `err` is the adapter's writable ccol_gloo_error (this fn's contract).
+    unsafe { report(err, result) }
+}
+
+/// The vtable's `get`.
+///
+/// # Safety
+/// Called by the adapter only: `ctx` as for [`store_of`], `key`
+/// NUL-terminated, `append` callable with `out`, `err` as for [`fill`].
+unsafe extern "C" fn cb_get(
+    ctx: *mut c_void,
+    key: *const c_char,
+    timeout_ms: i64,
+    out: *mut c_void,
+    append: AppendFn,
+    err: *mut RawError,
+) -> i32 {
+    let result = guarded(|| {
+        // SAFETY: the adapter passes a NUL-terminated key (`key.c_str()`).
+        let key = unsafe { from_c(key) };
+        // SAFETY: the adapter's `ctx` during one of its callbacks (this fn's contract).
+        let store = unsafe { store_of(ctx) };
+        let value = store.get(&key, deadline_in(timeout_ms))?;
+        // SAFETY: `append` and `out` are the adapter's pair (its
+        // `append_to_vector` and a live std::vector<char>); `value` is
+        // `value.len()` readable bytes, alive for the call.
+        unsafe { append(out, value.as_ptr(), value.len()) };
+        Ok(())
+    });
+    // SAFETY: `err` is the adapter's writable ccol_gloo_error (this fn's contract).
+    unsafe { report(err, result) }
+}
+
+/// The vtable's `wait`.
+///
+/// # Safety
+/// Called by the adapter only: `ctx` as for [`store_of`], `keys` `n`
+/// NUL-terminated strings, `err` as for [`fill`].
+unsafe extern "C" fn cb_wait(
+    ctx: *mut c_void,
+    keys: *const *const c_char,
+    n: usize,
+    timeout_ms: i64,
+    err: *mut RawError,
+) -> i32 {
+    let result = guarded(|| {
+        let keys: Vec<String> = (0..n)
+            // SAFETY: the adapter passes `n` pointers to NUL-terminated
+            // strings (`c_str()` of its key vector).
+            .map(|i| unsafe { from_c(*keys.add(i)) })
+            .collect();
+        let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+        // SAFETY: the adapter's `ctx` during one of its callbacks (this fn's contract).
+        let store = unsafe { store_of(ctx) };
+        store.wait(&refs, deadline_in(timeout_ms))
+    });
+    // SAFETY: `err` is the adapter's writable ccol_gloo_error (this fn's contract).
+    unsafe { report(err, result) }
+}
+
+/// The vtable's `drop`: frees the box [`StoreHandle::rust`] leaked.
+///
+/// # Safety
+/// Called by the adapter only, once, with the vtable's `ctx`, after every
+/// other callback on it has returned.
+unsafe extern "C" fn cb_drop(ctx: *mut c_void) {
+    if ctx.is_null() {
+        return;
+    }
+    let _ = std::panic::catch_unwind(|| {
+        // SAFETY: `ctx` is the box made by `Box::into_raw` in
+        // `StoreHandle::rust`, freed once, here (this fn's contract).
+        drop(unsafe { Box::from_raw(ctx.cast::<Arc<dyn Store>>()) });
+    });
+}
+
+// ---------------------------------------------------------------------------
+// Contexts and buffers
+// ---------------------------------------------------------------------------
+
+/// An adapter context handle: a Gloo TCP full-mesh context and its device.
+/// Freed once, by Drop (buffers made from it keep Gloo's transport context
+/// alive on their own).
+#[derive(Debug)]
+pub(crate) struct Context {
+    api: &'static Api,
+    ptr: NonNull<c_void>,
+}
+
+// SAFETY: the handle owns its heap object outright; Gloo's context is not
+// tied to the thread that made it (its event loop runs on its own thread).
+unsafe impl Send for Context {}
+// SAFETY: `&Context` allows only `Buffer::new` (createUnboundBuffer reads
+// only state fixed at connect) and `close` (closeConnections closes each pair
+// under that pair's own mutex), both safe to call concurrently in Gloo's TCP
+// transport; GlooTransport also serialises them.
+unsafe impl Sync for Context {}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` came from the adapter and is freed once, here; every
+        // use of it borrowed `self`. ccol_gloo_context_free catches exceptions.
+        unsafe { (self.api.context_free)(self.ptr.as_ptr()) };
+    }
+}
+
+impl Context {
+    /// A full-mesh TCP context of `size` ranks, rendezvousing through `store`
+    /// (used only during the call); `hostname` is the address peers connect
+    /// to for this rank.
+    pub(crate) fn connect(
+        store: &StoreHandle,
+        rank: i32,
+        size: i32,
+        hostname: &CStr,
+        timeout: Duration,
+    ) -> Result<Self, GlooError> {
+        let _serial = store.lock();
+        let mut err = RawError::new();
+        // SAFETY: `store.ptr` is live (borrowed) and used only during the
+        // call; `hostname` is NUL-terminated and alive for the call (Gloo
+        // copies it); `err` is writable.
+        let p = unsafe {
+            (store.api.context_new)(
+                store.ptr.as_ptr(),
+                rank,
+                size,
+                hostname.as_ptr(),
+                timeout_ms(timeout),
+                &mut err,
+            )
+        };
+        Ok(Context {
+            api: store.api,
+            ptr: made(p, err, "rendezvous")?,
+        })
+    }
+
+    /// Closes every connection (peers waiting on this rank see the close).
+    pub(crate) fn close(&self) {
+        // SAFETY: `ptr` is live (borrowed); closing is idempotent and
+        // ccol_gloo_context_close catches exceptions.
+        unsafe { (self.api.context_close)(self.ptr.as_ptr()) };
+    }
+}
+
+/// A Gloo unbound buffer over memory it owns.
+///
+/// Gloo's event loop writes the memory of a posted receive (within its
+/// range: `send`/`recv` check ranges against the memory) until that receive
+/// completes, and reads a posted send's range until it completes. The
+/// transport touches those bytes only after `wait_recv`/`wait_send` said
+/// so, except through [`Buffer::read_volatile`]; after an error, when a
+/// transfer may still be in flight, it [`leak`](Buffer::leak)s the buffer
+/// instead of freeing memory Gloo may still touch. Dropping frees the Gloo
+/// buffer before the memory.
+pub(crate) struct Buffer {
+    api: &'static Api,
+    ptr: NonNull<c_void>,
+    mem: Vec<u8>,
+}
+
+impl std::fmt::Debug for Buffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Buffer")
+            .field("len", &self.mem.len())
+            .finish_non_exhaustive()
+    }
+}
+
+// SAFETY: a Gloo unbound buffer may be posted to, waited on and freed from
+// any thread (its state is guarded by its own mutex; the event loop
+// completes it from Gloo's thread); the memory is an owned `Vec<u8>`.
+unsafe impl Send for Buffer {}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` came from the adapter and is freed once, here, before
+        // `mem` (fields drop after this); ccol_gloo_buffer_free catches
+        // exceptions. A buffer whose transfers may be in flight is leaked,
+        // never dropped (type docs).
+        unsafe { (self.api.buffer_free)(self.ptr.as_ptr()) };
+    }
+}
+
+impl Buffer {
+    /// An unbound buffer of `ctx` over `mem`.
+    pub(crate) fn new(ctx: &Context, mut mem: Vec<u8>) -> Result<Self, GlooError> {
+        // Gloo needs a non-null pointer even for zero bytes.
+        if mem.capacity() == 0 {
+            mem.reserve(1);
+        }
+        let mut err = RawError::new();
+        // SAFETY: `ctx.ptr` is live (borrowed). The `mem.len()` bytes at
+        // `mem`'s pointer stay valid for the Gloo buffer's whole life: the
+        // returned Buffer owns `mem` and never reallocates it, Drop frees the
+        // Gloo buffer before `mem`, `leak` keeps both for ever, and
+        // `take_bytes` moves the allocation out without freeing it.
+        let p = unsafe {
+            (ctx.api.buffer_new)(
+                ctx.ptr.as_ptr(),
+                mem.as_mut_ptr().cast(),
+                mem.len(),
+                &mut err,
+            )
+        };
+        Ok(Buffer {
+            api: ctx.api,
+            ptr: made(p, err, "create buffer")?,
+            mem,
+        })
+    }
+
+    fn in_range(&self, offset: usize, n: usize) -> Result<(), GlooError> {
+        match offset.checked_add(n) {
+            Some(end) if end <= self.mem.len() => Ok(()),
+            _ => Err(GlooError::Invalid(format!(
+                "bytes {offset}..+{n} are outside a buffer of {}",
+                self.mem.len()
+            ))),
+        }
+    }
+
+    /// Posts a send of `n` bytes at `offset` to `dst` on `slot`.
+    pub(crate) fn send(
+        &self,
+        dst: u32,
+        slot: u64,
+        offset: usize,
+        n: usize,
+    ) -> Result<(), GlooError> {
+        let dst = rank_arg(dst)?;
+        self.in_range(offset, n)?;
+        let mut err = RawError::new();
+        // SAFETY: `ptr` is live (borrowed); `offset + n` lies within the
+        // memory (checked above); `err` is writable.
+        let s =
+            unsafe { (self.api.buffer_send)(self.ptr.as_ptr(), dst, slot, offset, n, &mut err) };
+        checked(s, err, "send")
+    }
+
+    /// Posts a receive of `n` bytes at `offset` from `src` on `slot`.
+    pub(crate) fn recv(
+        &self,
+        src: u32,
+        slot: u64,
+        offset: usize,
+        n: usize,
+    ) -> Result<(), GlooError> {
+        let src = rank_arg(src)?;
+        self.in_range(offset, n)?;
+        let mut err = RawError::new();
+        // SAFETY: `ptr` is live (borrowed); `offset + n` lies within the
+        // memory (checked above), so Gloo writes only there; `err` is writable.
+        let s =
+            unsafe { (self.api.buffer_recv)(self.ptr.as_ptr(), src, slot, offset, n, &mut err) };
+        checked(s, err, "recv")
+    }
+
+    /// Waits until `until` for one receive to complete; returns its peer.
+    /// Gloo's timeout closes every pair of the context.
+    pub(crate) fn wait_recv(&self, until: Instant) -> Result<i32, GlooError> {
+        let mut rank = -1;
+        let mut err = RawError::new();
+        // SAFETY: `ptr` is live (borrowed); `rank` and `err` are writable.
+        let s = unsafe {
+            (self.api.buffer_wait_recv)(self.ptr.as_ptr(), ms_until(until), &mut rank, &mut err)
+        };
+        checked(s, err, "wait recv").map(|()| rank)
+    }
+
+    /// Waits until `until` for one send to complete.
+    pub(crate) fn wait_send(&self, until: Instant) -> Result<(), GlooError> {
+        let mut rank = -1;
+        let mut err = RawError::new();
+        // SAFETY: `ptr` is live (borrowed); `rank` and `err` are writable.
+        let s = unsafe {
+            (self.api.buffer_wait_send)(self.ptr.as_ptr(), ms_until(until), &mut rank, &mut err)
+        };
+        checked(s, err, "wait send")
+    }
+
+    /// The memory (read only after the receives into it completed: type docs).
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.mem
+    }
+
+    /// The memory, writable (only while no receive into it is in flight).
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.mem
+    }
+
+    /// Copies `n` bytes at `at` (clamped to the memory) with volatile reads,
+    /// byte by byte: for memory Gloo may still be writing, when the copy only
+    /// serves to name the ranks whose bytes did not arrive.
+    pub(crate) fn read_volatile(&self, at: usize, n: usize) -> Vec<u8> {
+        let end = at.saturating_add(n).min(self.mem.len());
+        let base = self.mem.as_ptr();
+        (at.min(end)..end)
+            // SAFETY: `i < mem.len()`, so the read is inside the allocation;
+            // volatile, as another thread may be writing the byte.
+            .map(|i| unsafe { std::ptr::read_volatile(base.add(i)) })
+            .collect()
+    }
+
+    /// Moves the memory out (after every transfer on it completed), leaving
+    /// an empty buffer: later sends and receives on it are refused as out of
+    /// range.
+    pub(crate) fn take_bytes(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.mem)
+    }
+
+    /// Keeps the Gloo buffer and its memory alive for ever (after an error,
+    /// when a transfer may still be in flight).
+    pub(crate) fn leak(self) {
+        std::mem::forget(self);
+    }
+}
+
+/// Lets another thread interrupt a buffer's wait (`ccol_gloo_buffer_abort_wait`)
+/// without closing any connection. The target is set only for the span of
+/// [`Interrupter::with_target`], which borrows the buffer, so an interrupt
+/// never reaches a buffer that has been freed.
+#[derive(Debug, Default)]
+pub(crate) struct Interrupter {
+    target: Mutex<Option<Target>>,
+}
+
+#[derive(Debug)]
+struct Target {
+    api: &'static Api,
+    buf: NonNull<c_void>,
+    recv: bool,
+}
+
+// SAFETY: a Target is only used, under the Interrupter's lock, to call
+// ccol_gloo_buffer_abort_wait, which Gloo allows from any thread (it takes
+// the buffer's mutex); the buffer is alive while the Target is set
+// (`with_target` borrows it and clears the Target before returning).
+unsafe impl Send for Target {}
+
+/// Clears the target when `with_target` ends, also on unwind.
+struct ClearTarget<'a>(&'a Mutex<Option<Target>>);
+
+impl Drop for ClearTarget<'_> {
+    fn drop(&mut self) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+}
+
+impl Interrupter {
+    /// Runs `f` with `buf`'s receive (`recv`) or send wait as the target of
+    /// [`Interrupter::interrupt`]; the target is cleared before this returns.
+    pub(crate) fn with_target<R>(&self, buf: &Buffer, recv: bool, f: impl FnOnce() -> R) -> R {
+        *self.target.lock().unwrap_or_else(PoisonError::into_inner) = Some(Target {
+            api: buf.api,
+            buf: buf.ptr,
+            recv,
+        });
+        let _clear = ClearTarget(&self.target);
+        f()
+    }
+
+    /// Interrupts the target's wait in progress (or its next one); the wait
+    /// returns [`ABORTED`]. Returns whether a target was set.
+    pub(crate) fn interrupt(&self) -> bool {
+        let target = self.target.lock().unwrap_or_else(PoisonError::into_inner);
+        match &*target {
+            Some(t) => {
+                // SAFETY: the buffer is alive while it is the target (the
+                // lock is held, and `with_target` clears the target under it
+                // before its borrow of the buffer ends);
+                // ccol_gloo_buffer_abort_wait catches exceptions.
+                unsafe { (t.api.buffer_abort_wait)(t.buf.as_ptr(), i32::from(t.recv)) };
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -17,12 +17,10 @@
 //! leaked rather than freed.
 
 use crate::store::GlooStore;
-use crate::sys::{self, api, RawError};
+use crate::sys::{self, Buffer, Context, Interrupter};
 use crate::GlooError;
 use compiler_collectives_core::{Deadline, DecodeError, Error, PeerLoss, Transport};
 use std::collections::HashMap;
-use std::ffi::c_void;
-use std::ptr::NonNull;
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -87,170 +85,13 @@ impl GlooOptions {
     }
 }
 
-#[derive(Debug)]
-struct ContextHandle(NonNull<c_void>);
-
-// SAFETY: a gloo::rendezvous::Context is used from one thread at a time
-// (GlooTransport serialises operations with a mutex); Gloo's own event loop
-// thread synchronises internally.
-unsafe impl Send for ContextHandle {}
-// SAFETY: shared access is serialised by GlooTransport's mutex.
-unsafe impl Sync for ContextHandle {}
-
-impl Drop for ContextHandle {
-    fn drop(&mut self) {
-        if let Ok(api) = api() {
-            // SAFETY: handle from the adapter, freed once.
-            unsafe { (api.context_free)(self.0.as_ptr()) };
-        }
-    }
-}
-
-/// An unbound buffer over memory it owns. Dropping it frees the Gloo buffer
-/// before the memory; [`Buf::leak`] keeps both alive for ever (after errors,
-/// when a transfer may still be in flight).
-struct Buf {
-    handle: NonNull<c_void>,
-    mem: Vec<u8>,
-}
-
-impl std::fmt::Debug for Buf {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Buf")
-            .field("len", &self.mem.len())
-            .finish_non_exhaustive()
-    }
-}
-
-// SAFETY: a Gloo unbound buffer may be waited on from any thread (Gloo's
-// event loop completes it from its own thread); the memory is owned here.
-unsafe impl Send for Buf {}
-
-impl Buf {
-    fn new(ctx: &ContextHandle, mut mem: Vec<u8>) -> Result<Buf, GlooError> {
-        let api = api()?;
-        let mut err = RawError::new();
-        // Gloo needs a non-null pointer even for zero bytes.
-        if mem.capacity() == 0 {
-            mem.reserve(1);
-        }
-        // SAFETY: `mem` is owned by the returned Buf and outlives the Gloo buffer
-        // (Drop frees the Gloo buffer first).
-        let h = unsafe {
-            (api.buffer_new)(ctx.0.as_ptr(), mem.as_mut_ptr().cast(), mem.len(), &mut err)
-        };
-        match NonNull::new(h) {
-            Some(handle) => Ok(Buf { handle, mem }),
-            None => {
-                let s = err.status;
-                Err(err.into_error(s, "create buffer"))
-            }
-        }
-    }
-
-    fn call(
-        &self,
-        what: &str,
-        f: impl FnOnce(*mut c_void, &mut RawError) -> i32,
-    ) -> Result<(), GlooError> {
-        let mut err = RawError::new();
-        let s = f(self.handle.as_ptr(), &mut err);
-        if s == sys::OK {
-            Ok(())
-        } else {
-            Err(err.into_error(s, what))
-        }
-    }
-
-    fn send(&self, dst: u32, slot: u64, offset: usize, n: usize) -> Result<(), GlooError> {
-        let api = api()?;
-        let dst = i32::try_from(dst).map_err(|_| GlooError::Invalid("rank out of range".into()))?;
-        // SAFETY: the buffer is live; offset + n lie within its memory (callers check).
-        self.call("send", |h, e| unsafe {
-            (api.buffer_send)(h, dst, slot, offset, n, e)
-        })
-    }
-
-    fn recv(&self, src: u32, slot: u64, offset: usize, n: usize) -> Result<(), GlooError> {
-        let api = api()?;
-        let src = i32::try_from(src).map_err(|_| GlooError::Invalid("rank out of range".into()))?;
-        // SAFETY: the buffer is live; offset + n lie within its memory (callers check).
-        self.call("recv", |h, e| unsafe {
-            (api.buffer_recv)(h, src, slot, offset, n, e)
-        })
-    }
-
-    /// Waits for one receive. With a watchdog, the wait is interrupted at
-    /// `deadline` (no connection closes) and Gloo's own timeout is only a
-    /// backstop; without one, Gloo times out at `deadline`, closing every
-    /// pair of the context.
-    fn wait_recv(&self, deadline: Deadline, watchdog: Option<&Watchdog>) -> Result<i32, GlooError> {
-        if let Some(w) = watchdog {
-            return w.guard(self, true, deadline, || {
-                self.wait_recv_gloo(deadline.instant() + BACKSTOP)
-            });
-        }
-        self.wait_recv_gloo(deadline.instant())
-    }
-
-    fn wait_recv_gloo(&self, until: Instant) -> Result<i32, GlooError> {
-        let api = api()?;
-        let mut rank = -1;
-        let ms = ms_until(until);
-        // SAFETY: the buffer is live; `rank` is writable.
-        self.call("wait recv", |h, e| unsafe {
-            (api.buffer_wait_recv)(h, ms, &mut rank, e)
-        })?;
-        Ok(rank)
-    }
-
-    fn wait_send(&self, deadline: Deadline) -> Result<(), GlooError> {
-        let api = api()?;
-        let mut rank = -1;
-        let ms = ms_until(deadline.instant());
-        // SAFETY: the buffer is live; `rank` is writable.
-        self.call("wait send", |h, e| unsafe {
-            (api.buffer_wait_send)(h, ms, &mut rank, e)
-        })
-    }
-
-    fn leak(self) {
-        std::mem::forget(self);
-    }
-}
-
-impl Drop for Buf {
-    fn drop(&mut self) {
-        if let Ok(api) = api() {
-            // SAFETY: handle from the adapter, freed once, before `mem`.
-            unsafe { (api.buffer_free)(self.handle.as_ptr()) };
-        }
-    }
-}
-
-/// Milliseconds until `until`, rounded up (Gloo takes whole milliseconds; a
-/// wait must not end before its deadline).
-fn ms_until(until: Instant) -> i64 {
-    let left = until.saturating_duration_since(Instant::now());
-    let ms = left.as_millis() + u128::from(left.subsec_nanos() % 1_000_000 != 0);
-    i64::try_from(ms).unwrap_or(i64::MAX)
-}
-
 /// How long after its deadline Gloo's own timeout ends a watched wait, should
 /// the watchdog not have interrupted it.
 const BACKSTOP: Duration = Duration::from_secs(5);
 
-/// The buffer a watched wait is on.
-#[derive(Clone, Copy)]
-struct Watched(NonNull<c_void>);
-
-// SAFETY: only used to interrupt a wait, under the watchdog's lock, while the
-// waiting thread keeps the buffer alive (it disarms before returning).
-unsafe impl Send for Watched {}
-
 #[derive(Default)]
 struct WatchState {
-    armed: Option<(Instant, Watched, bool)>,
+    armed: Option<Instant>,
     /// When the watchdog thread will next look at `armed` on its own (`None`:
     /// only when notified). Arming a deadline at or after it needs no wake-up,
     /// so an operation does not wake the thread: on a loaded machine each
@@ -266,6 +107,8 @@ struct WatchState {
 /// rank that is really missing).
 struct Watchdog {
     shared: Arc<(Mutex<WatchState>, Condvar)>,
+    /// The buffer whose wait is armed (set for the span of the wait).
+    interrupter: Arc<Interrupter>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -278,7 +121,9 @@ impl std::fmt::Debug for Watchdog {
 impl Watchdog {
     fn start(rank: u32) -> Watchdog {
         let shared: Arc<(Mutex<WatchState>, Condvar)> = Arc::default();
+        let interrupter: Arc<Interrupter> = Arc::default();
         let s = Arc::clone(&shared);
+        let target = Arc::clone(&interrupter);
         let thread = std::thread::Builder::new()
             .name(format!("ccol-gloo-deadline-{rank}"))
             .spawn(move || {
@@ -290,16 +135,12 @@ impl Watchdog {
                             st.wakes_at = None;
                             st = cv.wait(st).unwrap_or_else(|e| e.into_inner());
                         }
-                        Some((deadline, buf, recv)) => {
+                        Some(deadline) => {
                             let now = Instant::now();
                             if now >= deadline {
-                                if let Ok(api) = api() {
-                                    // SAFETY: the waiting thread keeps the buffer
-                                    // alive until it disarms, which needs this lock.
-                                    unsafe {
-                                        (api.buffer_abort_wait)(buf.0.as_ptr(), i32::from(recv))
-                                    };
-                                }
+                                // Armed (under this lock) only while the
+                                // interrupter targets the waiting buffer.
+                                target.interrupt();
                                 st.armed = None;
                             } else {
                                 // Disarming does not wake this thread: it sleeps
@@ -315,25 +156,48 @@ impl Watchdog {
                 }
             })
             .ok();
-        Watchdog { shared, thread }
+        Watchdog {
+            shared,
+            interrupter,
+            thread,
+        }
     }
 
-    /// Runs `wait` on `buf` with an interrupt armed for `deadline`.
-    fn guard<R>(&self, buf: &Buf, recv: bool, deadline: Deadline, wait: impl FnOnce() -> R) -> R {
-        let (lock, cv) = &*self.shared;
-        {
-            let mut st = lock.lock().unwrap_or_else(|e| e.into_inner());
-            let at = deadline.instant();
-            st.armed = Some((at, Watched(buf.handle), recv));
-            // The thread already looks at `armed` by `wakes_at`; it only needs
-            // waking for an earlier deadline.
-            if st.wakes_at.is_none_or(|w| at < w) {
-                cv.notify_all();
+    /// Waits for one receive on `buf`, interrupted at `deadline` (no
+    /// connection closes); Gloo's own timeout is only a backstop.
+    fn wait_recv(&self, buf: &Buffer, deadline: Deadline) -> Result<i32, GlooError> {
+        self.guard(buf, true, deadline, || {
+            buf.wait_recv(deadline.instant() + BACKSTOP)
+        })
+    }
+
+    /// Runs `wait` on `buf` with an interrupt armed for `deadline`. The
+    /// interrupter targets `buf` before the deadline is armed and until after
+    /// it is disarmed, so whenever the thread sees an armed deadline, the
+    /// target is this wait's buffer.
+    fn guard<R>(
+        &self,
+        buf: &Buffer,
+        recv: bool,
+        deadline: Deadline,
+        wait: impl FnOnce() -> R,
+    ) -> R {
+        self.interrupter.with_target(buf, recv, || {
+            let (lock, cv) = &*self.shared;
+            {
+                let mut st = lock.lock().unwrap_or_else(|e| e.into_inner());
+                let at = deadline.instant();
+                st.armed = Some(at);
+                // The thread already looks at `armed` by `wakes_at`; it only needs
+                // waking for an earlier deadline.
+                if st.wakes_at.is_none_or(|w| at < w) {
+                    cv.notify_all();
+                }
             }
-        }
-        let r = wait();
-        lock.lock().unwrap_or_else(|e| e.into_inner()).armed = None;
-        r
+            let r = wait();
+            lock.lock().unwrap_or_else(|e| e.into_inner()).armed = None;
+            r
+        })
     }
 }
 
@@ -375,21 +239,21 @@ fn parse_header(b: &[u8]) -> Option<(u32, u64)> {
 /// after an error Gloo may still touch them.
 #[derive(Default)]
 struct Pool {
-    bufs: Vec<Buf>,
+    bufs: Vec<Buffer>,
     done: bool,
 }
 
 impl Pool {
-    fn add(&mut self, b: Buf) -> usize {
+    fn add(&mut self, b: Buffer) -> usize {
         self.bufs.push(b);
         self.bufs.len() - 1
     }
 
-    fn get(&self, i: usize) -> &Buf {
+    fn get(&self, i: usize) -> &Buffer {
         &self.bufs[i]
     }
 
-    fn get_mut(&mut self, i: usize) -> &mut Buf {
+    fn get_mut(&mut self, i: usize) -> &mut Buffer {
         &mut self.bufs[i]
     }
 
@@ -412,7 +276,7 @@ impl Drop for Pool {
 struct State {
     /// Where headers arrive (one 16-byte place per rank), with a standing
     /// receive on a never-used slot of every pair; `None` after an error.
-    inbox: Option<Buf>,
+    inbox: Option<Buffer>,
     op: u64,
     sent: HashMap<(u32, u32), u64>,
     received: HashMap<(u32, u32), u64>,
@@ -448,7 +312,7 @@ impl Reaper {
                     let mut ok = true;
                     'wait: for b in &out.pool.bufs {
                         for _ in &out.receivers {
-                            if let Err(e) = b.wait_send(out.deadline) {
+                            if let Err(e) = b.wait_send(out.deadline.instant()) {
                                 // A broken pair is found, and its rank named,
                                 // by the next operation (the inbox watches
                                 // every pair); only a send that was never
@@ -502,7 +366,7 @@ impl Reaper {
 pub struct GlooTransport {
     rank: u32,
     world: u32,
-    ctx: ContextHandle,
+    ctx: Context,
     state: Mutex<State>,
     failed: Failure,
     reaper: Mutex<Reaper>,
@@ -546,33 +410,28 @@ impl GlooTransport {
         // Gloo's PrefixStore joins prefix and key with '/'.
         let scoped = store.prefixed(&options.prefix)?;
         let host = sys::cstring(&options.hostname, "hostname")?;
-        let api = api()?;
         let start = Instant::now();
-        let mut err = RawError::new();
-        let ms = i64::try_from(options.connect_timeout.as_millis()).unwrap_or(i64::MAX);
-        // SAFETY: the store handle is live for the call; `host` is NUL-terminated.
-        let p = unsafe {
-            (api.context_new)(scoped.raw(), rank_i, world_i, host.as_ptr(), ms, &mut err)
-        };
-        let ctx = match NonNull::new(p) {
-            Some(p) => ContextHandle(p),
-            None => {
-                let status = err.status;
-                let e = err.into_error(status, "rendezvous");
-                return Err(if status == sys::TIMEOUT {
-                    tracing::debug!(error = %e, "gloo rendezvous timed out");
-                    Error::Timeout {
-                        missing_ranks: Vec::new(),
-                        waited: start.elapsed(),
-                        during: None,
-                    }
-                } else {
-                    e.into()
-                });
+        let ctx = Context::connect(
+            scoped.handle(),
+            rank_i,
+            world_i,
+            &host,
+            options.connect_timeout,
+        )
+        .map_err(|e| {
+            if e.status() == Some(sys::TIMEOUT) {
+                tracing::debug!(error = %e, "gloo rendezvous timed out");
+                Error::Timeout {
+                    missing_ranks: Vec::new(),
+                    waited: start.elapsed(),
+                    during: None,
+                }
+            } else {
+                e.into()
             }
-        };
+        })?;
         let failed: Failure = Arc::default();
-        let inbox = Buf::new(&ctx, vec![0u8; world_size as usize * HEADER])?;
+        let inbox = Buffer::new(&ctx, vec![0u8; world_size as usize * HEADER])?;
         for p in (0..world_size).filter(|&p| p != rank) {
             inbox.recv(p, SENTINEL_SLOT, p as usize * HEADER, 1)?;
         }
@@ -639,7 +498,7 @@ impl GlooTransport {
         candidates
             .iter()
             .copied()
-            .filter(|&p| match Buf::new(&self.ctx, vec![0u8; 1]) {
+            .filter(|&p| match Buffer::new(&self.ctx, vec![0u8; 1]) {
                 Ok(b) => {
                     let i = pool.add(b);
                     matches!(pool.get(i).recv(p, slot, 0, 1), Err(e) if e.status() == Some(sys::IO))
@@ -711,7 +570,7 @@ impl GlooTransport {
     #[allow(clippy::too_many_arguments)]
     fn collective_inner(
         &self,
-        inbox: &mut Buf,
+        inbox: &mut Buffer,
         k: u64,
         data: &[u8],
         send_to: &[u32],
@@ -728,11 +587,12 @@ impl GlooTransport {
         // Post our header and data to every receiver. They are taken when each
         // receiver posts its receives; the reaper waits for that.
         let mut sends = Pool::default();
-        let hdr = sends.add(Buf::new(&self.ctx, header(FLAG_DATA, data.len() as u64)).map_err(gl)?);
+        let hdr =
+            sends.add(Buffer::new(&self.ctx, header(FLAG_DATA, data.len() as u64)).map_err(gl)?);
         let body = if data.is_empty() || send_to.is_empty() {
             None
         } else {
-            Some(sends.add(Buf::new(&self.ctx, data.to_vec()).map_err(gl)?))
+            Some(sends.add(Buffer::new(&self.ctx, data.to_vec()).map_err(gl)?))
         };
         let at = |p: u32| move |e: GlooError| Fail::Gloo(e, vec![p]);
         for &p in send_to {
@@ -744,32 +604,27 @@ impl GlooTransport {
         // Receive every header into the inbox, one 16-byte place per rank.
         // The inbox also holds a standing receive on every pair, so a pair
         // that breaks wakes this wait even after its header has arrived.
-        inbox.mem.fill(0);
+        inbox.bytes_mut().fill(0);
         for &p in recv_from {
             inbox
                 .recv(p, hslot, p as usize * HEADER, HEADER)
                 .map_err(at(p))?;
         }
         for _ in recv_from {
-            if let Err(e) = inbox.wait_recv(deadline, Some(&self.watchdog)) {
+            if let Err(e) = self.watchdog.wait_recv(inbox, deadline) {
                 if e.status() == Some(sys::IO) {
                     let lost = self.broken_pairs(&mut pool, k, recv_from);
                     if !lost.is_empty() {
                         return Err(Fail::Gloo(e, lost));
                     }
                 }
-                let hb = &*inbox;
                 let missing = recv_from
                     .iter()
                     .copied()
                     .filter(|&p| {
-                        let at = p as usize * HEADER;
                         // Gloo may still be writing this memory: read it
-                        // volatile, byte by byte; it only names missing ranks.
-                        let bytes: Vec<u8> = (at..at + HEADER)
-                            // SAFETY: `at + HEADER <= n * HEADER`, inside the buffer.
-                            .map(|i| unsafe { std::ptr::read_volatile(hb.mem.as_ptr().add(i)) })
-                            .collect();
+                        // volatile; it only names missing ranks.
+                        let bytes = inbox.read_volatile(p as usize * HEADER, HEADER);
                         parse_header(&bytes).is_none()
                     })
                     .collect();
@@ -781,7 +636,7 @@ impl GlooTransport {
         let mut shut = Vec::new();
         for &p in recv_from {
             let at = p as usize * HEADER;
-            match parse_header(&inbox.mem[at..at + HEADER]) {
+            match parse_header(&inbox.bytes()[at..at + HEADER]) {
                 Some((FLAG_SHUTDOWN, _)) => shut.push((p, PeerLoss::Shutdown)),
                 Some((FLAG_ABORT, _)) => shut.push((p, PeerLoss::Aborted)),
                 Some((FLAG_DATA, len)) => {
@@ -817,12 +672,12 @@ impl GlooTransport {
             if len == 0 {
                 continue;
             }
-            let b = pool.add(Buf::new(&self.ctx, vec![0u8; len]).map_err(gl)?);
+            let b = pool.add(Buffer::new(&self.ctx, vec![0u8; len]).map_err(gl)?);
             pool.get(b).recv(p, dslot, 0, len).map_err(at(p))?;
             incoming.push((p, b));
         }
         for (i, &(_, b)) in incoming.iter().enumerate() {
-            if let Err(e) = pool.get(b).wait_recv(deadline, Some(&self.watchdog)) {
+            if let Err(e) = self.watchdog.wait_recv(pool.get(b), deadline) {
                 let waiting: Vec<u32> = incoming[i..].iter().map(|(p, _)| *p).collect();
                 let lost = self.broken_pairs(&mut pool, k, &waiting);
                 let missing = if lost.is_empty() { waiting } else { lost };
@@ -838,7 +693,7 @@ impl GlooTransport {
         for (p, b) in incoming {
             // The transfer into this memory has completed; moving the Vec
             // keeps its heap allocation where Gloo wrote it.
-            out[p as usize] = std::mem::take(&mut pool.get_mut(b).mem);
+            out[p as usize] = pool.get_mut(b).take_bytes();
         }
         pool.release();
         Ok(out)
@@ -961,10 +816,10 @@ impl Transport for GlooTransport {
         let r = (|| {
             let mut pool = Pool::default();
             let hdr =
-                pool.add(Buf::new(&self.ctx, header(FLAG_DATA, data.len() as u64)).map_err(gl)?);
+                pool.add(Buffer::new(&self.ctx, header(FLAG_DATA, data.len() as u64)).map_err(gl)?);
             pool.get(hdr).send(peer, slot, 0, HEADER).map_err(gl)?;
             if !data.is_empty() {
-                let body = pool.add(Buf::new(&self.ctx, data.to_vec()).map_err(gl)?);
+                let body = pool.add(Buffer::new(&self.ctx, data.to_vec()).map_err(gl)?);
                 pool.get(body)
                     .send(peer, slot + 1, 0, data.len())
                     .map_err(gl)?;
@@ -994,12 +849,12 @@ impl Transport for GlooTransport {
         let gl = |e: GlooError| Fail::Gloo(e, vec![peer]);
         let r = (|| {
             let mut pool = Pool::default();
-            let hdr = pool.add(Buf::new(&self.ctx, vec![0u8; HEADER]).map_err(gl)?);
+            let hdr = pool.add(Buffer::new(&self.ctx, vec![0u8; HEADER]).map_err(gl)?);
             pool.get(hdr).recv(peer, slot, 0, HEADER).map_err(gl)?;
-            pool.get(hdr)
-                .wait_recv(deadline, Some(&self.watchdog))
+            self.watchdog
+                .wait_recv(pool.get(hdr), deadline)
                 .map_err(gl)?;
-            let len = match parse_header(&pool.get(hdr).mem) {
+            let len = match parse_header(pool.get(hdr).bytes()) {
                 Some((FLAG_DATA, len)) => usize::try_from(len).unwrap_or(usize::MAX),
                 Some((flag @ (FLAG_SHUTDOWN | FLAG_ABORT), _)) => {
                     return Err(Fail::Core(Error::PeerLost {
@@ -1028,12 +883,12 @@ impl Transport for GlooTransport {
             }
             let mut out = Vec::new();
             if len > 0 {
-                let body = pool.add(Buf::new(&self.ctx, vec![0u8; len]).map_err(gl)?);
+                let body = pool.add(Buffer::new(&self.ctx, vec![0u8; len]).map_err(gl)?);
                 pool.get(body).recv(peer, slot + 1, 0, len).map_err(gl)?;
-                pool.get(body)
-                    .wait_recv(deadline, Some(&self.watchdog))
+                self.watchdog
+                    .wait_recv(pool.get(body), deadline)
                     .map_err(gl)?;
-                out = std::mem::take(&mut pool.get_mut(body).mem);
+                out = pool.get_mut(body).take_bytes();
             }
             pool.release();
             Ok(out)
@@ -1060,7 +915,6 @@ impl GlooTransport {
             return Ok(());
         }
         st.shut = true;
-        let api = api()?;
         // Peers are still collecting what this rank sent in its last
         // operations: let them take it before the connections close.
         self.reaper
@@ -1070,7 +924,7 @@ impl GlooTransport {
         {
             let k = st.op;
             let deadline = Deadline::after(SHUTDOWN_GRACE);
-            if let Ok(hdr) = Buf::new(&self.ctx, header(flag, 0)) {
+            if let Ok(hdr) = Buffer::new(&self.ctx, header(flag, 0)) {
                 let mut posted = 0;
                 for p in self.peers() {
                     if hdr.send(p, 2 * k, 0, HEADER).is_ok() {
@@ -1080,7 +934,7 @@ impl GlooTransport {
                 // Peers waiting at operation k take the notice at once; others
                 // never will, so wait only briefly.
                 let mut done = 0;
-                while done < posted && hdr.wait_send(deadline).is_ok() {
+                while done < posted && hdr.wait_send(deadline.instant()).is_ok() {
                     done += 1;
                 }
                 if done < posted {
@@ -1088,8 +942,7 @@ impl GlooTransport {
                 }
             }
         }
-        // SAFETY: the context handle is live.
-        unsafe { (api.context_close)(self.ctx.0.as_ptr()) };
+        self.ctx.close();
         Ok(())
     }
 }
@@ -1104,10 +957,7 @@ impl Drop for GlooTransport {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .stop(DRAIN_LIMIT);
-            if let Ok(api) = api() {
-                // SAFETY: the context handle is live until the field drops after this.
-                unsafe { (api.context_close)(self.ctx.0.as_ptr()) };
-            }
+            self.ctx.close();
         }
     }
 }
