@@ -54,12 +54,19 @@
 //! let mut channel = Channel::new(transport)?;
 //! # Ok::<(), compiler_collectives_core::Error>(())
 //! ```
+//!
+//! Unsafe code lives only in the private `sys` module (the resolved NCCL
+//! entry points, and safe handles over them and over cudarc's CUDA calls);
+//! every other module is safe code.
+
+#![deny(unsafe_code)]
 
 mod bootstrap;
 mod env;
 mod group;
 mod probe;
 mod store;
+#[allow(unsafe_code)]
 mod sys;
 mod transport;
 

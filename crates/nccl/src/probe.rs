@@ -264,9 +264,7 @@ pub fn library() -> Result<Arc<NcclLib>, NcclError> {
 /// [`NcclError::NoDevice`] when `cuInit` fails (no GPU, or
 /// `CUDA_VISIBLE_DEVICES` hides them all) or no device is visible.
 pub fn device_count() -> Result<usize, NcclError> {
-    // SAFETY: only tries to open the driver library by cudarc's list of
-    // names; loads nothing into cudarc's cache when absent.
-    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+    if !crate::sys::driver_present() {
         return Err(NcclError::DriverNotFound);
     }
     cudarc::driver::result::init().map_err(|e| NcclError::NoDevice {

@@ -9,13 +9,12 @@
 //! idle (a device → pageable-host copy blocks the calling thread).
 
 use crate::group::GroupStore;
-use crate::sys::{self, NcclLib, IN_PROGRESS, SUCCESS};
+use crate::sys::{Comm, Cuda, NcclLib, IN_PROGRESS, SUCCESS};
 use crate::{NcclError, UniqueId};
 use compiler_collectives_core::{Deadline, Error, PeerLoss, Store};
-use cudarc::driver::{result as cu, sys as cusys};
-use cudarc::nccl::sys::{cudaStream_t, ncclComm_t};
+use cudarc::nccl::sys::ncclComm_t;
 use std::collections::HashMap;
-use std::ffi::{c_int, c_void};
+use std::ffi::c_int;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -107,11 +106,10 @@ fn backoff(delay: &mut Duration, deadline: Deadline) {
 }
 
 /// Polls a non-blocking communicator until it leaves `ncclInProgress`.
-fn wait_ready(lib: &NcclLib, comm: ncclComm_t, deadline: Deadline) -> Result<(), WaitFail> {
+fn wait_ready(comm: &Comm, deadline: Deadline) -> Result<(), WaitFail> {
     let mut delay = Duration::from_micros(50);
     loop {
-        // SAFETY: `comm` is live (callers hold it and have not aborted it).
-        match unsafe { lib.async_error(comm) } {
+        match comm.state() {
             SUCCESS => return Ok(()),
             IN_PROGRESS => {}
             code => return Err(WaitFail::Nccl(code)),
@@ -127,19 +125,14 @@ fn wait_ready(lib: &NcclLib, comm: ncclComm_t, deadline: Deadline) -> Result<(),
 /// after 5 s of a finalize that does not complete, it aborts instead);
 /// Drop never panics.
 pub struct Communicator {
-    lib: Arc<NcclLib>,
-    comm: ncclComm_t,
+    /// `None` only once released (by `abort` or Drop).
+    comm: Option<Comm>,
 }
-
-// SAFETY: an NCCL communicator may be used from any thread as long as calls
-// are not concurrent; `Communicator` is only reached through `&mut` or a
-// `Mutex` in this crate.
-unsafe impl Send for Communicator {}
 
 impl std::fmt::Debug for Communicator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Communicator")
-            .field("comm", &self.comm)
+            .field("comm", &self.raw())
             .finish_non_exhaustive()
     }
 }
@@ -174,39 +167,24 @@ impl Communicator {
             c_int::try_from(v)
                 .map_err(|_| Error::InvalidArgument(format!("{v} does not fit NCCL's int")))
         };
-        let mut config = sys::config(blocking);
-        let mut comm: ncclComm_t = std::ptr::null_mut();
         let start = Instant::now();
-        // SAFETY: `comm` and `config` are valid for the call; NCCL copies
-        // the config.
-        let rc = unsafe {
-            lib.init_rank_config(
-                &mut comm,
-                to_int(world)?,
-                id.to_raw(),
-                to_int(rank)?,
-                &mut config,
-            )
-        };
-        if rc != SUCCESS && rc != IN_PROGRESS {
-            let err = lib.error(rc, "ncclCommInitRankConfig", None);
-            if !comm.is_null() {
-                // SAFETY: NCCL handed out this communicator; it is freed here
-                // and never used again.
-                unsafe { lib.abort(comm) };
-            }
-            return Err(err.into());
-        }
-        let this = Communicator { lib, comm };
-        match wait_ready(&this.lib, this.comm, deadline) {
+        let comm = Comm::init(lib, id.to_raw(), to_int(world)?, to_int(rank)?, blocking)?;
+        let waited = wait_ready(&comm, deadline);
+        let this = Communicator { comm: Some(comm) };
+        match waited {
             Ok(()) => Ok(this),
             Err(fail) => Err(this.fail(fail, "ncclCommInitRankConfig", start)),
         }
     }
 
-    /// The raw handle.
+    /// The raw handle (null once released).
     pub fn raw(&self) -> ncclComm_t {
-        self.comm
+        self.comm.as_ref().map_or(std::ptr::null_mut(), Comm::raw)
+    }
+
+    /// The live communicator.
+    fn handle(&self) -> Option<&Comm> {
+        self.comm.as_ref()
     }
 
     /// Aborts after a failed wait and turns it into an error.
@@ -217,7 +195,12 @@ impl Communicator {
                 waited: start.elapsed(),
                 during: None,
             },
-            WaitFail::Nccl(code) => self.lib.error(code, operation, Some(self.comm)).into(),
+            WaitFail::Nccl(code) => match self.handle() {
+                Some(c) => c.error(code, operation).into(),
+                None => Error::ChannelUnusable {
+                    cause: "the NCCL communicator was released".into(),
+                },
+            },
             WaitFail::Cuda(e) => NcclError::cuda(operation, &e).into(),
             WaitFail::PeerLeft(ranks, reason) => Error::PeerLost {
                 ranks,
@@ -234,33 +217,27 @@ impl Communicator {
     /// work in flight. Peers blocked in a collective with this rank are not
     /// told (they reach their own deadlines).
     pub fn abort(mut self) {
-        // SAFETY: the communicator is live; the handle is cleared so Drop
-        // does not free it again.
-        let rc = unsafe { self.lib.abort(self.comm) };
-        self.comm = std::ptr::null_mut();
-        if rc != SUCCESS && rc != IN_PROGRESS {
-            tracing::debug!(code = rc, "ncclCommAbort failed");
+        if let Some(c) = self.comm.take() {
+            let rc = c.abort();
+            if rc != SUCCESS && rc != IN_PROGRESS {
+                tracing::debug!(code = rc, "ncclCommAbort failed");
+            }
         }
     }
 }
 
 impl Drop for Communicator {
     fn drop(&mut self) {
-        if self.comm.is_null() {
+        let Some(comm) = self.comm.take() else {
             return;
-        }
+        };
         let deadline = Deadline::after(Duration::from_secs(5));
-        // SAFETY: the communicator is live until the destroy/abort below.
-        let rc = unsafe { self.lib.finalize(self.comm) };
-        let finalized = (rc == SUCCESS || rc == IN_PROGRESS)
-            && wait_ready(&self.lib, self.comm, deadline).is_ok();
-        // SAFETY: freed exactly once, never used again.
-        let rc = unsafe {
-            if finalized {
-                self.lib.destroy(self.comm)
-            } else {
-                self.lib.abort(self.comm)
-            }
+        let rc = comm.finalize();
+        let finalized = (rc == SUCCESS || rc == IN_PROGRESS) && wait_ready(&comm, deadline).is_ok();
+        let rc = if finalized {
+            comm.destroy()
+        } else {
+            comm.abort()
         };
         if rc != SUCCESS && rc != IN_PROGRESS {
             tracing::debug!(code = rc, "releasing the NCCL communicator failed");
@@ -268,176 +245,56 @@ impl Drop for Communicator {
     }
 }
 
-/// A device buffer from `cuMemAlloc`.
-struct DevBuf {
-    ptr: cusys::CUdeviceptr,
-    len: usize,
-}
-
-impl DevBuf {
-    const fn empty() -> Self {
-        DevBuf { ptr: 0, len: 0 }
-    }
-
-    /// Makes room for `need` bytes (at least 1). The context must be current.
-    fn reserve(&mut self, need: usize) -> Result<(), NcclError> {
-        if self.len >= need.max(1) {
+/// Polls the event recorded after the NCCL call, the communicator, and
+/// (after [`WATCH_AFTER`], every [`WATCH_EVERY`]) `watch`.
+fn wait_done(
+    cuda: &Cuda,
+    comm: &Comm,
+    deadline: Deadline,
+    watch: Watch<'_>,
+) -> Result<(), WaitFail> {
+    cuda.record().map_err(WaitFail::Cuda)?;
+    let mut delay = Duration::from_micros(20);
+    let start = Instant::now();
+    let mut next_watch = WATCH_AFTER;
+    loop {
+        if cuda.query().map_err(WaitFail::Cuda)? {
             return Ok(());
         }
-        self.release();
-        let len = need.max(256).next_power_of_two();
-        // SAFETY: the transport's context is current (callers).
-        self.ptr =
-            unsafe { cu::malloc_sync(len) }.map_err(|e| NcclError::cuda("cuMemAlloc", &e))?;
-        self.len = len;
-        Ok(())
-    }
-
-    fn release(&mut self) {
-        if self.len > 0 {
-            // SAFETY: allocated by `reserve`, not in use (the stream is idle).
-            if let Err(e) = unsafe { cu::free_sync(self.ptr) } {
-                tracing::debug!(error = %e, "cuMemFree failed");
+        match comm.state() {
+            SUCCESS | IN_PROGRESS => {}
+            code => return Err(WaitFail::Nccl(code)),
+        }
+        if deadline.expired() {
+            return Err(WaitFail::Deadline);
+        }
+        if start.elapsed() >= next_watch {
+            next_watch = start.elapsed() + WATCH_EVERY;
+            if let Some((ranks, how)) = watch() {
+                return Err(WaitFail::PeerLeft(ranks, how));
             }
         }
-        *self = DevBuf::empty();
-    }
-
-    fn as_ptr(&self) -> *mut c_void {
-        // A device address handed to NCCL as a pointer, never dereferenced
-        // by Rust (64-bit on every target CUDA supports).
-        std::ptr::with_exposed_provenance_mut(usize::try_from(self.ptr).unwrap_or(0))
+        backoff(&mut delay, deadline);
     }
 }
 
-/// The CUDA side: primary context, stream, event, staging buffers.
-struct Cuda {
-    device: cusys::CUdevice,
-    ctx: cusys::CUcontext,
-    stream: cusys::CUstream,
-    event: cusys::CUevent,
-    send: DevBuf,
-    recv: DevBuf,
-    /// Set when work may still be running after an abort: then nothing is
-    /// freed (freeing memory a kernel still touches is worse than a leak).
-    leaked: bool,
-}
-
-impl Cuda {
-    fn new(ordinal: usize) -> Result<Self, NcclError> {
-        let ord = c_int::try_from(ordinal).map_err(|_| NcclError::DeviceOutOfRange {
-            device: ordinal,
-            count: 0,
-        })?;
-        let device = cu::device::get(ord).map_err(|e| NcclError::cuda("cuDeviceGet", &e))?;
-        // SAFETY: `device` came from cuDeviceGet.
-        let ctx = unsafe { cu::primary_ctx::retain(device) }
-            .map_err(|e| NcclError::cuda("cuDevicePrimaryCtxRetain", &e))?;
-        let mut this = Cuda {
-            device,
-            ctx,
-            stream: std::ptr::null_mut(),
-            event: std::ptr::null_mut(),
-            send: DevBuf::empty(),
-            recv: DevBuf::empty(),
-            leaked: false,
-        };
-        this.make_current()?;
-        this.stream = cu::stream::create(cu::stream::StreamKind::NonBlocking)
-            .map_err(|e| NcclError::cuda("cuStreamCreate", &e))?;
-        this.event = cu::event::create(cusys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
-            .map_err(|e| NcclError::cuda("cuEventCreate", &e))?;
-        Ok(this)
-    }
-
-    fn make_current(&self) -> Result<(), NcclError> {
-        // SAFETY: `ctx` is a retained primary context.
-        unsafe { cu::ctx::set_current(self.ctx) }
-            .map_err(|e| NcclError::cuda("cuCtxSetCurrent", &e))
-    }
-
-    fn nccl_stream(&self) -> cudaStream_t {
-        self.stream.cast()
-    }
-
-    /// Polls the event recorded after the NCCL call, the communicator, and
-    /// (after [`WATCH_AFTER`], every [`WATCH_EVERY`]) `watch`.
-    fn wait(
-        &self,
-        lib: &NcclLib,
-        comm: ncclComm_t,
-        deadline: Deadline,
-        watch: Watch<'_>,
-    ) -> Result<(), WaitFail> {
-        // SAFETY: event and stream belong to the current context.
-        unsafe { cu::event::record(self.event, self.stream) }.map_err(WaitFail::Cuda)?;
-        let mut delay = Duration::from_micros(20);
-        let start = Instant::now();
-        let mut next_watch = WATCH_AFTER;
-        loop {
-            // SAFETY: a live event.
-            match unsafe { cu::event::query(self.event) } {
-                Ok(()) => return Ok(()),
-                Err(e) if e.0 == cusys::cudaError_enum::CUDA_ERROR_NOT_READY => {}
-                Err(e) => return Err(WaitFail::Cuda(e)),
-            }
-            // SAFETY: `comm` is live (the caller holds it).
-            match unsafe { lib.async_error(comm) } {
-                SUCCESS | IN_PROGRESS => {}
-                code => return Err(WaitFail::Nccl(code)),
-            }
-            if deadline.expired() {
-                return Err(WaitFail::Deadline);
-            }
-            if start.elapsed() >= next_watch {
-                next_watch = start.elapsed() + WATCH_EVERY;
-                if let Some((ranks, how)) = watch() {
-                    return Err(WaitFail::PeerLeft(ranks, how));
-                }
-            }
-            backoff(&mut delay, deadline);
+/// After an abort: gives the stream up to 500 ms to drain; marks the
+/// resources leaked when it does not.
+fn drain_after_abort(cuda: &mut Cuda) {
+    let until = Instant::now() + Duration::from_millis(500);
+    loop {
+        match cuda.query() {
+            Ok(true) => return,
+            Ok(false) => {}
+            Err(_) => break,
         }
-    }
-
-    /// After an abort: gives the stream up to 500 ms to drain; marks the
-    /// resources leaked when it does not.
-    fn drain_after_abort(&mut self) {
-        let until = Instant::now() + Duration::from_millis(500);
-        loop {
-            // SAFETY: a live event recorded after the aborted work.
-            match unsafe { cu::event::query(self.event) } {
-                Ok(()) => return,
-                Err(e) if e.0 == cusys::cudaError_enum::CUDA_ERROR_NOT_READY => {}
-                Err(_) => break,
-            }
-            if Instant::now() >= until {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(1));
+        if Instant::now() >= until {
+            break;
         }
-        tracing::warn!("NCCL work still running after abort: its buffers are leaked");
-        self.leaked = true;
+        std::thread::sleep(Duration::from_millis(1));
     }
-}
-
-impl Drop for Cuda {
-    fn drop(&mut self) {
-        if self.make_current().is_err() || self.leaked {
-            return;
-        }
-        self.send.release();
-        self.recv.release();
-        // SAFETY: event and stream were created by `new` and are idle.
-        unsafe {
-            if !self.event.is_null() {
-                let _ = cu::event::destroy(self.event);
-            }
-            if !self.stream.is_null() {
-                let _ = cu::stream::destroy(self.stream);
-            }
-            let _ = cu::primary_ctx::release(self.device);
-        }
-    }
+    tracing::warn!("NCCL work still running after abort: its buffers are leaked");
+    cuda.mark_leaked();
 }
 
 /// Everything behind the transport's lock.
@@ -455,7 +312,7 @@ struct Inner {
 
 impl Inner {
     /// The communicator, unless the transport failed or was shut down.
-    fn usable(&self) -> Result<ncclComm_t, Error> {
+    fn usable(&self) -> Result<&Comm, Error> {
         if let Some(cause) = &self.dead {
             return Err(Error::ChannelUnusable {
                 cause: cause.clone(),
@@ -463,16 +320,12 @@ impl Inner {
         }
         self.comm
             .as_ref()
-            .map(Communicator::raw)
+            .and_then(Communicator::handle)
             .ok_or_else(|| Error::ChannelUnusable {
                 cause: "the NCCL communicator was released".into(),
             })
     }
 }
-
-// SAFETY: the raw CUDA handles are used only under the transport's mutex,
-// with the context made current on the calling thread first.
-unsafe impl Send for Inner {}
 
 /// core's `Transport` over NCCL (module docs; deadlines in the crate docs).
 ///
@@ -614,51 +467,32 @@ impl NcclTransport {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// One NCCL collective: `input` to the send buffer, `enqueue(send,
-    /// recv, comm, stream)`, wait, `out_len` bytes back from the receive
-    /// buffer.
+    /// One NCCL collective: `input` to the send buffer, `enqueue(comm,
+    /// cuda)` (between the staging buffers, on the transport's stream),
+    /// wait, `out_len` bytes back from the receive buffer.
     fn collective(
         &self,
         what: &str,
         input: &[u8],
         out_len: usize,
         deadline: Deadline,
-        enqueue: impl FnOnce(&NcclLib, *mut c_void, *mut c_void, ncclComm_t, cudaStream_t) -> c_int,
+        enqueue: impl FnOnce(&Comm, &Cuda) -> c_int,
     ) -> Result<Vec<u8>, Error> {
         let start = Instant::now();
         let mut inner = self.lock();
         let inner = &mut *inner;
-        let comm = inner.usable()?;
-        let cuda = &mut inner.cuda;
-        let prepared = (|| -> Result<(), NcclError> {
-            cuda.make_current()?;
-            cuda.send.reserve(input.len())?;
-            cuda.recv.reserve(out_len)?;
-            if !input.is_empty() {
-                // SAFETY: the send buffer holds at least `input.len()` bytes;
-                // from pageable memory the call returns once `input` is
-                // staged, so it may be released afterwards.
-                unsafe { cu::memcpy_htod_async(cuda.send.ptr, input, cuda.stream) }
-                    .map_err(|e| NcclError::cuda("cuMemcpyHtoDAsync", &e))?;
-            }
-            Ok(())
-        })();
-        if let Err(e) = prepared {
+        inner.usable()?;
+        if let Err(e) = inner.cuda.stage_in(input, out_len) {
             inner.dead = Some(e.to_string());
             return Err(e.into());
         }
-        self.run_op(inner, comm, what, (start, deadline), enqueue)?;
+        self.run_op(inner, what, (start, deadline), enqueue)?;
         let mut out = vec![0u8; out_len];
-        if out_len > 0 {
-            // SAFETY: the stream is idle; the receive buffer holds at least
-            // `out_len` bytes.
-            unsafe { cu::memcpy_dtoh_async(&mut out, inner.cuda.recv.ptr, inner.cuda.stream) }
-                .map_err(|e| {
-                    let e = NcclError::cuda("cuMemcpyDtoHAsync", &e);
-                    inner.dead = Some(e.to_string());
-                    Error::from(e)
-                })?;
-        }
+        // The stream is idle: the copy blocks only for itself.
+        inner.cuda.copy_out(&mut out).map_err(|e| {
+            inner.dead = Some(e.to_string());
+            Error::from(e)
+        })?;
         Ok(out)
     }
 
@@ -668,20 +502,19 @@ impl NcclTransport {
     fn run_op(
         &self,
         inner: &mut Inner,
-        comm: ncclComm_t,
         what: &str,
         (start, deadline): (Instant, Deadline),
-        enqueue: impl FnOnce(&NcclLib, *mut c_void, *mut c_void, ncclComm_t, cudaStream_t) -> c_int,
+        enqueue: impl FnOnce(&Comm, &Cuda) -> c_int,
     ) -> Result<(), Error> {
+        inner.usable()?;
         inner.op += 1;
         let op = inner.op;
-        let rc = enqueue(
-            &self.lib,
-            inner.cuda.send.as_ptr(),
-            inner.cuda.recv.as_ptr(),
-            comm,
-            inner.cuda.nccl_stream(),
-        );
+        let Some(comm) = inner.comm.as_ref().and_then(Communicator::handle) else {
+            return Err(Error::ChannelUnusable {
+                cause: "the NCCL communicator was released".into(),
+            });
+        };
+        let rc = enqueue(comm, &inner.cuda);
         let waited = if rc == SUCCESS || rc == IN_PROGRESS {
             self.wait_op(&inner.cuda, comm, op, deadline)
         } else {
@@ -692,7 +525,7 @@ impl NcclTransport {
                 inner.done = op;
                 Ok(())
             }
-            Err(fail) => Err(self.fail_op(inner, fail, what, op, comm, start)),
+            Err(fail) => Err(self.fail_op(inner, fail, what, op, start)),
         }
     }
 
@@ -704,7 +537,6 @@ impl NcclTransport {
         fail: WaitFail,
         what: &str,
         op: u64,
-        comm: ncclComm_t,
         start: Instant,
     ) -> Error {
         let marked = matches!(fail, WaitFail::Deadline).then(|| {
@@ -714,7 +546,10 @@ impl NcclTransport {
         });
         let err = match fail {
             WaitFail::Deadline => None,
-            WaitFail::Nccl(code) => Some(Error::from(self.lib.error(code, what, Some(comm)))),
+            WaitFail::Nccl(code) => {
+                let comm = inner.comm.as_ref().and_then(Communicator::handle);
+                Some(Error::from(self.lib.error(code, what, comm)))
+            }
             WaitFail::Cuda(e) => Some(Error::from(NcclError::cuda(what, &e))),
             WaitFail::PeerLeft(ranks, reason) => Some(Error::PeerLost {
                 ranks,
@@ -726,7 +561,7 @@ impl NcclTransport {
         if let Some(c) = inner.comm.take() {
             c.abort();
         }
-        inner.cuda.drain_after_abort();
+        drain_after_abort(&mut inner.cuda);
         let err = match (err, marked) {
             (Some(e), _) => e,
             (None, Some(m)) => self.group.post_mortem(op, m, start),
@@ -744,13 +579,13 @@ impl NcclTransport {
     fn wait_op(
         &self,
         cuda: &Cuda,
-        comm: ncclComm_t,
+        comm: &Comm,
         op: u64,
         deadline: Deadline,
     ) -> Result<(), WaitFail> {
-        wait_ready(&self.lib, comm, deadline)?;
+        wait_ready(comm, deadline)?;
         let others = self.group.others();
-        cuda.wait(&self.lib, comm, deadline, &mut || {
+        wait_done(cuda, comm, deadline, &mut || {
             self.group.left_before(op, &others)
         })
     }
@@ -771,27 +606,15 @@ impl NcclTransport {
     ) -> Result<Vec<Duration>, Error> {
         let mut guard = self.lock();
         let inner = &mut *guard;
-        let comm = inner.usable()?;
+        inner.usable()?;
         let world = self.world as usize;
-        let ready = (|| -> Result<(), NcclError> {
-            inner.cuda.make_current()?;
-            inner.cuda.send.reserve(bytes)?;
-            inner.cuda.recv.reserve(bytes.saturating_mul(world))
-        })();
-        ready?;
+        inner.cuda.reserve(bytes, bytes.saturating_mul(world))?;
         let mut times = Vec::with_capacity(iters as usize);
         for _ in 0..iters {
             let start = Instant::now();
-            self.run_op(
-                inner,
-                comm,
-                "ncclAllGather",
-                (start, deadline),
-                |lib, s, r, c, st| {
-                    // SAFETY: buffers reserved above; comm and stream are live.
-                    unsafe { lib.all_gather_bytes(s, r, bytes, c, st) }
-                },
-            )?;
+            self.run_op(inner, "ncclAllGather", (start, deadline), |comm, cuda| {
+                comm.all_gather(cuda, bytes)
+            })?;
             times.push(start.elapsed());
         }
         Ok(times)
@@ -805,17 +628,9 @@ impl NcclTransport {
                 self.world
             ))
         })?;
-        self.collective(
-            "ncclAllGather",
-            data,
-            total,
-            deadline,
-            |lib, s, r, c, st| {
-                // SAFETY: send holds `count` bytes, recv `count * world`
-                // (reserved by `collective`); comm and stream are live.
-                unsafe { lib.all_gather_bytes(s, r, count, c, st) }
-            },
-        )
+        self.collective("ncclAllGather", data, total, deadline, |comm, cuda| {
+            comm.all_gather(cuda, count)
+        })
     }
 
     /// The first round of `all_gather`/`broadcast`: every rank's (length,
@@ -950,10 +765,8 @@ impl compiler_collectives_core::Transport for NcclTransport {
         }
         let input = if self.rank == root { data } else { &[][..] };
         let root_int = c_int::try_from(root).unwrap_or(0);
-        self.collective("ncclBroadcast", input, len, deadline, |lib, s, r, c, st| {
-            // SAFETY: both buffers hold at least `len` bytes; comm and
-            // stream are live.
-            unsafe { lib.broadcast_bytes(s, r, len, root_int, c, st) }
+        self.collective("ncclBroadcast", input, len, deadline, |comm, cuda| {
+            comm.broadcast(cuda, len, root_int)
         })
     }
 
