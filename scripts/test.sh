@@ -40,6 +40,21 @@ if grep -Ei '^(compiler-collectives-(gloo|nccl|tch)|cudarc|tch|torch-sys|libload
     exit 1
 fi
 grep -q '^#!\[forbid(unsafe_code)\]' crates/core/src/lib.rs || { echo "core must forbid unsafe code" >&2; exit 1; }
+step "backends keep unsafe code in their sys/ffi modules"
+# Every `unsafe` keyword outside a sys.rs/ffi.rs file (or a sys/, ffi/ directory),
+# with // comments stripped; and each backend root denies unsafe code.
+unsafe_outside=$(find crates/gloo/src crates/nccl/src crates/tch-integration/src -name '*.rs' \
+    ! -name sys.rs ! -name ffi.rs ! -path '*/sys/*' ! -path '*/ffi/*' -print0 | sort -z |
+    xargs -0 -r awk '{ code = $0; sub(/\/\/.*/, "", code) }
+        code ~ /(^|[^A-Za-z0-9_])unsafe([^A-Za-z0-9_]|$)/ { print FILENAME ":" FNR ": " $0 }')
+for root in crates/gloo/src/lib.rs crates/nccl/src/lib.rs crates/tch-integration/src/lib.rs; do
+    grep -q '^#!\[deny(unsafe_code)\]' "$root" || unsafe_outside+="${unsafe_outside:+$'\n'}$root: lacks #![deny(unsafe_code)]"
+done
+if [ -n "$unsafe_outside" ]; then
+    echo "unsafe code outside the backends' sys/ffi modules:" >&2
+    echo "$unsafe_outside" >&2
+    exit 1
+fi
 step "cargo test: default members (no native libraries needed)"
 echo "   (the NCCL crate's CPU tests use the pip NCCL set up above, its GPU suite says why it skips without GPUs)"
 cargo test -- --quiet 2>&1
