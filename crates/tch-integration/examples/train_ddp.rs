@@ -1,7 +1,8 @@
 //! Data-parallel training of a tiny character-level language model with
 //! tch-rs, gradients all-reduced over a c10d `ProcessGroupGloo`, and every
 //! compile decision of the training step made by all ranks together through
-//! compiler collectives.
+//! compiler collectives on a process group of their own (`C10dJob`: one
+//! store, one communicator each).
 //!
 //! Start it with torchrun's environment:
 //!
@@ -66,7 +67,7 @@ use compiler_collectives_core::cache::{
 };
 use compiler_collectives_core::corpus::{self, Batch, Corpus, CorpusOptions, Tokenizer};
 use compiler_collectives_core::{Channel, ChannelOptions, Transport};
-use compiler_collectives_tch::{from_env, observe, C10dProcessGroup, ReduceOp};
+use compiler_collectives_tch::{observe, C10dJob, C10dProcessGroup, ReduceOp};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -289,8 +290,16 @@ fn main() -> Result<()> {
     compiler_collectives_cli::logging::init();
     let started = Instant::now();
     tch::set_num_threads(1);
-    let transport = Arc::new(from_env().context("joining the process group")?);
-    let pg: &C10dProcessGroup = transport.group();
+    // Two communicators, as DESIGN §1 asks: the gradients' all-reduces on
+    // one, the compile decisions' exchanges on one of their own (so neither
+    // waits behind the other's lock or operations).
+    let job = C10dJob::from_env().context("joining the job's store")?;
+    let grads = job.group("grads").context("the gradients' process group")?;
+    let pg: &C10dProcessGroup = &grads;
+    let transport = Arc::new(
+        job.transport("compile")
+            .context("the compile decisions' process group")?,
+    );
     let (rank, world) = (pg.rank(), pg.world_size());
     let mut channel = Channel::with_options(
         transport.clone() as Arc<dyn Transport>,

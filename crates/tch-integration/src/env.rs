@@ -6,58 +6,146 @@ use crate::transport::C10dTransport;
 use compiler_collectives_core::Error;
 use std::time::Duration;
 
-/// What [`from_env`] reads: torchrun's `RANK`, `WORLD_SIZE`, `MASTER_ADDR`,
-/// `MASTER_PORT`, `TORCHELASTIC_USE_AGENT_STORE` (when `True`, torchrun's
-/// agent already serves the TCPStore and rank 0 is only a client), and
-/// `CCOL_TIMEOUT_S` (default 300 s).
+/// A job's ranks as torchrun started them: this rank, the world, the
+/// TCPStore every group rendezvouses through, the address peers reach this
+/// rank at, and the deadline. One job holds any number of process groups,
+/// each under a name of its own in the store, so compile exchanges get a
+/// communicator of their own (DESIGN §1: a dedicated communicator) beside
+/// the training's gradient all-reduces:
+///
+/// ```no_run
+/// # fn main() -> compiler_collectives_core::Result<()> {
+/// let job = compiler_collectives_tch::C10dJob::from_env()?;
+/// let grads = job.group("grads")?;        // the training's all-reduces
+/// let compile = job.transport("ccol")?;   // compiler collectives only
+/// # let _ = (grads, compile); Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct C10dJob {
+    rank: u32,
+    world: u32,
+    host: String,
+    timeout: Duration,
+    /// The store under this launch's prefix (`ccol/<run id>/<restart>`).
+    store: C10dStore,
+}
+
+impl C10dJob {
+    /// Reads torchrun's `RANK`, `WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`,
+    /// `TORCHELASTIC_USE_AGENT_STORE` (when `True`, torchrun's agent already
+    /// serves the TCPStore and rank 0 is only a client),
+    /// `TORCHELASTIC_RUN_ID` and `TORCHELASTIC_RESTART_COUNT` (the store
+    /// prefix, so a restarted job never reads an earlier attempt's keys), and
+    /// `CCOL_TIMEOUT_S` (default 300 s), and joins the TCPStore.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming a missing or malformed variable; the
+    /// store's errors.
+    pub fn from_env() -> compiler_collectives_core::Result<Self> {
+        let var = |n: &str| std::env::var(n).ok().filter(|v| !v.is_empty());
+        let num = |n: &str| -> compiler_collectives_core::Result<u32> {
+            var(n)
+                .ok_or_else(|| {
+                    Error::InvalidArgument(format!(
+                        "{n} is not set: start the ranks with `ccol run` or `torchrun`"
+                    ))
+                })?
+                .parse()
+                .map_err(|_| Error::InvalidArgument(format!("{n} is not a non-negative integer")))
+        };
+        let rank = num("RANK")?;
+        let world = num("WORLD_SIZE")?;
+        if world == 0 || rank >= world {
+            return Err(Error::InvalidArgument(format!(
+                "RANK={rank} is not below WORLD_SIZE={world}"
+            )));
+        }
+        let addr = var("MASTER_ADDR").unwrap_or_else(|| "127.0.0.1".into());
+        let port: u16 = var("MASTER_PORT")
+            .ok_or_else(|| Error::InvalidArgument("MASTER_PORT is not set".into()))?
+            .parse()
+            .map_err(|_| Error::InvalidArgument("MASTER_PORT is not a port number".into()))?;
+        let agent =
+            var("TORCHELASTIC_USE_AGENT_STORE").is_some_and(|v| v.eq_ignore_ascii_case("true"));
+        let timeout = compiler_collectives_core::protocol::timeout_from_env()?
+            .unwrap_or(Duration::from_secs(300));
+        // Rank 0 serves unless torchrun's agent does; every store counts itself
+        // in (as Python's init_process_group) unless the agent's store is used.
+        let opts = if rank == 0 && !agent {
+            TcpStoreOptions::server(addr.as_str(), port, world)
+        } else {
+            TcpStoreOptions::client(addr.as_str(), port, world)
+        };
+        let store = C10dStore::tcp(&opts.with_wait_workers(!agent).with_timeout(timeout))?;
+        let run = var("TORCHELASTIC_RUN_ID").unwrap_or_else(|| "job".into());
+        let restart = var("TORCHELASTIC_RESTART_COUNT").unwrap_or_else(|| "0".into());
+        let scoped = store.prefixed(&format!("ccol/{run}/{restart}"))?;
+        let host = if addr == "localhost" || addr.starts_with("127.") {
+            "127.0.0.1".to_string()
+        } else {
+            addr
+        };
+        Ok(C10dJob {
+            rank,
+            world,
+            host,
+            timeout,
+            store: scoped,
+        })
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    /// The number of ranks.
+    pub fn world_size(&self) -> u32 {
+        self.world
+    }
+
+    /// A `ProcessGroupGloo` of every rank of the job, rendezvousing under
+    /// `name` in the store (every rank must ask for the same names in the
+    /// same order of use).
+    ///
+    /// # Errors
+    /// The store's or group's errors.
+    pub fn group(&self, name: &str) -> compiler_collectives_core::Result<C10dProcessGroup> {
+        self.group_in(&self.store.prefixed(name)?)
+    }
+
+    /// A [`C10dTransport`] on a process group of its own under `name`, for
+    /// compiler collectives.
+    ///
+    /// # Errors
+    /// As [`C10dJob::group`].
+    pub fn transport(&self, name: &str) -> compiler_collectives_core::Result<C10dTransport> {
+        let store = self.store.prefixed(name)?;
+        let pg = self.group_in(&store)?;
+        Ok(C10dTransport::new(pg, store))
+    }
+
+    fn group_in(&self, store: &C10dStore) -> compiler_collectives_core::Result<C10dProcessGroup> {
+        Ok(C10dProcessGroup::gloo(
+            store,
+            self.rank,
+            self.world,
+            &self.host,
+            self.timeout,
+        )?)
+    }
+}
+
+/// A [`C10dTransport`] from torchrun's environment: [`C10dJob::from_env`],
+/// then a group in the launch's store itself (where this function always
+/// made it). A program that also runs collectives of its own takes
+/// [`C10dJob::group`] and [`C10dJob::transport`] instead, one communicator
+/// each.
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] naming a missing or malformed variable; the
-/// store's or group's errors.
+/// As [`C10dJob::from_env`] and [`C10dJob::transport`].
 pub fn from_env() -> compiler_collectives_core::Result<C10dTransport> {
-    let var = |n: &str| std::env::var(n).ok().filter(|v| !v.is_empty());
-    let num = |n: &str| -> compiler_collectives_core::Result<u32> {
-        var(n)
-            .ok_or_else(|| {
-                Error::InvalidArgument(format!(
-                    "{n} is not set: start the ranks with `ccol run` or `torchrun`"
-                ))
-            })?
-            .parse()
-            .map_err(|_| Error::InvalidArgument(format!("{n} is not a non-negative integer")))
-    };
-    let rank = num("RANK")?;
-    let world = num("WORLD_SIZE")?;
-    if world == 0 || rank >= world {
-        return Err(Error::InvalidArgument(format!(
-            "RANK={rank} is not below WORLD_SIZE={world}"
-        )));
-    }
-    let addr = var("MASTER_ADDR").unwrap_or_else(|| "127.0.0.1".into());
-    let port: u16 = var("MASTER_PORT")
-        .ok_or_else(|| Error::InvalidArgument("MASTER_PORT is not set".into()))?
-        .parse()
-        .map_err(|_| Error::InvalidArgument("MASTER_PORT is not a port number".into()))?;
-    let agent = var("TORCHELASTIC_USE_AGENT_STORE").is_some_and(|v| v.eq_ignore_ascii_case("true"));
-    let timeout = compiler_collectives_core::protocol::timeout_from_env()?
-        .unwrap_or(Duration::from_secs(300));
-    // Rank 0 serves unless torchrun's agent does; every store counts itself
-    // in (as Python's init_process_group) unless the agent's store is used.
-    let opts = if rank == 0 && !agent {
-        TcpStoreOptions::server(addr.as_str(), port, world)
-    } else {
-        TcpStoreOptions::client(addr.as_str(), port, world)
-    };
-    let store = C10dStore::tcp(&opts.with_wait_workers(!agent).with_timeout(timeout))?;
-    let run = var("TORCHELASTIC_RUN_ID").unwrap_or_else(|| "job".into());
-    let restart = var("TORCHELASTIC_RESTART_COUNT").unwrap_or_else(|| "0".into());
-    let scoped = store.prefixed(&format!("ccol/{run}/{restart}"))?;
-    let host = if addr == "localhost" || addr.starts_with("127.") {
-        "127.0.0.1".to_string()
-    } else {
-        addr
-    };
-    let pg = C10dProcessGroup::gloo(&scoped, rank, world, &host, timeout)?;
-    drop(store);
-    Ok(C10dTransport::new(pg, scoped))
+    let job = C10dJob::from_env()?;
+    let pg = job.group_in(&job.store)?;
+    Ok(C10dTransport::new(pg, job.store))
 }

@@ -43,7 +43,7 @@ mod store;
 mod sys;
 mod transport;
 
-pub use env::from_env;
+pub use env::{from_env, C10dJob};
 pub use error::C10dError;
 pub use group::{C10dProcessGroup, ReduceOp};
 pub use store::{C10dStore, TcpStoreOptions, DEFAULT_STORE_TIMEOUT};
