@@ -80,6 +80,10 @@ impl<T: Transport> Transport for CountingTransport<T> {
         self.inner.backend()
     }
 
+    fn capabilities(&self) -> crate::Capabilities {
+        self.inner.capabilities()
+    }
+
     fn all_gather(
         &self,
         data: &[u8],

@@ -227,6 +227,14 @@ impl Transport for InProcessTransport {
         BACKEND
     }
 
+    /// All of them: every rank's queues are in one process.
+    fn capabilities(&self) -> crate::Capabilities {
+        crate::Capabilities::none()
+            .with_names_missing_ranks()
+            .with_tells_peers_it_left()
+            .with_cheap_point_to_point()
+    }
+
     fn all_gather(
         &self,
         data: &[u8],

@@ -84,5 +84,5 @@ pub use error::{
 };
 pub use inprocess::{InProcessGroup, InProcessStore, InProcessTransport};
 pub use join::Join;
-pub use protocol::{Channel, ChannelOptions, ExchangeOptions, Gathered};
-pub use transport::{Deadline, Store, Transport};
+pub use protocol::{Channel, ChannelOptions, ExchangeOptions, FlatReason, Gathered, Topology};
+pub use transport::{Capabilities, Deadline, Store, Transport};

@@ -92,8 +92,10 @@ pub struct ChannelOptions {
     pub trace_dir: Option<std::path::PathBuf>,
     /// Smallest world size that uses the hierarchical (tree) exchange of
     /// [`crate::hier`] (default [`crate::hier::DEFAULT_HIERARCHICAL_FROM`],
-    /// 64 ranks; `u32::MAX` = never). Same decisions and errors as the flat
-    /// exchange; O(payload · log N) bytes received per rank.
+    /// 64 ranks; `u32::MAX` = never), over a transport with cheap
+    /// point-to-point only ([`Channel::topology`] says which runs and why).
+    /// Same decisions and errors as the flat exchange; O(payload · log N)
+    /// bytes received per rank.
     pub hierarchical_from: u32,
 }
 
@@ -143,6 +145,57 @@ impl ChannelOptions {
     pub fn with_hierarchical_from(mut self, world_size: u32) -> Self {
         self.hierarchical_from = world_size;
         self
+    }
+}
+
+/// How a channel's exchanges run ([`Channel::topology`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Topology {
+    /// Flat: one all_gather of fixed-size digests, then one of the
+    /// envelopes when they differ; every rank receives every envelope.
+    Flat(FlatReason),
+    /// The binomial tree of [`crate::hier`] over point-to-point messages:
+    /// O(payload · log N) bytes received per rank.
+    Tree,
+}
+
+/// Why a channel runs its exchanges flat.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FlatReason {
+    /// One rank: there is no one to exchange with.
+    OneRank,
+    /// The world is smaller than [`ChannelOptions::hierarchical_from`].
+    BelowHierarchicalFrom {
+        /// The world size.
+        world: u32,
+        /// The smallest world that would use the tree.
+        from: u32,
+    },
+    /// The transport's point-to-point is not cheap
+    /// ([`crate::Capabilities::cheap_point_to_point`]): a tree of messages
+    /// would cost more than the flat collectives.
+    NoCheapPointToPoint {
+        /// The transport's engine.
+        backend: &'static str,
+    },
+}
+
+impl std::fmt::Display for FlatReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FlatReason::OneRank => f.write_str("one rank"),
+            FlatReason::BelowHierarchicalFrom { world, from } => write!(
+                f,
+                "{world} ranks, below the tree exchange's {from} (ChannelOptions::with_hierarchical_from)"
+            ),
+            FlatReason::NoCheapPointToPoint { backend } => write!(
+                f,
+                "the {backend} transport's point-to-point is not cheap (its capabilities), \
+                 so the tree exchange would cost more than the flat collectives"
+            ),
+        }
     }
 }
 
@@ -212,7 +265,7 @@ pub struct Channel {
     timeout: Duration,
     limits: Limits,
     fast_path: bool,
-    hierarchical_from: u32,
+    topology: Topology,
     seq: u64,
     last_completed: Option<u64>,
     failed: Option<String>,
@@ -240,12 +293,27 @@ impl Channel {
         };
         let trace =
             crate::trace::TraceFile::for_channel(options.trace_dir.as_deref(), transport.rank())?;
+        let world = transport.world_size();
+        let from = options.hierarchical_from;
+        let topology = if world <= 1 {
+            Topology::Flat(FlatReason::OneRank)
+        } else if world < from {
+            Topology::Flat(FlatReason::BelowHierarchicalFrom { world, from })
+        } else if !transport.capabilities().cheap_point_to_point {
+            let reason = FlatReason::NoCheapPointToPoint {
+                backend: transport.backend(),
+            };
+            tracing::info!(world, hierarchical_from = from, %reason, "flat exchange instead of the tree");
+            Topology::Flat(reason)
+        } else {
+            Topology::Tree
+        };
         Ok(Channel {
             transport,
             timeout,
             limits: options.limits,
             fast_path: options.fast_path,
-            hierarchical_from: options.hierarchical_from,
+            topology,
             seq: 0,
             last_completed: None,
             failed: None,
@@ -256,6 +324,14 @@ impl Channel {
     /// This rank.
     pub fn rank(&self) -> u32 {
         self.transport.rank()
+    }
+
+    /// How this channel's exchanges run, and why not as a tree when they do
+    /// not ([`FlatReason`]): the tree needs a world of at least
+    /// [`ChannelOptions::hierarchical_from`] ranks and a transport with
+    /// cheap point-to-point. Costs nothing.
+    pub fn topology(&self) -> &Topology {
+        &self.topology
     }
 
     /// Number of ranks.
@@ -344,8 +420,7 @@ impl Channel {
         let seq = self.seq;
         let _span = tracing::debug_span!("exchange", seq, key, kind = J::KIND).entered();
         let mut traffic = crate::trace::Traffic::default();
-        let world = self.transport.world_size();
-        let outcome = if world > 1 && world >= self.hierarchical_from {
+        let outcome = if self.topology == Topology::Tree {
             crate::hier::exchange(
                 &*self.transport,
                 &env,

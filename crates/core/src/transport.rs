@@ -52,6 +52,65 @@ impl Deadline {
     }
 }
 
+/// What a transport can do beyond moving bytes, as its engine allows.
+/// Behaviours of the conformance suite are chosen by it, and
+/// [`Channel`](crate::Channel) uses the tree exchange only over cheap
+/// point-to-point. Built with [`Capabilities::none`] and the setters:
+///
+/// ```
+/// use compiler_collectives_core::transport::Capabilities;
+/// let c = Capabilities::none().with_names_missing_ranks().with_cheap_point_to_point();
+/// assert!(c.names_missing_ranks && !c.tells_peers_it_left && c.cheap_point_to_point);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct Capabilities {
+    /// A timeout names the ranks that did not arrive
+    /// ([`Error::Timeout`](crate::Error::Timeout)'s `missing_ranks`), and a
+    /// lost connection the rank it belonged to.
+    pub names_missing_ranks: bool,
+    /// A rank that shuts down or aborts tells peers waiting for it, which
+    /// fail at once ([`Error::PeerLost`](crate::Error::PeerLost)) instead of
+    /// at their deadline.
+    pub tells_peers_it_left: bool,
+    /// [`send`](Transport::send)/[`recv`](Transport::recv) cost about what a
+    /// collective of the same bytes costs (false where point-to-point goes
+    /// through a store, as on NCCL).
+    pub cheap_point_to_point: bool,
+}
+
+impl Capabilities {
+    /// None of them.
+    pub const fn none() -> Self {
+        Capabilities {
+            names_missing_ranks: false,
+            tells_peers_it_left: false,
+            cheap_point_to_point: false,
+        }
+    }
+
+    /// With [`Capabilities::names_missing_ranks`].
+    #[must_use]
+    pub const fn with_names_missing_ranks(mut self) -> Self {
+        self.names_missing_ranks = true;
+        self
+    }
+
+    /// With [`Capabilities::tells_peers_it_left`].
+    #[must_use]
+    pub const fn with_tells_peers_it_left(mut self) -> Self {
+        self.tells_peers_it_left = true;
+        self
+    }
+
+    /// With [`Capabilities::cheap_point_to_point`].
+    #[must_use]
+    pub const fn with_cheap_point_to_point(mut self) -> Self {
+        self.cheap_point_to_point = true;
+        self
+    }
+}
+
 /// Moves bytes between the `world_size` ranks of one process group.
 ///
 /// One value is one rank's end of one communicator. Collective calls
@@ -75,6 +134,10 @@ pub trait Transport: Send + Sync + Debug {
 
     /// A short name of the engine, e.g. `"in-process"`, `"gloo"`, `"nccl"`.
     fn backend(&self) -> &'static str;
+
+    /// What this transport can do beyond moving bytes (the same on every
+    /// rank of a group). Costs nothing.
+    fn capabilities(&self) -> Capabilities;
 
     /// Gathers one byte string from every rank, possibly of different
     /// lengths (empty included). Returns `world_size` buffers, index = rank.

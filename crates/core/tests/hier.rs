@@ -291,3 +291,120 @@ fn a_repeated_source_keeps_its_last_entry_as_before() {
     assert_eq!(s.entries.len(), 1);
     assert_eq!(s.get("x").scalar.to_string(), "3");
 }
+
+/// An in-process transport that reports point-to-point as expensive (as
+/// NCCL's goes through the store); everything else delegates.
+#[derive(Debug)]
+struct StorePointToPoint(compiler_collectives_core::InProcessTransport);
+
+impl Transport for StorePointToPoint {
+    fn rank(&self) -> u32 {
+        self.0.rank()
+    }
+    fn world_size(&self) -> u32 {
+        self.0.world_size()
+    }
+    fn backend(&self) -> &'static str {
+        "store-p2p"
+    }
+    fn capabilities(&self) -> compiler_collectives_core::Capabilities {
+        let mut c = self.0.capabilities();
+        c.cheap_point_to_point = false;
+        c
+    }
+    fn all_gather(
+        &self,
+        data: &[u8],
+        max_bytes: usize,
+        deadline: compiler_collectives_core::Deadline,
+    ) -> compiler_collectives_core::Result<Vec<Vec<u8>>> {
+        self.0.all_gather(data, max_bytes, deadline)
+    }
+    fn all_gather_fixed(
+        &self,
+        data: &[u8],
+        deadline: compiler_collectives_core::Deadline,
+    ) -> compiler_collectives_core::Result<Vec<u8>> {
+        self.0.all_gather_fixed(data, deadline)
+    }
+    fn broadcast(
+        &self,
+        data: &[u8],
+        root: u32,
+        max_bytes: usize,
+        deadline: compiler_collectives_core::Deadline,
+    ) -> compiler_collectives_core::Result<Vec<u8>> {
+        self.0.broadcast(data, root, max_bytes, deadline)
+    }
+    fn barrier(
+        &self,
+        deadline: compiler_collectives_core::Deadline,
+    ) -> compiler_collectives_core::Result<()> {
+        self.0.barrier(deadline)
+    }
+    fn send(
+        &self,
+        peer: u32,
+        tag: u32,
+        data: &[u8],
+        _deadline: compiler_collectives_core::Deadline,
+    ) -> compiler_collectives_core::Result<()> {
+        panic!("the flat exchange sent {} bytes to {peer} on tag {tag}", data.len())
+    }
+    fn recv(
+        &self,
+        peer: u32,
+        tag: u32,
+        _max_bytes: usize,
+        _deadline: compiler_collectives_core::Deadline,
+    ) -> compiler_collectives_core::Result<Vec<u8>> {
+        panic!("the flat exchange received from {peer} on tag {tag}")
+    }
+    fn shutdown(&self) -> compiler_collectives_core::Result<()> {
+        self.0.shutdown()
+    }
+}
+
+/// Over a transport whose point-to-point is not cheap, a channel asked for
+/// the tree from 2 ranks stays flat, says why, and never sends a message
+/// point to point; over the in-process engine the same options give the tree.
+#[test]
+fn the_tree_runs_only_over_cheap_point_to_point() {
+    use compiler_collectives_core::{FlatReason, Topology};
+    let opts = || {
+        ChannelOptions::default()
+            .with_timeout(Duration::from_secs(10))
+            .with_hierarchical_from(2)
+    };
+    let handles: Vec<_> = InProcessGroup::create(4)
+        .expect("group")
+        .into_iter()
+        .map(|t| {
+            std::thread::spawn(move || {
+                let rank = t.rank();
+                let mut ch = Channel::with_options(Arc::new(StorePointToPoint(t)), opts())
+                    .expect("channel");
+                let topology = ch.topology().clone();
+                let mut s = FrameState::new();
+                s.record("x", &Observation::tensor([4 + u64::from(rank), 2]));
+                let merged = ch.exchange("f", "", &s).expect("exchange").into_merged();
+                (topology, merged.get("x").size.to_string())
+            })
+        })
+        .collect();
+    for h in handles {
+        let (topology, x) = h.join().expect("rank");
+        assert_eq!(
+            topology,
+            Topology::Flat(FlatReason::NoCheapPointToPoint {
+                backend: "store-p2p"
+            })
+        );
+        assert_eq!(x, "(Dyn,2)");
+    }
+    let t = InProcessGroup::create(2).expect("group").pop().expect("rank");
+    let ch = Channel::with_options(Arc::new(t), opts()).expect("channel");
+    assert_eq!(*ch.topology(), Topology::Tree);
+    let why = FlatReason::NoCheapPointToPoint { backend: "nccl" }.to_string();
+    assert!(why.contains("nccl transport's point-to-point is not cheap"), "{why}");
+}

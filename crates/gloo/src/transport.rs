@@ -750,6 +750,16 @@ impl Transport for GlooTransport {
         BACKEND
     }
 
+    /// All of them: a connection per pair, so a deadline names the ranks that
+    /// did not send and a broken pair its rank; a leaving rank sends its
+    /// peers a notice; point-to-point is Gloo's own unbound buffers.
+    fn capabilities(&self) -> compiler_collectives_core::Capabilities {
+        compiler_collectives_core::Capabilities::none()
+            .with_names_missing_ranks()
+            .with_tells_peers_it_left()
+            .with_cheap_point_to_point()
+    }
+
     fn all_gather(
         &self,
         data: &[u8],

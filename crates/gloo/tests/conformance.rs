@@ -8,9 +8,8 @@ use compiler_collectives_conformance::process::{
     self, env_u32, trial_or_skip, Backend, Outcome, Ranks, DIR, RANK, ROLE, WORLD,
 };
 use compiler_collectives_conformance::skip::Missing;
-use compiler_collectives_conformance::Capability;
 use compiler_collectives_core::shapes::{FrameState, Observation};
-use compiler_collectives_core::{Channel, ChannelOptions, Transport};
+use compiler_collectives_core::{Capabilities, Channel, ChannelOptions, Transport};
 use compiler_collectives_gloo::{GlooOptions, GlooStore, GlooTransport};
 use std::process::{Command, ExitCode};
 use std::sync::Arc;
@@ -22,14 +21,17 @@ const SOAK_WARMUP: u64 = 1_000;
 const SOAK_EXCHANGES: u64 = 10_000;
 
 /// Gloo as this suite runs it: FileStore rendezvous in the case's
-/// directory. Its capabilities: every rank's connection is its own, so a
-/// timeout names the ranks that did not send, and a rank that shuts down
-/// or aborts sends its peers a notice.
+/// directory. Its capabilities, all three: every rank's connection is its
+/// own, so a timeout names the ranks that did not send; a rank that shuts
+/// down or aborts sends its peers a notice; point-to-point is Gloo's own.
 fn backend() -> Backend {
     Backend {
         name: "gloo",
         worlds: vec![2, 3, 4],
-        capabilities: &[Capability::NamesMissingRanks, Capability::TellsPeersItLeft],
+        capabilities: Capabilities::none()
+            .with_names_missing_ranks()
+            .with_tells_peers_it_left()
+            .with_cheap_point_to_point(),
     }
 }
 

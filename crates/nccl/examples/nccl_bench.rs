@@ -111,6 +111,9 @@ impl Transport for Counting {
     fn backend(&self) -> &'static str {
         self.0.backend()
     }
+    fn capabilities(&self) -> compiler_collectives_core::Capabilities {
+        self.0.capabilities()
+    }
     fn all_gather(
         &self,
         data: &[u8],

@@ -705,6 +705,16 @@ impl compiler_collectives_core::Transport for NcclTransport {
         "nccl"
     }
 
+    /// NCCL itself has none, but the group's store gives two: the
+    /// post-mortem names missing ranks, `left/<rank>` keys tell waiting
+    /// peers. Point-to-point goes through the store (set, get, delete per
+    /// message), so it is not cheap.
+    fn capabilities(&self) -> compiler_collectives_core::Capabilities {
+        compiler_collectives_core::Capabilities::none()
+            .with_names_missing_ranks()
+            .with_tells_peers_it_left()
+    }
+
     fn all_gather(
         &self,
         data: &[u8],

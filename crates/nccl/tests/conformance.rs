@@ -11,8 +11,7 @@
 
 use compiler_collectives_conformance::process::{self, env_u32, Backend, DIR, RANK, WORLD};
 use compiler_collectives_conformance::skip::Missing;
-use compiler_collectives_conformance::Capability;
-use compiler_collectives_core::Transport;
+use compiler_collectives_core::{Capabilities, Transport};
 use compiler_collectives_nccl::{FileStore, NcclOptions, NcclTransport};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -22,13 +21,16 @@ const KILL_TRIALS: u32 = 20;
 const KILL_DEADLINE: Duration = Duration::from_secs(3);
 
 /// NCCL as this suite runs it, at `worlds`. Its capabilities: NCCL itself
-/// has neither, but the transport's store has both — the post-mortem names
-/// missing ranks, `left/<rank>` keys tell waiting peers.
+/// has none, but the transport's store gives two — the post-mortem names
+/// missing ranks, `left/<rank>` keys tell waiting peers; point-to-point goes
+/// through the store, so it is not cheap (the tree exchange stays off).
 fn backend(worlds: Vec<u32>) -> Backend {
     Backend {
         name: "nccl",
         worlds,
-        capabilities: &[Capability::NamesMissingRanks, Capability::TellsPeersItLeft],
+        capabilities: Capabilities::none()
+            .with_names_missing_ranks()
+            .with_tells_peers_it_left(),
     }
 }
 

@@ -184,6 +184,15 @@ impl Transport for C10dTransport {
         "c10d"
     }
 
+    /// Missing and lost ranks are named (the store post-mortem) and
+    /// point-to-point is ProcessGroupGloo's own send/recv; a rank that leaves
+    /// cannot interrupt peers blocked inside a c10d collective.
+    fn capabilities(&self) -> compiler_collectives_core::Capabilities {
+        compiler_collectives_core::Capabilities::none()
+            .with_names_missing_ranks()
+            .with_cheap_point_to_point()
+    }
+
     fn all_gather(
         &self,
         data: &[u8],

@@ -6,8 +6,7 @@
 //! are libtest's (filters, `--list`, `--exact`).
 
 use compiler_collectives_conformance::process::{self, env_u32, Backend, RANK, WORLD};
-use compiler_collectives_conformance::Capability;
-use compiler_collectives_core::Transport;
+use compiler_collectives_core::{Capabilities, Transport};
 use compiler_collectives_tch::{C10dProcessGroup, C10dStore, C10dTransport, TcpStoreOptions};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -17,13 +16,16 @@ const KILL_TRIALS: u32 = 20;
 const KILL_DEADLINE: Duration = Duration::from_secs(3);
 
 /// c10d as this suite runs it. Its capabilities: missing ranks are named
-/// (the store post-mortem); a rank that leaves cannot interrupt peers
-/// blocked inside a c10d collective, so it lacks `TellsPeersItLeft`.
+/// (the store post-mortem) and point-to-point is ProcessGroupGloo's own; a
+/// rank that leaves cannot interrupt peers blocked inside a c10d
+/// collective, so it lacks `tells_peers_it_left`.
 fn backend() -> Backend {
     Backend {
         name: "c10d",
         worlds: vec![2, 3],
-        capabilities: &[Capability::NamesMissingRanks],
+        capabilities: Capabilities::none()
+            .with_names_missing_ranks()
+            .with_cheap_point_to_point(),
     }
 }
 

@@ -23,6 +23,9 @@ pub mod skip;
 
 use compiler_collectives_core::RankGroup;
 use compiler_collectives_core::{
+    Capabilities, FlatReason, Topology,
+};
+use compiler_collectives_core::{
     envelope, join::AnyVote, Channel, ChannelOptions, Deadline, Error, InProcessGroup, PeerLoss,
     Transport,
 };
@@ -68,20 +71,28 @@ impl Ctx {
     }
 }
 
-/// What a backend can do beyond moving bytes; behaviours that need a
-/// capability a backend lacks are skipped for it, with the reason printed.
+/// A capability a behaviour needs (one of core's [`Capabilities`]);
+/// behaviours that need one a backend lacks are skipped for it, with the
+/// reason printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Capability {
     /// Timeouts name the ranks that did not arrive.
     NamesMissingRanks,
     /// A rank that shuts down or aborts tells waiting peers at once.
     TellsPeersItLeft,
+    /// Point-to-point is cheap (the tree exchange runs over it).
+    CheapPointToPoint,
 }
 
 impl Capability {
-    /// Every capability (what the in-process and Gloo engines have).
-    pub const ALL: &'static [Capability] =
-        &[Capability::NamesMissingRanks, Capability::TellsPeersItLeft];
+    /// Whether `caps` has it.
+    pub fn in_set(self, caps: &Capabilities) -> bool {
+        match self {
+            Capability::NamesMissingRanks => caps.names_missing_ranks,
+            Capability::TellsPeersItLeft => caps.tells_peers_it_left,
+            Capability::CheapPointToPoint => caps.cheap_point_to_point,
+        }
+    }
 }
 
 /// A behaviour: a name, the smallest world it needs, whether it asserts on
@@ -102,8 +113,8 @@ pub struct Behaviour {
 
 impl Behaviour {
     /// The first capability in `needs` that `has` lacks.
-    pub fn missing(&self, has: &[Capability]) -> Option<Capability> {
-        self.needs.iter().copied().find(|c| !has.contains(c))
+    pub fn missing(&self, has: &Capabilities) -> Option<Capability> {
+        self.needs.iter().copied().find(|c| !c.in_set(has))
     }
 }
 
@@ -1159,6 +1170,25 @@ fn tree_exchange_matches_flat(ctx: &Ctx) -> Result<(), String> {
         .map_err(|e| e.to_string())
     };
     let (mut tree, mut flat) = (channel(2)?, channel(u32::MAX)?);
+    // The tree runs only over cheap point-to-point; elsewhere the channel
+    // says why it stays flat.
+    let want = if ctx.transport.capabilities().cheap_point_to_point {
+        Topology::Tree
+    } else {
+        Topology::Flat(FlatReason::NoCheapPointToPoint {
+            backend: ctx.transport.backend(),
+        })
+    };
+    ensure(*tree.topology() == want, || {
+        format!("tree channel: {:?}, want {want:?}", tree.topology())
+    })?;
+    let below = Topology::Flat(FlatReason::BelowHierarchicalFrom {
+        world: ctx.world(),
+        from: u32::MAX,
+    });
+    ensure(*flat.topology() == below, || {
+        format!("flat channel: {:?}", flat.topology())
+    })?;
     let local = state(5 + u64::from(ctx.rank()));
     for (ch, what) in [(&mut tree, "tree"), (&mut flat, "flat")] {
         let g = ch

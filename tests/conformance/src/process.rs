@@ -19,9 +19,9 @@
 
 pub use crate::ranks::{run_within, Finished, OutputWithin, RankResult, Ranks};
 use crate::skip::{skip_trial, Missing};
-use crate::{find, Capability, Ctx, BEHAVIOURS};
+use crate::{find, Ctx, BEHAVIOURS};
 use compiler_collectives_core::shapes::{FrameState, Observation};
-use compiler_collectives_core::{Channel, ChannelOptions, Transport};
+use compiler_collectives_core::{Capabilities, Channel, ChannelOptions, Transport};
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
 use std::process::{Child, Command, ExitCode};
 use std::sync::{Arc, Mutex};
@@ -43,8 +43,10 @@ pub struct Backend {
     /// The world sizes every behaviour runs at.
     pub worlds: Vec<u32>,
     /// What it can do, written out in its file: behaviours that need a
-    /// capability outside it are listed as skipped with the reason.
-    pub capabilities: &'static [Capability],
+    /// capability outside it are listed as skipped with the reason, and
+    /// every rank of every case checks that its transport reports exactly
+    /// this set ([`CAPABILITIES`]).
+    pub capabilities: Capabilities,
 }
 
 /// The role of this process: unset for the driver.
@@ -57,6 +59,9 @@ pub const WORLD: &str = "CCOL_TEST_WORLD";
 pub const DIR: &str = "CCOL_TEST_DIR";
 /// The behaviour a rank runs.
 pub const BEHAVIOUR: &str = "CCOL_TEST_BEHAVIOUR";
+/// The capabilities the backend's file declares (`{:?}` of
+/// [`Capabilities`]), which every rank compares with its transport's.
+pub const CAPABILITIES: &str = "CCOL_TEST_CAPABILITIES";
 
 /// This process's role, if it is a rank.
 pub fn role() -> Option<String> {
@@ -106,7 +111,14 @@ pub fn rank_behaviour(transport: Arc<dyn Transport>) -> i32 {
         short_timeout: Duration::from_millis(1500),
         margin: Duration::from_secs(1),
     };
-    let verdict = (b.run)(&ctx);
+    let declared = std::env::var(CAPABILITIES).ok();
+    let actual = format!("{:?}", ctx.transport.capabilities());
+    let verdict = match declared {
+        Some(d) if d != actual => Err(format!(
+            "the transport reports {actual}, its conformance file declares {d}"
+        )),
+        _ => (b.run)(&ctx),
+    };
     linger(ctx.world());
     match verdict {
         Ok(()) => {
@@ -390,7 +402,7 @@ pub fn behaviour_trials(backend: &Backend, env: fn() -> Vec<(&'static str, Strin
                 continue;
             }
             let name = format!("{}::{}::world_{world}", backend.name, b.name);
-            if let Some(cap) = b.missing(backend.capabilities) {
+            if let Some(cap) = b.missing(&backend.capabilities) {
                 let why = format!("{} lacks {cap:?}", backend.name);
                 trials.push(Trial::ignorable_test(name, move || {
                     skip_trial(Missing::machine(why))
@@ -398,8 +410,11 @@ pub fn behaviour_trials(backend: &Backend, env: fn() -> Vec<(&'static str, Strin
                 continue;
             }
             let behaviour = b.name;
+            let caps = format!("{:?}", backend.capabilities);
             trials.push(trial(name, move || {
-                run_behaviour(behaviour, world, &env(), CASE_LIMIT)
+                let mut env = env();
+                env.push((CAPABILITIES, caps));
+                run_behaviour(behaviour, world, &env, CASE_LIMIT)
             }));
         }
     }
