@@ -349,7 +349,10 @@ impl Transport for StorePointToPoint {
         data: &[u8],
         _deadline: compiler_collectives_core::Deadline,
     ) -> compiler_collectives_core::Result<()> {
-        panic!("the flat exchange sent {} bytes to {peer} on tag {tag}", data.len())
+        panic!(
+            "the flat exchange sent {} bytes to {peer} on tag {tag}",
+            data.len()
+        )
     }
     fn recv(
         &self,
@@ -382,8 +385,8 @@ fn the_tree_runs_only_over_cheap_point_to_point() {
         .map(|t| {
             std::thread::spawn(move || {
                 let rank = t.rank();
-                let mut ch = Channel::with_options(Arc::new(StorePointToPoint(t)), opts())
-                    .expect("channel");
+                let mut ch =
+                    Channel::with_options(Arc::new(StorePointToPoint(t)), opts()).expect("channel");
                 let topology = ch.topology().clone();
                 let mut s = FrameState::new();
                 s.record("x", &Observation::tensor([4 + u64::from(rank), 2]));
@@ -402,9 +405,15 @@ fn the_tree_runs_only_over_cheap_point_to_point() {
         );
         assert_eq!(x, "(Dyn,2)");
     }
-    let t = InProcessGroup::create(2).expect("group").pop().expect("rank");
+    let t = InProcessGroup::create(2)
+        .expect("group")
+        .pop()
+        .expect("rank");
     let ch = Channel::with_options(Arc::new(t), opts()).expect("channel");
     assert_eq!(*ch.topology(), Topology::Tree);
     let why = FlatReason::NoCheapPointToPoint { backend: "nccl" }.to_string();
-    assert!(why.contains("nccl transport's point-to-point is not cheap"), "{why}");
+    assert!(
+        why.contains("nccl transport's point-to-point is not cheap"),
+        "{why}"
+    );
 }

@@ -23,12 +23,10 @@ pub mod skip;
 
 use compiler_collectives_core::RankGroup;
 use compiler_collectives_core::{
-    Capabilities, FlatReason, Topology,
-};
-use compiler_collectives_core::{
     envelope, join::AnyVote, Channel, ChannelOptions, Deadline, Error, InProcessGroup, PeerLoss,
     Transport,
 };
+use compiler_collectives_core::{Capabilities, FlatReason, Topology};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
