@@ -68,4 +68,9 @@ step "cargo test: Debian's Gloo and libtorch's c10d Gloo in one process"
 cargo test -p compiler-collectives-gloo-libtorch -- --quiet 2>&1
 step "cargo test: libtorch c10d process groups (real processes)"
 cargo test -p compiler-collectives-tch -- --quiet 2>&1
+# The facade with every backend feature (gloo, nccl, tch) builds and its docs test
+# (a program linking libtorch finds it at run time through the library path, as
+# tch-rs documents).
+LD_LIBRARY_PATH="$LIBTORCH/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+    cargo test -p compiler-collectives --all-features -- --quiet 2>&1
 steps_done

@@ -8,7 +8,7 @@
 //! | *(none)* | in-process (threads), for tests and simulations | available |
 //! | `gloo` | Gloo over TCP, CPU (module `gloo`; needs `libgloo-dev`) | available |
 //! | `nccl` | NCCL via cudarc, GPU (module `nccl`; CUDA and NCCL loaded at run time) | available |
-//! | `tch` | libtorch c10d process groups for tch-rs programs (module `tch`; needs `LIBTORCH`, torch 2.13.0, at build time) | available |
+//! | `tch` | libtorch c10d process groups for tch-rs programs (module `tch`; needs `LIBTORCH`, torch 2.13.0, at build time, and `$LIBTORCH/lib` on the library path at run time, as tch-rs does) | available |
 //!
 //! ```
 //! use compiler_collectives::{Channel, InProcessGroup, join::AnyVote};
