@@ -88,7 +88,8 @@ pub(crate) struct BenchArgs {
     /// Skip PyTorch's side.
     #[arg(long)]
     no_pytorch: bool,
-    /// Python with torch 2.13 (default: $CCOL_TORCH_PYTHON).
+    /// Python with torch 2.13 (default: $CCOL_TORCH_PYTHON, else the cache's
+    /// torch-2.13.0 from the scripts).
     #[arg(long)]
     python: Option<PathBuf>,
     /// Skip the scale simulation.
@@ -295,19 +296,7 @@ impl std::fmt::Display for Usage {
 
 impl std::error::Error for Usage {}
 
-/// The project's cache directory: `$CCOL_CACHE`, else
-/// `$XDG_CACHE_HOME/compiler-collectives`, else `~/.cache/compiler-collectives`
-/// (as `scripts/env.sh` and the backends resolve it); `None` when none of
-/// those variables is set.
-fn cache_dir() -> Option<PathBuf> {
-    let var = |name| std::env::var_os(name).filter(|v| !v.is_empty());
-    var("CCOL_CACHE")
-        .map(PathBuf::from)
-        .or_else(|| var("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("compiler-collectives")))
-        .or_else(|| {
-            var("HOME").map(|h| PathBuf::from(h).join(".cache").join("compiler-collectives"))
-        })
-}
+use compiler_collectives_cli::cache::cache_dir;
 
 /// Where `ccol bench` writes without `--out`: `bench` in [`cache_dir`].
 fn default_out() -> Option<PathBuf> {
@@ -431,7 +420,7 @@ fn python(args: &BenchArgs) -> Option<PathBuf> {
     }
     args.python
         .clone()
-        .or_else(|| std::env::var_os("CCOL_TORCH_PYTHON").map(PathBuf::from))
+        .or_else(compiler_collectives_cli::cache::torch_python)
 }
 
 fn run_pytorch(
@@ -528,16 +517,22 @@ fn bench_inner(args: &BenchArgs) -> anyhow::Result<()> {
     match &py {
         Some(p) => crate::oracle::require_torch(p).map_err(|e| Usage(format!("{e:#}")))?,
         None if !args.no_pytorch => eprintln!(
-            "ccol bench: no PyTorch rows: CCOL_TORCH_PYTHON is unset (`. scripts/env.sh; eval \"$(scripts/setup-torch.sh)\"` \
-             sets it, as ./scripts/test.sh does; or pass --python; --no-pytorch hides this note)"
+            "ccol bench: no PyTorch rows: no torch 2.13 found (CCOL_TORCH_PYTHON is unset and the cache has none: \
+             ./scripts/test.sh or `. scripts/env.sh; eval \"$(scripts/setup-torch.sh)\"` installs it; or pass --python; \
+             --no-pytorch hides this note)"
         ),
         None => {}
     }
 
     let mut engines: Vec<(&str, Option<&Path>)> = vec![(engine, None)];
     let c10d = c10d_worker(args);
-    if let Some(p) = &c10d {
-        engines.push(("c10d", Some(p.as_path())));
+    match &c10d {
+        Some(p) => engines.push(("c10d", Some(p.as_path()))),
+        None if !args.no_c10d && args.engine.as_deref() != Some("in-process") => eprintln!(
+            "ccol bench: no c10d rows: examples/bench_c10d is not built (`cargo build --release -p \
+             compiler-collectives-tch --example bench_c10d` with LIBTORCH set; --no-c10d hides this note)"
+        ),
+        None => {}
     }
     let mut rows = Vec::new();
     for &world in &args.ranks.0 {

@@ -7,6 +7,8 @@
 //! |---|---|
 //! | [`logging`] | the `tracing` subscriber every program installs: `RUST_LOG`, `CCOL_LOG_FORMAT=json`, stderr |
 //! | [`args`] | clap value parsers with the same messages everywhere (`at_least_one`) |
+//! | [`cache`] | the project's cache directory and the torch the scripts install there |
 
 pub mod args;
+pub mod cache;
 pub mod logging;

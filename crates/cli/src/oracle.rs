@@ -17,7 +17,8 @@
 //! The harness is found by `--harness`, else `CCOL_PYTORCH_ORACLE` (the file
 //! or its folder), else `tests/pytorch-oracle/harness.py` in the current
 //! directory or one above it, else in the source tree ccol was built from.
-//! Its Python is `--python`, else `CCOL_TORCH_PYTHON`, else `python3`.
+//! Its Python is `--python`, else `CCOL_TORCH_PYTHON`, else the torch the
+//! scripts installed in the cache (`<cache>/torch-2.13.0`), else `python3`.
 
 use anyhow::{anyhow, bail, Context as _};
 use clap::Args;
@@ -55,7 +56,8 @@ pub(crate) struct CompareArgs {
     /// in seconds (default: CCOL_TIMEOUT_S, else 10).
     #[arg(long, value_name = "S")]
     timeout: Option<String>,
-    /// Python with torch 2.13 (default: CCOL_TORCH_PYTHON, else python3).
+    /// Python with torch 2.13 (default: CCOL_TORCH_PYTHON, else the cache's
+    /// torch-2.13.0 from the scripts, else python3).
     #[arg(long, value_name = "PATH")]
     python: Option<PathBuf>,
     /// The harness (default: CCOL_PYTORCH_ORACLE, else tests/pytorch-oracle/harness.py).
@@ -96,7 +98,7 @@ fn timeout(flag: Option<&str>) -> anyhow::Result<Duration> {
 
 fn python(flag: Option<&Path>) -> PathBuf {
     flag.map(Path::to_path_buf)
-        .or_else(|| std::env::var_os("CCOL_TORCH_PYTHON").map(PathBuf::from))
+        .or_else(compiler_collectives_cli::cache::torch_python)
         .unwrap_or_else(|| PathBuf::from("python3"))
 }
 

@@ -255,6 +255,34 @@ fn compare_without_torch_is_one_clear_error() {
     assert!(out.stdout.is_empty(), "no comparison rows without PyTorch");
 }
 
+/// Without `--python` or `CCOL_TORCH_PYTHON`, `ccol scenario compare` uses
+/// the torch the scripts installed in the cache (`<cache>/torch-2.13.0`):
+/// here a stand-in that cannot import torch, named in the error.
+#[test]
+fn compare_finds_the_torch_of_the_cache() {
+    let cache = tempfile::tempdir().expect("tempdir");
+    let bin = cache.path().join("torch-2.13.0").join("bin");
+    std::fs::create_dir_all(&bin).expect("mkdir");
+    let python = bin.join("python");
+    std::fs::write(&python, "#!/bin/sh\nexit 1\n").expect("write");
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    let file = scenarios().join("01_tensor.json");
+    let out = ccol_command()
+        .args(["scenario", "compare", file.to_str().expect("utf-8 path")])
+        .env("CCOL_CACHE", cache.path())
+        .output_within(LIMIT)
+        .expect("ccol runs");
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(&format!("{} cannot import torch", python.display())),
+        "{err}"
+    );
+}
+
 /// `ccol` as `ccol()` starts it, for tests that set the environment or the
 /// working directory.
 fn ccol_command() -> Command {
@@ -467,7 +495,7 @@ fn bench_with_a_python_without_torch_is_one_clear_error() {
     let out = small_bench(cwd.path(), &[("CCOL_CACHE", cache.path())], &[]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(
-        text(&out.stderr).contains("ccol bench: no PyTorch rows: CCOL_TORCH_PYTHON is unset"),
+        text(&out.stderr).contains("ccol bench: no PyTorch rows: no torch 2.13 found"),
         "{}",
         text(&out.stderr)
     );
