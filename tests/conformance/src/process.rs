@@ -404,9 +404,7 @@ pub fn behaviour_trials(backend: &Backend, env: fn() -> Vec<(&'static str, Strin
             let name = format!("{}::{}::world_{world}", backend.name, b.name);
             if let Some(cap) = b.missing(&backend.capabilities) {
                 let why = format!("{} lacks {cap:?}", backend.name);
-                trials.push(Trial::ignorable_test(name, move || {
-                    skip_trial(Missing::machine(why))
-                }));
+                trials.push(skipped_trial(name, Missing::machine(why)));
                 continue;
             }
             let behaviour = b.name;
@@ -664,7 +662,8 @@ pub fn trial_cases(
 /// A case ignored with `missing`'s reason, or failing where the skip rule
 /// says so ([`crate::skip::verdict`]).
 pub fn skipped_trial(name: impl Into<String>, missing: Missing) -> Trial {
-    Trial::ignorable_test(name, move || skip_trial(missing))
+    let name = name.into();
+    Trial::ignorable_test(name.clone(), move || skip_trial(&name, missing))
 }
 
 /// A case that runs `body`, which may skip itself with a [`Missing`]
@@ -673,9 +672,10 @@ pub fn trial_or_skip(
     name: impl Into<String>,
     body: impl FnOnce() -> Result<(), Outcome> + Send + 'static,
 ) -> Trial {
-    Trial::ignorable_test(name, move || match body() {
+    let name = name.into();
+    Trial::ignorable_test(name.clone(), move || match body() {
         Ok(()) => Ok(Completion::Completed),
-        Err(Outcome::Skip(m)) => skip_trial(m),
+        Err(Outcome::Skip(m)) => skip_trial(&name, m),
         Err(Outcome::Fail(e)) => Err(Failed::from(e)),
     })
 }

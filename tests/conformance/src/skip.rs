@@ -89,13 +89,19 @@ pub fn skip_test(test: &str, missing: Missing) {
     }
 }
 
-/// For a harness case: an ignored case with its reason, or a failure when
-/// the rule says so.
+/// For a harness case called `name`: an ignored case with its reason, or a
+/// failure when the rule says so. The reason is also printed to stderr as
+/// `<name>: skipped: <reason>`, so it shows under `--quiet` too (where
+/// libtest prints only `i`).
 ///
 /// # Errors
 /// Under `CCOL_STRICT_SKIPS=1` when something installable is missing.
-pub fn skip_trial(missing: Missing) -> Result<libtest_mimic::Completion, libtest_mimic::Failed> {
-    verdict(&missing)
-        .map(libtest_mimic::Completion::ignored_with)
-        .map_err(libtest_mimic::Failed::from)
+pub fn skip_trial(
+    name: &str,
+    missing: Missing,
+) -> Result<libtest_mimic::Completion, libtest_mimic::Failed> {
+    let why = verdict(&missing).map_err(libtest_mimic::Failed::from)?;
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "{name}: skipped: {why}");
+    Ok(libtest_mimic::Completion::ignored_with(why))
 }
