@@ -67,6 +67,7 @@ pub mod corpus;
 pub mod counting;
 pub mod envelope;
 mod error;
+pub mod filestore;
 pub mod hier;
 pub mod inprocess;
 pub mod join;
@@ -82,6 +83,7 @@ pub mod transport;
 pub use error::{
     group_ranks, DecodeError, Error, ExchangeInfo, PeerLoss, RankGroup, RankList, Result,
 };
+pub use filestore::FileStore;
 pub use inprocess::{InProcessGroup, InProcessStore, InProcessTransport};
 pub use join::Join;
 pub use protocol::{Channel, ChannelOptions, ExchangeOptions, FlatReason, Gathered, Topology};

@@ -65,18 +65,18 @@ mod bootstrap;
 mod env;
 mod group;
 mod probe;
-mod store;
 #[allow(unsafe_code)]
 mod sys;
 mod transport;
 
 pub use bootstrap::{fetch_unique_id, publish_unique_id, UniqueId, UNIQUE_ID_BYTES};
+/// The pure-Rust directory store, now in core (`compiler_collectives_core::FileStore`).
+pub use compiler_collectives_core::FileStore;
 pub use env::{from_env, EnvConfig, STORE_ENV};
 pub use probe::{
     cache_dir, device_count, find_library, library, probe, Availability, Found, NcclSearch,
     NCCL_LIB_ENV,
 };
-pub use store::FileStore;
 pub use sys::{result_name, NcclLib, UNHANDLED_CUDA_ERROR};
 pub use transport::{Communicator, NcclOptions, NcclTransport};
 

@@ -1,9 +1,10 @@
-//! [`FileStore`]: a core `Store` on a directory every rank can see (one
-//! node, or a shared filesystem). Pure Rust, so an NCCL job needs no other
-//! rendezvous service; any other core `Store` (c10d's TCPStore through the
-//! tch crate, Gloo's stores) works as well.
+//! [`FileStore`]: a [`Store`] on a directory every rank can see (one node,
+//! or a shared filesystem), next to [`InProcessStore`](crate::InProcessStore).
+//! Pure Rust, so a job needs no other rendezvous service: the NCCL backend
+//! uses it by default; any other `Store` (c10d's TCPStore through the tch
+//! crate, Gloo's stores) works as well.
 
-use compiler_collectives_core::{Deadline, Error, Store};
+use crate::{Deadline, Error, Store};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -20,7 +21,7 @@ pub struct FileStore {
 
 fn io(what: &str, path: &Path, e: std::io::Error) -> Error {
     Error::Backend {
-        backend: "nccl",
+        backend: "file-store",
         message: format!("file store: {what} {}: {e}", path.display()),
         source: Some(Box::new(e)),
     }
@@ -80,7 +81,7 @@ impl FileStore {
             .read_to_end(&mut value)?;
         if value.len() as u64 > self.max_value_bytes {
             return Ok(Err(Error::Backend {
-                backend: "nccl",
+                backend: "file-store",
                 message: format!(
                     "file store: {} holds more than {} bytes, the limit of a value",
                     path.display(),
