@@ -27,6 +27,7 @@
 //! | [`agree`] | must-agree values (compiler version, config hash, code fingerprint) |
 //! | [`autotune`] | best-choice and sharded autotuning: the same winner per op on every rank |
 //! | [`artifacts`] | a persistent artifact cache and cache-hit agreement |
+//! | [`runenv`] | torchrun's environment ([`RunEnv`]), parsed once for every backend |
 //!
 //! Every decision kind — votes, shapes, must-agree values, autotuning timings —
 //! is a [`Join`] exchanged by the same protocol; [`join`] lists them, and each
@@ -74,8 +75,10 @@ pub mod join;
 pub mod lattice;
 pub mod profile;
 pub mod protocol;
+pub mod runenv;
 pub mod scenario;
 pub mod shapes;
+pub mod toolkit;
 pub mod torchelastic;
 pub mod trace;
 pub mod transport;
@@ -87,4 +90,5 @@ pub use filestore::FileStore;
 pub use inprocess::{InProcessGroup, InProcessStore, InProcessTransport};
 pub use join::Join;
 pub use protocol::{Channel, ChannelOptions, ExchangeOptions, FlatReason, Gathered, Topology};
+pub use runenv::RunEnv;
 pub use transport::{Capabilities, Deadline, Store, Transport};

@@ -652,13 +652,7 @@ impl NcclTransport {
     }
 
     fn check_usable_peer(&self, peer: u32) -> Result<(), Error> {
-        if peer >= self.world || peer == self.rank {
-            return Err(Error::InvalidArgument(format!(
-                "peer {peer} is not another rank of a group of {}",
-                self.world
-            )));
-        }
-        Ok(())
+        compiler_collectives_core::toolkit::check_peer(peer, self.rank, self.world)
     }
 
     fn p2p_key(&self, src: u32, dst: u32, tag: u32, n: u64) -> String {
@@ -672,16 +666,6 @@ impl NcclTransport {
         *n += 1;
         cur
     }
-}
-
-/// A limit check every rank evaluates identically: the first sender whose
-/// length is over some rank's limit, with that limit.
-fn over_limit(rows: &[(u64, u64)]) -> Option<(u32, u64, u64)> {
-    let min_limit = rows.iter().map(|r| r.1).min()?;
-    rows.iter()
-        .enumerate()
-        .find(|(_, r)| r.0 > min_limit)
-        .map(|(i, r)| (u32::try_from(i).unwrap_or(u32::MAX), r.0, min_limit))
 }
 
 fn too_large(rank: u32, len: u64, limit: u64) -> Error {
@@ -721,25 +705,9 @@ impl compiler_collectives_core::Transport for NcclTransport {
         max_bytes: usize,
         deadline: Deadline,
     ) -> Result<Vec<Vec<u8>>, Error> {
-        let rows = self.lengths(data.len(), max_bytes, deadline)?;
-        if let Some((rank, len, limit)) = over_limit(&rows) {
-            return Err(too_large(rank, len, limit));
-        }
-        let longest = rows.iter().map(|r| r.0).max().unwrap_or(0);
-        // Bounded: every length is within every rank's limit (checked above).
-        let longest =
-            usize::try_from(longest).map_err(|_| too_large(0, longest, max_bytes as u64))?;
-        if longest == 0 {
-            return Ok(vec![Vec::new(); rows.len()]);
-        }
-        let mut padded = data.to_vec();
-        padded.resize(longest, 0);
-        let all = self.all_gather_raw(&padded, deadline)?;
-        Ok(all
-            .chunks_exact(longest)
-            .zip(&rows)
-            .map(|(c, r)| c[..usize::try_from(r.0).unwrap_or(0)].to_vec())
-            .collect())
+        compiler_collectives_core::toolkit::all_gather_varlen(data, max_bytes, deadline, |b, d| {
+            self.all_gather_raw(b, d)
+        })
     }
 
     fn all_gather_fixed(&self, data: &[u8], deadline: Deadline) -> Result<Vec<u8>, Error> {
@@ -756,12 +724,7 @@ impl compiler_collectives_core::Transport for NcclTransport {
         max_bytes: usize,
         deadline: Deadline,
     ) -> Result<Vec<u8>, Error> {
-        if root >= self.world {
-            return Err(Error::InvalidArgument(format!(
-                "root {root} is not a rank of a group of {}",
-                self.world
-            )));
-        }
+        compiler_collectives_core::toolkit::check_root(root, self.world)?;
         let mine = if self.rank == root { data.len() } else { 0 };
         let rows = self.lengths(mine, max_bytes, deadline)?;
         let len = rows.get(root as usize).map(|r| r.0).unwrap_or(0);
@@ -842,23 +805,5 @@ impl compiler_collectives_core::Transport for NcclTransport {
             c.abort();
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::over_limit;
-
-    #[test]
-    fn over_limit_names_the_first_sender_over_the_smallest_limit() {
-        let check = |rows: &[(u64, u64)], want: Option<(u32, u64, u64)>| {
-            assert_eq!(over_limit(rows), want, "{rows:?}");
-        };
-        check(&[(8, 32), (8, 32)], None);
-        check(&[(32, 32), (0, 32)], None);
-        // The last rank sends 64 where the others accept 32 (its own limit is 64).
-        check(&[(8, 32), (8, 32), (64, 64)], Some((2, 64, 32)));
-        check(&[(40, 64), (50, 32)], Some((0, 40, 32)));
-        check(&[], None);
     }
 }

@@ -4,7 +4,7 @@
 use crate::error::C10dError;
 use crate::group::{C10dProcessGroup, PendingSend};
 use crate::store::C10dStore;
-use compiler_collectives_core::{Deadline, DecodeError, Error, Store, Transport};
+use compiler_collectives_core::{Deadline, Error, Store, Transport};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tch::{Kind, Tensor};
@@ -148,6 +148,22 @@ impl C10dTransport {
         }
     }
 
+    /// One c10d allgather of equal-sized byte strings, concatenated rank 0
+    /// first; a failure goes through the post-mortem (`start`: when the
+    /// operation began). The caller holds the guard.
+    fn gather_bytes(
+        &self,
+        data: &[u8],
+        start: Instant,
+        deadline: Deadline,
+    ) -> compiler_collectives_core::Result<Vec<u8>> {
+        let parts = self
+            .pg
+            .all_gather(&Tensor::from_slice(data), deadline.remaining())
+            .map_err(|e| self.failed(start, deadline, e))?;
+        Ok(parts.iter().flat_map(bytes_of).collect())
+    }
+
     fn guard(&self) -> compiler_collectives_core::Result<std::sync::MutexGuard<'_, bool>> {
         self.reap();
         let g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
@@ -199,55 +215,13 @@ impl Transport for C10dTransport {
         max_bytes: usize,
         deadline: Deadline,
     ) -> compiler_collectives_core::Result<Vec<Vec<u8>>> {
-        if data.len() > max_bytes {
-            return Err(Error::InvalidArgument(format!(
-                "all_gather of {} bytes exceeds max_bytes {max_bytes}",
-                data.len()
-            )));
-        }
         let _g = self.guard()?;
         let start = Instant::now();
-        let lens = self
-            .pg
-            .all_gather(
-                &Tensor::from_slice(&[as_i64(data.len())]),
-                deadline.remaining(),
-            )
-            .map_err(|e| self.failed(start, deadline, e))?;
-        let mut sizes = Vec::with_capacity(lens.len());
-        for (r, t) in (0u32..).zip(&lens) {
-            let n = t.int64_value(&[0]);
-            let n = usize::try_from(n).map_err(|_| Error::Decode {
-                rank: Some(r),
-                source: DecodeError::Invalid {
-                    field: "length",
-                    detail: format!("{n}"),
-                },
-            })?;
-            if n > max_bytes {
-                return Err(Error::message_too_large(r, n, max_bytes));
-            }
-            sizes.push(n);
-        }
-        let longest = sizes.iter().copied().max().unwrap_or(0);
-        if longest == 0 {
-            return Ok(vec![Vec::new(); sizes.len()]);
-        }
-        let mut padded = data.to_vec();
-        padded.resize(longest, 0);
-        let parts = self
-            .pg
-            .all_gather(&Tensor::from_slice(&padded), deadline.remaining())
-            .map_err(|e| self.failed(start, deadline, e))?;
-        Ok(parts
-            .iter()
-            .zip(&sizes)
-            .map(|(t, &n)| {
-                let mut b = bytes_of(t);
-                b.truncate(n);
-                b
-            })
-            .collect())
+        // The lengths round carries every rank's limit too, so every rank
+        // applies the smallest one and all take the same branch.
+        compiler_collectives_core::toolkit::all_gather_varlen(data, max_bytes, deadline, |b, d| {
+            self.gather_bytes(b, start, d)
+        })
     }
 
     fn all_gather_fixed(
@@ -256,12 +230,7 @@ impl Transport for C10dTransport {
         deadline: Deadline,
     ) -> compiler_collectives_core::Result<Vec<u8>> {
         let _g = self.guard()?;
-        let start = Instant::now();
-        let parts = self
-            .pg
-            .all_gather(&Tensor::from_slice(data), deadline.remaining())
-            .map_err(|e| self.failed(start, deadline, e))?;
-        Ok(parts.iter().flat_map(bytes_of).collect())
+        self.gather_bytes(data, Instant::now(), deadline)
     }
 
     fn broadcast(
@@ -271,11 +240,7 @@ impl Transport for C10dTransport {
         max_bytes: usize,
         deadline: Deadline,
     ) -> compiler_collectives_core::Result<Vec<u8>> {
-        if root >= self.pg.world {
-            return Err(Error::InvalidArgument(format!(
-                "broadcast root {root} is not a rank"
-            )));
-        }
+        compiler_collectives_core::toolkit::check_root(root, self.pg.world)?;
         let _g = self.guard()?;
         let start = Instant::now();
         let mine = if root == self.pg.rank { data } else { &[] };
@@ -316,11 +281,7 @@ impl Transport for C10dTransport {
         data: &[u8],
         deadline: Deadline,
     ) -> compiler_collectives_core::Result<()> {
-        if peer >= self.pg.world || peer == self.pg.rank {
-            return Err(Error::InvalidArgument(format!(
-                "peer {peer} is not another rank"
-            )));
-        }
+        compiler_collectives_core::toolkit::check_peer(peer, self.pg.rank, self.pg.world)?;
         let _g = self.guard()?;
         let _ = deadline;
         let len = self
@@ -341,11 +302,7 @@ impl Transport for C10dTransport {
         max_bytes: usize,
         deadline: Deadline,
     ) -> compiler_collectives_core::Result<Vec<u8>> {
-        if peer >= self.pg.world || peer == self.pg.rank {
-            return Err(Error::InvalidArgument(format!(
-                "peer {peer} is not another rank"
-            )));
-        }
+        compiler_collectives_core::toolkit::check_peer(peer, self.pg.rank, self.pg.world)?;
         let _g = self.guard()?;
         let start = Instant::now();
         let mut len = Tensor::zeros([1], (Kind::Int64, tch::Device::Cpu));

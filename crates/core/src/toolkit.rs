@@ -1,0 +1,136 @@
+//! What every backend needs beyond moving bytes, written once: argument
+//! checks with the same messages on every engine, and the variable-length
+//! all_gather for engines that only gather equal-sized contributions
+//! (NCCL, c10d) — DESIGN §5: "gather lengths, pad, gather".
+//!
+//! A backend calls these from its [`Transport`](crate::Transport) methods,
+//! so that the same misuse or the same oversized peer gives the same
+//! [`Error`] on every engine.
+
+use crate::{Deadline, Error, Result};
+
+/// `Err(InvalidArgument)` unless `peer` is another rank of a group of
+/// `world` (point-to-point to oneself is refused on every engine).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] naming the peer, the group size and this rank.
+pub fn check_peer(peer: u32, rank: u32, world: u32) -> Result<()> {
+    if peer >= world || peer == rank {
+        return Err(Error::InvalidArgument(format!(
+            "peer {peer} is not another rank of a group of {world} (this is rank {rank})"
+        )));
+    }
+    Ok(())
+}
+
+/// `Err(InvalidArgument)` unless `root` is a rank of a group of `world`.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] naming the root and the group size.
+pub fn check_root(root: u32, world: u32) -> Result<()> {
+    if root >= world {
+        return Err(Error::InvalidArgument(format!(
+            "broadcast root {root} is not a rank of a group of {world}"
+        )));
+    }
+    Ok(())
+}
+
+/// Bytes of one rank's entry in the lengths round: its length and its
+/// limit, both `u64` little-endian.
+pub const LENGTHS_ENTRY_BYTES: usize = 16;
+
+/// A variable-length all_gather over a fixed-size one: a lengths round in
+/// which every rank sends its length **and its limit** (16 bytes), then one
+/// round of contributions padded to the longest.
+///
+/// `gather_fixed(bytes, deadline)` must all_gather equal-sized `bytes` from
+/// every rank and return their concatenation, rank 0 first (what
+/// [`Transport::all_gather_fixed`](crate::Transport::all_gather_fixed) does).
+///
+/// Every rank applies the **smallest** limit of all ranks to every length,
+/// so every rank takes the same branch: either all gather, or all fail with
+/// the same [`Error::message_too_large`] naming the first rank over it —
+/// never one rank gathering while another refuses. The padded round is
+/// allocated only after that check. Costs two fixed-size gathers (one when
+/// every rank sends nothing).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when `data` is over `max_bytes`;
+/// [`Error::Decode`] naming the first rank over the smallest limit, or
+/// naming no rank when `gather_fixed` returns a buffer of the wrong size;
+/// `gather_fixed`'s errors.
+pub fn all_gather_varlen(
+    data: &[u8],
+    max_bytes: usize,
+    deadline: Deadline,
+    mut gather_fixed: impl FnMut(&[u8], Deadline) -> Result<Vec<u8>>,
+) -> Result<Vec<Vec<u8>>> {
+    if data.len() > max_bytes {
+        return Err(Error::InvalidArgument(format!(
+            "all_gather of {} bytes exceeds max_bytes {max_bytes}",
+            data.len()
+        )));
+    }
+    let mut entry = [0u8; LENGTHS_ENTRY_BYTES];
+    entry[..8].copy_from_slice(&(data.len() as u64).to_le_bytes());
+    entry[8..].copy_from_slice(&(max_bytes as u64).to_le_bytes());
+    let all = gather_fixed(&entry, deadline)?;
+    if all.is_empty() || all.len() % LENGTHS_ENTRY_BYTES != 0 {
+        return Err(engine_fault(format!(
+            "the lengths round returned {} bytes, not a multiple of {LENGTHS_ENTRY_BYTES}",
+            all.len()
+        )));
+    }
+    let rows: Vec<(u64, u64)> = all
+        .chunks_exact(LENGTHS_ENTRY_BYTES)
+        .map(|c| (le_u64(&c[..8]), le_u64(&c[8..])))
+        .collect();
+    let min_limit = rows.iter().map(|r| r.1).min().unwrap_or(0);
+    if let Some((rank, &(len, _))) = rows.iter().enumerate().find(|(_, r)| r.0 > min_limit) {
+        return Err(Error::message_too_large(
+            u32::try_from(rank).unwrap_or(u32::MAX),
+            usize::try_from(len).unwrap_or(usize::MAX),
+            usize::try_from(min_limit).unwrap_or(usize::MAX),
+        ));
+    }
+    // Bounded: every length is within every rank's limit, this one's too.
+    let longest = rows.iter().map(|r| r.0).max().unwrap_or(0);
+    let longest = usize::try_from(longest).unwrap_or(max_bytes);
+    if longest == 0 {
+        return Ok(vec![Vec::new(); rows.len()]);
+    }
+    let mut padded = data.to_vec();
+    padded.resize(longest, 0);
+    let all = gather_fixed(&padded, deadline)?;
+    if all.len() != longest * rows.len() {
+        return Err(engine_fault(format!(
+            "the padded round returned {} bytes, want {} × {longest}",
+            all.len(),
+            rows.len()
+        )));
+    }
+    Ok(all
+        .chunks_exact(longest)
+        .zip(&rows)
+        .map(|(c, r)| c[..usize::try_from(r.0).unwrap_or(0)].to_vec())
+        .collect())
+}
+
+/// The engine gathered a buffer of the wrong size: a decode error (no rank
+/// to blame).
+fn engine_fault(detail: String) -> Error {
+    Error::Decode {
+        rank: None,
+        source: crate::DecodeError::Invalid {
+            field: "gathered buffer",
+            detail,
+        },
+    }
+}
+
+fn le_u64(b: &[u8]) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[..8]);
+    u64::from_le_bytes(a)
+}
