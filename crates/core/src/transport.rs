@@ -150,7 +150,12 @@ pub trait Transport: Send + Sync + Debug {
     /// [`Error::Timeout`](crate::Error::Timeout) naming the ranks that did not
     /// contribute by `deadline`; [`Error::PeerLost`](crate::Error::PeerLost)
     /// when a rank left; [`Error::InvalidArgument`](crate::Error::InvalidArgument)
-    /// when `data` or a peer's buffer is longer than `max_bytes`;
+    /// when this rank's own `data` is longer than `max_bytes`;
+    /// [`Error::Decode`](crate::Error::Decode) naming the sender
+    /// ([`Error::message_too_large`](crate::Error::message_too_large)) when a
+    /// peer's buffer is longer than the limit (engines that gather lengths
+    /// first apply the smallest limit of all ranks, so every rank fails
+    /// alike: [`crate::toolkit::all_gather_varlen`]);
     /// [`Error::Backend`](crate::Error::Backend) for engine failures.
     fn all_gather(&self, data: &[u8], max_bytes: usize, deadline: Deadline)
         -> Result<Vec<Vec<u8>>>;
@@ -228,8 +233,8 @@ pub trait Transport: Send + Sync + Debug {
     ///
     /// # Errors
     /// [`Error::Timeout`](crate::Error::Timeout) naming `peer`;
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) if the
-    /// message is longer than `max_bytes`; otherwise as [`send`](Transport::send).
+    /// [`Error::Decode`](crate::Error::Decode) naming `peer` if the message is
+    /// longer than `max_bytes`; otherwise as [`send`](Transport::send).
     fn recv(&self, peer: u32, tag: u32, max_bytes: usize, deadline: Deadline) -> Result<Vec<u8>>;
 
     /// Tells every peer that this rank will make no more calls, so that a
