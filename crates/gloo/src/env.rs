@@ -1,13 +1,17 @@
 //! A process group from the environment torchrun (and `ccol run`) sets.
 //!
-//! Read: `RANK`, `WORLD_SIZE` (required), `LOCAL_WORLD_SIZE`,
-//! `TORCHELASTIC_RUN_ID`, `TORCHELASTIC_RESTART_COUNT`, `MASTER_PORT`, plus:
+//! Read: torchrun's variables through core's [`RunEnv`] (`RANK`,
+//! `WORLD_SIZE` required; `LOCAL_WORLD_SIZE`, `TORCHELASTIC_RUN_ID`,
+//! `TORCHELASTIC_RESTART_COUNT`, `MASTER_PORT` used here), plus:
 //! - [`STORE_ENV`] (`CCOL_GLOO_STORE`): where ranks rendezvous — a directory
 //!   (Gloo's FileStore; ranks on one host or a shared filesystem) or
 //!   `redis://host:port` (Gloo's RedisStore; several hosts). Unset under
 //!   torchrun on one node: a FileStore in
-//!   `$TMPDIR/ccol-gloo-<run id>-<master port>-<restart count>`, so
-//!   `torchrun --no-python CMD` works with nothing else set.
+//!   `$TMPDIR/ccol-gloo-<launch id>` ([`RunEnv::launch_id`]:
+//!   `<run id>-<master port>-<restart count>`, made a safe name), so
+//!   `torchrun --standalone --no-python CMD` works with nothing else set.
+//!   torchrun's default run id `none` (the same at every launch) derives
+//!   none: start torchrun with `--standalone` or `--rdzv-id`, or set it.
 //! - `CCOL_GLOO_HOSTNAME`: the address peers connect to for this rank
 //!   (default `127.0.0.1` when every rank is on this node, else the host name).
 //! - `CCOL_TIMEOUT_S`: the rendezvous deadline (default 300 s).
@@ -22,7 +26,7 @@ use crate::store::GlooStore;
 use crate::transport::{GlooOptions, GlooTransport};
 use crate::GlooError;
 use compiler_collectives_core::protocol::timeout_from_env;
-use compiler_collectives_core::{Deadline, Error, Transport};
+use compiler_collectives_core::{runenv, Deadline, Error, RunEnv, Transport};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -46,92 +50,58 @@ pub struct EnvConfig {
     pub prefix: String,
 }
 
+/// A variable of this crate's own, unset when empty.
 fn var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
-fn number(name: &str) -> Result<Option<u32>, GlooError> {
-    var(name)
-        .map(|v| {
-            v.trim()
-                .parse::<u32>()
-                .map_err(|_| GlooError::Env(format!("{name}={v:?} is not a non-negative integer")))
-        })
-        .transpose()
-}
-
 impl EnvConfig {
-    /// Reads the configuration from the environment.
+    /// Reads the configuration from the environment: torchrun's variables
+    /// through [`RunEnv::from_env`], then `CCOL_GLOO_STORE` and
+    /// `CCOL_GLOO_HOSTNAME` (module docs).
     ///
     /// # Errors
-    /// [`GlooError::Env`] naming the missing or malformed variable.
+    /// [`GlooError::Env`] naming the missing or malformed variable
+    /// ([`RunEnv::from_vars`]); with no [`STORE_ENV`], no default store
+    /// ([`RunEnv::local_store_dir`]: no run id, torchrun's default `none`, or
+    /// ranks on several nodes).
     pub fn read() -> Result<Self, GlooError> {
-        let rank = number("RANK")?.ok_or_else(|| {
-            GlooError::Env("RANK is not set: start the ranks with `ccol run` or `torchrun`".into())
-        })?;
-        let world_size = number("WORLD_SIZE")?.ok_or_else(|| {
-            GlooError::Env(
-                "WORLD_SIZE is not set: start the ranks with `ccol run` or `torchrun`".into(),
-            )
-        })?;
-        if world_size == 0 || rank >= world_size {
-            return Err(GlooError::Env(format!(
-                "RANK={rank} is not below WORLD_SIZE={world_size}"
-            )));
-        }
-        let local_world = number("LOCAL_WORLD_SIZE")?.unwrap_or(world_size);
-        let run_id = var("TORCHELASTIC_RUN_ID");
-        let port = var("MASTER_PORT").unwrap_or_else(|| "0".into());
-        let restart = var("TORCHELASTIC_RESTART_COUNT").unwrap_or_else(|| "0".into());
+        let env = RunEnv::from_env().map_err(env_error)?;
         let (store, default_store) = match var(STORE_ENV) {
             Some(s) => (s, false),
             None => {
-                let run_id = run_id.clone().ok_or_else(|| {
-                    GlooError::Env(format!(
-                        "{STORE_ENV} is not set and there is no TORCHELASTIC_RUN_ID to derive a store from: \
-                         set {STORE_ENV} to a directory shared by the ranks or to redis://host:port"
-                    ))
-                })?;
-                if local_world != world_size {
-                    return Err(GlooError::Env(format!(
-                        "ranks span several nodes (LOCAL_WORLD_SIZE={local_world}, WORLD_SIZE={world_size}): \
-                         set {STORE_ENV}=redis://host:port (or a directory on a shared filesystem)"
-                    )));
-                }
-                let safe: String = format!("{run_id}-{port}-{restart}")
-                    .chars()
-                    .map(|c| {
-                        if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                            c
-                        } else {
-                            '_'
-                        }
-                    })
-                    .collect();
-                let dir = std::env::temp_dir().join(format!("ccol-gloo-{safe}"));
+                let dir = env
+                    .local_store_dir(
+                        &std::env::temp_dir(),
+                        "gloo",
+                        &format!(
+                            "set {STORE_ENV} to redis://host:port or to a fresh directory every rank can see"
+                        ),
+                    )
+                    .map_err(env_error)?;
                 (dir.to_string_lossy().into_owned(), true)
             }
         };
         let hostname = var("CCOL_GLOO_HOSTNAME").unwrap_or_else(|| {
-            if local_world == world_size {
+            if env.single_node() {
                 "127.0.0.1".into()
             } else {
                 hostname().unwrap_or_else(|| "127.0.0.1".into())
             }
         });
         Ok(EnvConfig {
-            rank,
-            world_size,
+            rank: env.rank,
+            world_size: env.world_size,
             store,
             default_store,
             hostname,
-            prefix: format!(
-                "ccol/{}/{}",
-                run_id.unwrap_or_else(|| "job".into()),
-                restart
-            ),
+            prefix: format!("ccol/{}", env.key_prefix()),
         })
     }
+}
+
+fn env_error(e: Error) -> GlooError {
+    GlooError::Env(runenv::error_text(e))
 }
 
 fn hostname() -> Option<String> {

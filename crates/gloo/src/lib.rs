@@ -22,7 +22,7 @@
 //! ```no_run
 //! use compiler_collectives_core::{Channel, Transport};
 //! use compiler_collectives_gloo::from_env;
-//! // Under `ccol run --nproc-per-node 2 -- prog` or `torchrun --no-python prog`:
+//! // Under `ccol run --nproc-per-node 2 -- prog` or `torchrun --standalone --no-python prog`:
 //! let transport = from_env()?;
 //! let mut channel = Channel::new(transport)?;
 //! # Ok::<(), compiler_collectives_core::Error>(())
