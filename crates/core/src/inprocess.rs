@@ -117,13 +117,7 @@ pub struct InProcessTransport {
 
 impl InProcessTransport {
     fn check_peer(&self, peer: u32) -> Result<()> {
-        if peer >= self.shared.world_size || peer == self.rank {
-            return Err(Error::InvalidArgument(format!(
-                "peer {peer} is not another rank of a group of {} (this is rank {})",
-                self.shared.world_size, self.rank
-            )));
-        }
-        Ok(())
+        crate::toolkit::check_peer(peer, self.rank, self.shared.world_size)
     }
 
     fn check_alive(&self, st: &State) -> Result<()> {
@@ -261,12 +255,7 @@ impl Transport for InProcessTransport {
         max_bytes: usize,
         deadline: Deadline,
     ) -> Result<Vec<u8>> {
-        if root >= self.shared.world_size {
-            return Err(Error::InvalidArgument(format!(
-                "broadcast root {root} is not a rank of a group of {}",
-                self.shared.world_size
-            )));
-        }
+        crate::toolkit::check_root(root, self.shared.world_size)?;
         let mine: &[u8] = if root == self.rank { data } else { &[] };
         if mine.len() > max_bytes {
             return Err(Error::InvalidArgument(format!(

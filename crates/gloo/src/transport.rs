@@ -455,13 +455,7 @@ impl GlooTransport {
     }
 
     fn check_peer(&self, peer: u32) -> Result<(), Error> {
-        if peer >= self.world || peer == self.rank {
-            return Err(Error::InvalidArgument(format!(
-                "peer {peer} is not another rank of a group of {}",
-                self.world
-            )));
-        }
-        Ok(())
+        compiler_collectives_core::toolkit::check_peer(peer, self.rank, self.world)
     }
 
     fn peers(&self) -> impl Iterator<Item = u32> + '_ {
@@ -785,12 +779,7 @@ impl Transport for GlooTransport {
         max_bytes: usize,
         deadline: Deadline,
     ) -> Result<Vec<u8>, Error> {
-        if root >= self.world {
-            return Err(Error::InvalidArgument(format!(
-                "broadcast root {root} is not a rank of a group of {}",
-                self.world
-            )));
-        }
+        compiler_collectives_core::toolkit::check_root(root, self.world)?;
         if root == self.rank {
             if data.len() > max_bytes {
                 return Err(Error::InvalidArgument(format!(
