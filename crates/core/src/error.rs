@@ -40,13 +40,23 @@ pub enum PeerLoss {
     Aborted,
 }
 
+impl PeerLoss {
+    /// What one rank (`many` false) or several did, e.g. `shut its channel
+    /// down (it has no more exchanges)`.
+    fn phrase(self, many: bool) -> &'static str {
+        match (self, many) {
+            (PeerLoss::Shutdown, false) => "shut its channel down (it has no more exchanges)",
+            (PeerLoss::Shutdown, true) => "shut their channels down (they have no more exchanges)",
+            (PeerLoss::Disconnected, _) => "disconnected",
+            (PeerLoss::Aborted, false) => "aborted its channel after an error of its own",
+            (PeerLoss::Aborted, true) => "aborted their channels after errors of their own",
+        }
+    }
+}
+
 impl fmt::Display for PeerLoss {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            PeerLoss::Shutdown => "shut its channel down (it has no more exchanges)",
-            PeerLoss::Disconnected => "disconnected",
-            PeerLoss::Aborted => "aborted its channel after an error of its own",
-        })
+        f.write_str(self.phrase(false))
     }
 }
 
@@ -187,23 +197,32 @@ pub enum DecodeError {
 #[non_exhaustive]
 pub enum Error {
     /// Some ranks did not arrive before the deadline. Fatal.
-    #[error("timed out after {} ms {}{}; the channel is unusable: abort it", waited.as_millis(), Missing(missing_ranks), fmt_during(during))]
+    #[error("timed out after {} ms {}{}{}; the channel is unusable: abort it", waited.as_millis(), Missing(missing_ranks), Departures(left, true), fmt_during(during))]
     Timeout {
-        /// Ranks that had not arrived, ascending. Empty when the engine
-        /// cannot tell which.
+        /// Every rank not in the exchange at the deadline, ascending: the
+        /// silent ones and those in `left`. Empty when the engine cannot
+        /// tell which.
         missing_ranks: Vec<u32>,
+        /// Those of `missing_ranks` known to have left, each with how,
+        /// ascending by rank; the others were silent (alive as far as this
+        /// rank knows, but not in the exchange).
+        left: Vec<(u32, PeerLoss)>,
         /// How long this rank waited.
         waited: Duration,
         /// The exchange that timed out, when it happened in one.
         during: Option<ExchangeInfo>,
     },
     /// A peer left: it shut its channel down or its connection dropped. Fatal.
-    #[error("lost {} {}: {reason}{}{}; the channel is unusable: abort it", if ranks.len() == 1 { "rank" } else { "ranks" }, RankList(ranks), if detail.is_empty() { String::new() } else { format!(" ({detail})") }, fmt_during(during))]
+    #[error("lost {} {}: {}{}{}; the channel is unusable: abort it", if ranks.len() == 1 { "rank" } else { "ranks" }, RankList(ranks), Departures(left, false), if detail.is_empty() { String::new() } else { format!(" ({detail})") }, fmt_during(during))]
     PeerLost {
-        /// The ranks that left, ascending.
+        /// Every rank not in the exchange, ascending: all of them left or
+        /// died (a rank reports once every peer is accounted for, DESIGN §5).
         ranks: Vec<u32>,
-        /// How they left.
+        /// How the lowest of `ranks` left (all of them, when they left the
+        /// same way; `left` has each one's).
         reason: PeerLoss,
+        /// Each of `ranks` with how it left, ascending by rank.
+        left: Vec<(u32, PeerLoss)>,
         /// Engine detail (e.g. the socket error), may be empty.
         detail: String,
         /// The exchange it happened in, when it happened in one.
@@ -271,8 +290,9 @@ pub enum Error {
     /// A profile (persisted decisions) could not be loaded or saved. Not fatal.
     #[error(transparent)]
     Profile(#[from] crate::profile::ProfileError),
-    /// The channel failed earlier and can no longer be used.
-    #[error("the channel is unusable after an earlier error ({cause}); abort it and rebuild the process group")]
+    /// The channel or transport can no longer be used: it failed earlier,
+    /// or this rank shut it down (nothing was sent). Fatal.
+    #[error("the channel is unusable ({cause}); abort it and rebuild the process group")]
     ChannelUnusable {
         /// The first error's message.
         cause: String,
@@ -280,6 +300,46 @@ pub enum Error {
 }
 
 struct DisplayGroups<'a>(&'a [RankGroup], [&'a str; 2]);
+
+/// How departed ranks went, grouped: `shut its channel down` when all went
+/// the same way, else `rank [1] shut its channel down; rank [3]
+/// disconnected`. In a timeout (`within`), the departed among the missing:
+/// ` (of them rank [1] shut its channel down)`, nothing when none left.
+struct Departures<'a>(&'a [(u32, PeerLoss)], bool);
+
+impl fmt::Display for Departures<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut groups: Vec<(PeerLoss, Vec<u32>)> = Vec::new();
+        for &(rank, how) in self.0 {
+            match groups.iter_mut().find(|(h, _)| *h == how) {
+                Some((_, ranks)) => ranks.push(rank),
+                None => groups.push((how, vec![rank])),
+            }
+        }
+        let within = self.1;
+        if groups.is_empty() {
+            return f.write_str(if within { "" } else { "left" });
+        }
+        if within {
+            f.write_str(" (of them ")?;
+        }
+        for (i, (how, ranks)) in groups.iter().enumerate() {
+            let many = ranks.len() > 1;
+            if groups.len() > 1 || within {
+                if i > 0 {
+                    f.write_str("; ")?;
+                }
+                let word = if ranks.len() == 1 { "rank" } else { "ranks" };
+                write!(f, "{word} {} ", RankList(ranks))?;
+            }
+            f.write_str(how.phrase(many))?;
+        }
+        if within {
+            f.write_str(")")?;
+        }
+        Ok(())
+    }
+}
 
 /// "waiting for rank [3]", or a plain statement when the engine cannot tell.
 struct Missing<'a>(&'a [u32]);
@@ -367,6 +427,47 @@ impl Error {
         self
     }
 
+    /// A deadline passed with `missing` ranks not in the exchange (in any
+    /// order; duplicates dropped), of which `left` (each with how) had left.
+    /// A rank of `left` missing from `missing` is added to it.
+    pub fn timeout(missing: Vec<u32>, left: Vec<(u32, PeerLoss)>, waited: Duration) -> Self {
+        let left = sorted_departures(left);
+        let mut missing_ranks = missing;
+        missing_ranks.extend(left.iter().map(|(r, _)| *r));
+        missing_ranks.sort_unstable();
+        missing_ranks.dedup();
+        Error::Timeout {
+            missing_ranks,
+            left,
+            waited,
+            during: None,
+        }
+    }
+
+    /// Every rank not in the exchange left or died: `left` (in any order)
+    /// says each one and how; `detail` is the engine's text, may be empty.
+    /// With `left` empty the reason is `Disconnected` and no rank is named
+    /// (an engine that cannot tell which peer it lost).
+    pub fn peer_lost(left: Vec<(u32, PeerLoss)>, detail: impl Into<String>) -> Self {
+        let left = sorted_departures(left);
+        Error::PeerLost {
+            ranks: left.iter().map(|(r, _)| *r).collect(),
+            reason: left.first().map_or(PeerLoss::Disconnected, |(_, how)| *how),
+            left,
+            detail: detail.into(),
+            during: None,
+        }
+    }
+
+    /// The ranks this error names as having left, each with how (empty for
+    /// other errors, and for the silent ranks of a timeout).
+    pub fn departures(&self) -> &[(u32, PeerLoss)] {
+        match self {
+            Error::Timeout { left, .. } | Error::PeerLost { left, .. } => left,
+            _ => &[],
+        }
+    }
+
     /// A peer's message of `len` bytes over the `limit` (bytes) this rank
     /// accepts: a decode error naming that rank.
     pub fn message_too_large(rank: u32, len: usize, limit: usize) -> Self {
@@ -391,6 +492,13 @@ impl Error {
             source: Some(Box::new(err)),
         }
     }
+}
+
+/// Ascending by rank, one entry per rank (the first kept).
+fn sorted_departures(mut left: Vec<(u32, PeerLoss)>) -> Vec<(u32, PeerLoss)> {
+    left.sort_by_key(|(r, _)| *r);
+    left.dedup_by_key(|(r, _)| *r);
+    left
 }
 
 /// `Result` with [`Error`].

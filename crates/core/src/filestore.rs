@@ -29,11 +29,7 @@ fn io(what: &str, path: &Path, e: std::io::Error) -> Error {
 
 fn timeout(start: Instant, what: String) -> Error {
     tracing::debug!(%what, "file store wait timed out");
-    Error::Timeout {
-        missing_ranks: Vec::new(),
-        waited: start.elapsed(),
-        during: None,
-    }
+    Error::timeout(Vec::new(), Vec::new(), start.elapsed())
 }
 
 /// Longest key stored under its hex name: `k-` + 200 hex digits + `.lock`

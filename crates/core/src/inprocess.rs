@@ -122,10 +122,7 @@ impl InProcessTransport {
 
     fn check_alive(&self, st: &State) -> Result<()> {
         if st.departed[self.rank as usize].is_some() {
-            return Err(Error::InvalidArgument(format!(
-                "rank {} already shut its transport down",
-                self.rank
-            )));
+            return Err(crate::toolkit::shut_down(self.rank));
         }
         Ok(())
     }
@@ -179,26 +176,19 @@ impl InProcessTransport {
                 }
                 return Ok(parts);
             }
+            // Report once every missing rank is accounted for (left), or at
+            // the deadline naming all of them: the same set in every run.
             let lost: Vec<(u32, PeerLoss)> = missing
                 .iter()
                 .filter_map(|&r| st.departed[r as usize].map(|why| (r, why)))
                 .collect();
-            if let Some(&(_, reason)) = lost.first() {
-                return Err(Error::PeerLost {
-                    ranks: lost.iter().map(|(r, _)| *r).collect(),
-                    reason,
-                    detail: String::new(),
-                    during: None,
-                });
+            if lost.len() == missing.len() {
+                return Err(Error::peer_lost(lost, ""));
             }
             let (g, expired) = self.shared.wait(st, deadline);
             st = g;
             if expired {
-                return Err(Error::Timeout {
-                    missing_ranks: missing,
-                    waited: start.elapsed(),
-                    during: None,
-                });
+                return Err(Error::timeout(missing, lost, start.elapsed()));
             }
         }
     }
@@ -235,12 +225,7 @@ impl Transport for InProcessTransport {
         max_bytes: usize,
         deadline: Deadline,
     ) -> Result<Vec<Vec<u8>>> {
-        if data.len() > max_bytes {
-            return Err(Error::InvalidArgument(format!(
-                "all_gather of {} bytes exceeds max_bytes {max_bytes}",
-                data.len()
-            )));
-        }
+        crate::toolkit::check_size("all_gather", data.len(), max_bytes)?;
         let parts = self.collective(OpKind::AllGather, data, deadline)?;
         if let Some((r, p)) = parts.iter().enumerate().find(|(_, p)| p.len() > max_bytes) {
             return Err(too_large(r, p.len(), max_bytes));
@@ -257,12 +242,7 @@ impl Transport for InProcessTransport {
     ) -> Result<Vec<u8>> {
         crate::toolkit::check_root(root, self.shared.world_size)?;
         let mine: &[u8] = if root == self.rank { data } else { &[] };
-        if mine.len() > max_bytes {
-            return Err(Error::InvalidArgument(format!(
-                "broadcast of {} bytes exceeds max_bytes {max_bytes}",
-                mine.len()
-            )));
-        }
+        crate::toolkit::check_size("broadcast", mine.len(), max_bytes)?;
         let parts = self.collective(OpKind::Broadcast(root), mine, deadline)?;
         let got = &parts[root as usize];
         if got.len() > max_bytes {
@@ -280,12 +260,7 @@ impl Transport for InProcessTransport {
         let mut st = self.shared.lock();
         self.check_alive(&st)?;
         if let Some(reason) = st.departed[peer as usize] {
-            return Err(Error::PeerLost {
-                ranks: vec![peer],
-                reason,
-                detail: String::new(),
-                during: None,
-            });
+            return Err(Error::peer_lost(vec![(peer, reason)], ""));
         }
         st.mailboxes
             .entry((self.rank, peer, tag))
@@ -314,21 +289,12 @@ impl Transport for InProcessTransport {
                 }
             }
             if let Some(reason) = st.departed[peer as usize] {
-                return Err(Error::PeerLost {
-                    ranks: vec![peer],
-                    reason,
-                    detail: String::new(),
-                    during: None,
-                });
+                return Err(Error::peer_lost(vec![(peer, reason)], ""));
             }
             let (g, expired) = self.shared.wait(st, deadline);
             st = g;
             if expired {
-                return Err(Error::Timeout {
-                    missing_ranks: vec![peer],
-                    waited: start.elapsed(),
-                    during: None,
-                });
+                return Err(Error::timeout(vec![peer], Vec::new(), start.elapsed()));
             }
         }
     }
@@ -410,11 +376,7 @@ impl InProcessStore {
             let left = deadline.remaining();
             if left.is_zero() {
                 tracing::debug!("in-process store: timed out waiting for {what}");
-                return Err(Error::Timeout {
-                    missing_ranks: Vec::new(),
-                    waited: start.elapsed(),
-                    during: None,
-                });
+                return Err(Error::timeout(Vec::new(), Vec::new(), start.elapsed()));
             }
             map = self
                 .inner

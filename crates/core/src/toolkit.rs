@@ -1,13 +1,19 @@
 //! What every backend needs beyond moving bytes, written once: argument
 //! checks with the same messages on every engine, and the variable-length
 //! all_gather for engines that only gather equal-sized contributions
-//! (NCCL, c10d) — DESIGN §5: "gather lengths, pad, gather".
+//! (NCCL, c10d) — DESIGN §5: "gather lengths, pad, gather" — and the store
+//! post-mortem ([`PostMortem`]) that names the ranks missing from a failed
+//! operation on engines that cannot tell (one key scheme, one set of
+//! limits).
 //!
 //! A backend calls these from its [`Transport`](crate::Transport) methods,
 //! so that the same misuse or the same oversized peer gives the same
 //! [`Error`] on every engine.
 
 use crate::{Deadline, Error, Result};
+
+mod postmortem;
+pub use postmortem::{Absent, PostMortem, DRAIN_LIMIT, LATE_CHECK_IN, POST_MORTEM, STORE_CALL_LIMIT};
 
 /// `Err(InvalidArgument)` unless `peer` is another rank of a group of
 /// `world` (point-to-point to oneself is refused on every engine).
@@ -18,6 +24,29 @@ pub fn check_peer(peer: u32, rank: u32, world: u32) -> Result<()> {
     if peer >= world || peer == rank {
         return Err(Error::InvalidArgument(format!(
             "peer {peer} is not another rank of a group of {world} (this is rank {rank})"
+        )));
+    }
+    Ok(())
+}
+
+/// The error of every operation on a transport this rank shut down or
+/// aborted: [`Error::ChannelUnusable`] naming the rank, the same on every
+/// backend (nothing is sent).
+pub fn shut_down(rank: u32) -> Error {
+    Error::ChannelUnusable {
+        cause: format!("rank {rank} shut its transport down"),
+    }
+}
+
+/// `Err(InvalidArgument)` unless `max_bytes` allows this rank's own `len`
+/// bytes in `what` (`"all_gather"`, `"broadcast"`, …).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] naming the operation, the length and the limit.
+pub fn check_size(what: &str, len: usize, max_bytes: usize) -> Result<()> {
+    if len > max_bytes {
+        return Err(Error::InvalidArgument(format!(
+            "{what} of {len} bytes exceeds max_bytes {max_bytes}"
         )));
     }
     Ok(())
@@ -66,12 +95,7 @@ pub fn all_gather_varlen(
     deadline: Deadline,
     mut gather_fixed: impl FnMut(&[u8], Deadline) -> Result<Vec<u8>>,
 ) -> Result<Vec<Vec<u8>>> {
-    if data.len() > max_bytes {
-        return Err(Error::InvalidArgument(format!(
-            "all_gather of {} bytes exceeds max_bytes {max_bytes}",
-            data.len()
-        )));
-    }
+    check_size("all_gather", data.len(), max_bytes)?;
     let mut entry = [0u8; LENGTHS_ENTRY_BYTES];
     entry[..8].copy_from_slice(&(data.len() as u64).to_le_bytes());
     entry[8..].copy_from_slice(&(max_bytes as u64).to_le_bytes());

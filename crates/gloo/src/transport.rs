@@ -19,7 +19,7 @@
 use crate::store::GlooStore;
 use crate::sys::{self, Buffer, Context, Interrupter};
 use crate::GlooError;
-use compiler_collectives_core::{Deadline, DecodeError, Error, PeerLoss, Transport};
+use compiler_collectives_core::{toolkit, Deadline, DecodeError, Error, PeerLoss, Transport};
 use std::collections::HashMap;
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -34,8 +34,6 @@ const P2P_BIT: u64 = 1 << 63;
 /// A slot nobody sends to: the inbox keeps a receive posted on it on every
 /// pair, so that a broken pair always has a pending operation to fail.
 const SENTINEL_SLOT: u64 = 1 << 61;
-/// How long `shutdown` and drop wait for peers to take this rank's last sends.
-const DRAIN_LIMIT: Duration = Duration::from_secs(10);
 /// How long `shutdown` waits for its notices to leave.
 const SHUTDOWN_GRACE: Duration = Duration::from_millis(300);
 
@@ -87,6 +85,12 @@ impl GlooOptions {
 
 /// How long after its deadline Gloo's own timeout ends a watched wait, should
 /// the watchdog not have interrupted it.
+/// How often a rank accounting for missing headers after a broken pair
+/// looks again.
+const ACCOUNT_POLL: Duration = Duration::from_millis(20);
+/// How often it probes the pairs of ranks still without a header.
+const ACCOUNT_PROBE: Duration = Duration::from_millis(200);
+
 const BACKSTOP: Duration = Duration::from_secs(5);
 
 #[derive(Default)]
@@ -421,11 +425,7 @@ impl GlooTransport {
         .map_err(|e| {
             if e.status() == Some(sys::TIMEOUT) {
                 tracing::debug!(error = %e, "gloo rendezvous timed out");
-                Error::Timeout {
-                    missing_ranks: Vec::new(),
-                    waited: start.elapsed(),
-                    during: None,
-                }
+                Error::timeout(Vec::new(), Vec::new(), start.elapsed())
             } else {
                 e.into()
             }
@@ -464,10 +464,7 @@ impl GlooTransport {
 
     fn begin(&self, st: &mut State) -> Result<u64, Error> {
         if st.shut {
-            return Err(Error::InvalidArgument(format!(
-                "rank {} already shut its Gloo transport down",
-                self.rank
-            )));
+            return Err(toolkit::shut_down(self.rank));
         }
         if let Some(cause) = self.failure() {
             return Err(Error::ChannelUnusable { cause });
@@ -504,19 +501,21 @@ impl GlooTransport {
 
     fn fail(&self, st: &mut State, f: Fail, waited: Duration) -> Error {
         let e = match f {
-            Fail::Core(e) => e,
+            Fail::Core(mut e) => {
+                if let Error::Timeout { waited: w, .. } = &mut e {
+                    *w = waited;
+                }
+                e
+            }
             Fail::Gloo(g, missing) => match g.status() {
-                Some(sys::TIMEOUT | sys::ABORTED) => Error::Timeout {
-                    missing_ranks: missing,
-                    waited,
-                    during: None,
-                },
-                Some(sys::IO) if !missing.is_empty() => Error::PeerLost {
-                    ranks: missing,
-                    reason: PeerLoss::Disconnected,
-                    detail: g.to_string(),
-                    during: None,
-                },
+                Some(sys::TIMEOUT | sys::ABORTED) => Error::timeout(missing, Vec::new(), waited),
+                Some(sys::IO) if !missing.is_empty() => Error::peer_lost(
+                    missing
+                        .into_iter()
+                        .map(|r| (r, PeerLoss::Disconnected))
+                        .collect(),
+                    g.to_string(),
+                ),
                 _ => g.into(),
             },
         };
@@ -526,6 +525,73 @@ impl GlooTransport {
             *failed = Some(e.to_string());
         }
         e
+    }
+
+    /// After the header wait failed with `e`: which of `recv_from` are not
+    /// in operation `k`, and how each went missing (DESIGN §5: every one of
+    /// them, the same set whatever the order in which they went).
+    ///
+    /// A rank whose header says it shut down or aborted left that way; a
+    /// rank without a header whose pair broke died. After a broken pair
+    /// (`e` is Gloo's IO error) the other ranks without a header are
+    /// watched until each has sent one or lost its pair, or until the
+    /// deadline: a report waits for every rank to be accounted for, not for
+    /// the first to go. At the deadline the ranks still without a header
+    /// are silent, and the error is a timeout naming them with those that
+    /// left.
+    fn account_headers(
+        &self,
+        pool: &mut Pool,
+        k: u64,
+        inbox: &Buffer,
+        recv_from: &[u32],
+        deadline: Deadline,
+        e: GlooError,
+    ) -> Fail {
+        let io = e.status() == Some(sys::IO);
+        let mut broken: Vec<u32> = Vec::new();
+        let mut probed: Option<Instant> = None;
+        loop {
+            let mut left: Vec<(u32, PeerLoss)> = Vec::new();
+            let mut silent: Vec<u32> = Vec::new();
+            for &p in recv_from {
+                // Gloo may still be writing this memory: read it volatile;
+                // it only names missing ranks.
+                let bytes = inbox.read_volatile(p as usize * HEADER, HEADER);
+                match parse_header(&bytes) {
+                    Some((FLAG_SHUTDOWN, _)) => left.push((p, PeerLoss::Shutdown)),
+                    Some((FLAG_ABORT, _)) => left.push((p, PeerLoss::Aborted)),
+                    Some(_) => {}
+                    None if broken.contains(&p) => left.push((p, PeerLoss::Disconnected)),
+                    None => silent.push(p),
+                }
+            }
+            if io && !silent.is_empty() && !deadline.expired() {
+                // A probe on a broken pair fails at once; one on a live pair
+                // stays posted (leaked with the pool), so probe seldom.
+                if probed.is_none_or(|t| t.elapsed() >= ACCOUNT_PROBE) {
+                    probed = Some(Instant::now());
+                    broken.extend(self.broken_pairs(pool, k, &silent));
+                    if broken.iter().any(|b| silent.contains(b)) {
+                        continue;
+                    }
+                }
+                std::thread::sleep(ACCOUNT_POLL.min(deadline.remaining()));
+                continue;
+            }
+            return match (silent.is_empty(), left.is_empty()) {
+                // Every header came; a pair broke after its rank's header.
+                (true, true) => {
+                    let lost = self.broken_pairs(pool, k, recv_from);
+                    Fail::Gloo(e, lost)
+                }
+                (true, false) => Fail::Core(Error::peer_lost(
+                    left,
+                    if io { e.to_string() } else { String::new() },
+                )),
+                (false, _) => Fail::Core(Error::timeout(silent, left, Duration::ZERO)),
+            };
+        }
     }
 
     /// Runs one collective: `senders` send `data` (length known to all only
@@ -606,23 +672,7 @@ impl GlooTransport {
         }
         for _ in recv_from {
             if let Err(e) = self.watchdog.wait_recv(inbox, deadline) {
-                if e.status() == Some(sys::IO) {
-                    let lost = self.broken_pairs(&mut pool, k, recv_from);
-                    if !lost.is_empty() {
-                        return Err(Fail::Gloo(e, lost));
-                    }
-                }
-                let missing = recv_from
-                    .iter()
-                    .copied()
-                    .filter(|&p| {
-                        // Gloo may still be writing this memory: read it
-                        // volatile; it only names missing ranks.
-                        let bytes = inbox.read_volatile(p as usize * HEADER, HEADER);
-                        parse_header(&bytes).is_none()
-                    })
-                    .collect();
-                return Err(Fail::Gloo(e, missing));
+                return Err(self.account_headers(&mut pool, k, inbox, recv_from, deadline, e));
             }
         }
         // Every header is here: check them.
@@ -651,13 +701,8 @@ impl GlooTransport {
                 }
             }
         }
-        if let Some(&(_, reason)) = shut.first() {
-            return Err(Fail::Core(Error::PeerLost {
-                ranks: shut.iter().map(|(p, _)| *p).collect(),
-                reason,
-                detail: String::new(),
-                during: None,
-            }));
+        if !shut.is_empty() {
+            return Err(Fail::Core(Error::peer_lost(shut, "")));
         }
         // Receive the data.
         let mut incoming: Vec<(u32, usize)> = Vec::new();
@@ -696,11 +741,7 @@ impl GlooTransport {
     /// Hands send buffers to the reaper thread.
     fn reap(&self, pool: Pool, receivers: Vec<u32>, deadline: Deadline) -> Result<(), Fail> {
         let reaper = self.reaper.lock().unwrap_or_else(|e| e.into_inner());
-        let shut = || {
-            Fail::Core(Error::InvalidArgument(
-                "the Gloo transport is shut down".into(),
-            ))
-        };
+        let shut = || Fail::Core(toolkit::shut_down(self.rank));
         match &reaper.tx {
             Some(tx) => tx
                 .send(Outgoing {
@@ -760,12 +801,7 @@ impl Transport for GlooTransport {
         max_bytes: usize,
         deadline: Deadline,
     ) -> Result<Vec<Vec<u8>>, Error> {
-        if data.len() > max_bytes {
-            return Err(Error::InvalidArgument(format!(
-                "all_gather of {} bytes exceeds max_bytes {max_bytes}",
-                data.len()
-            )));
-        }
+        toolkit::check_size("all_gather", data.len(), max_bytes)?;
         let peers: Vec<u32> = self.peers().collect();
         let mut out = self.collective(data, &peers, &peers, max_bytes, deadline)?;
         out[self.rank as usize] = data.to_vec();
@@ -781,12 +817,7 @@ impl Transport for GlooTransport {
     ) -> Result<Vec<u8>, Error> {
         compiler_collectives_core::toolkit::check_root(root, self.world)?;
         if root == self.rank {
-            if data.len() > max_bytes {
-                return Err(Error::InvalidArgument(format!(
-                    "broadcast of {} bytes exceeds max_bytes {max_bytes}",
-                    data.len()
-                )));
-            }
+            toolkit::check_size("broadcast", data.len(), max_bytes)?;
             let peers: Vec<u32> = self.peers().collect();
             self.collective(data, &peers, &[], max_bytes, deadline)?;
             Ok(data.to_vec())
@@ -856,16 +887,12 @@ impl Transport for GlooTransport {
             let len = match parse_header(pool.get(hdr).bytes()) {
                 Some((FLAG_DATA, len)) => usize::try_from(len).unwrap_or(usize::MAX),
                 Some((flag @ (FLAG_SHUTDOWN | FLAG_ABORT), _)) => {
-                    return Err(Fail::Core(Error::PeerLost {
-                        ranks: vec![peer],
-                        reason: if flag == FLAG_ABORT {
-                            PeerLoss::Aborted
-                        } else {
-                            PeerLoss::Shutdown
-                        },
-                        detail: String::new(),
-                        during: None,
-                    }))
+                    let how = if flag == FLAG_ABORT {
+                        PeerLoss::Aborted
+                    } else {
+                        PeerLoss::Shutdown
+                    };
+                    return Err(Fail::Core(Error::peer_lost(vec![(peer, how)], "")));
                 }
                 other => {
                     return Err(Fail::Core(Error::Decode {
@@ -919,7 +946,7 @@ impl GlooTransport {
         self.reaper
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .stop(DRAIN_LIMIT);
+            .stop(toolkit::DRAIN_LIMIT);
         {
             let k = st.op;
             let deadline = Deadline::after(SHUTDOWN_GRACE);
@@ -955,7 +982,7 @@ impl Drop for GlooTransport {
             self.reaper
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .stop(DRAIN_LIMIT);
+                .stop(toolkit::DRAIN_LIMIT);
             self.ctx.close();
         }
     }

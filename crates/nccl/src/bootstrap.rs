@@ -92,11 +92,7 @@ pub fn fetch_unique_id(
     deadline: Deadline,
 ) -> Result<UniqueId, Error> {
     let bytes = store.get(key, deadline).map_err(|e| match e {
-        Error::Timeout { waited, during, .. } => Error::Timeout {
-            missing_ranks: vec![0],
-            waited,
-            during,
-        },
+        Error::Timeout { waited, .. } => Error::timeout(vec![0], Vec::new(), waited),
         other => other,
     })?;
     UniqueId::from_bytes(&bytes).map_err(|e| Error::Decode {

@@ -24,23 +24,27 @@
 //! Every operation enqueues NCCL work on the transport's own stream, then
 //! polls the stream and `ncclCommGetAsyncError` (sleeping 20 µs – 1 ms
 //! between polls) until done or until the deadline. At the deadline this
-//! rank marks itself in the store as "blocked until its deadline", aborts
-//! the communicator (`ncclCommAbort`), gives the stream up to 500 ms to
-//! drain, and waits until [`NcclOptions::post_mortem`] (250 ms by default)
-//! after its mark for the other ranks' marks. It then returns
-//! [`Error::Timeout`](compiler_collectives_core::Error::Timeout) naming the
-//! ranks without a mark (NCCL itself cannot tell which rank is missing), or
-//! [`Error::PeerLost`](compiler_collectives_core::Error::PeerLost) when
-//! those ranks had shut down or aborted. So a call returns at most about
-//! deadline + max(abort + 500 ms, 250 ms) after it started, and the
-//! transport is unusable afterwards. A rank that was itself blocked by a
-//! third one counts as present: only ranks that never reached a blocked
-//! NCCL call are named.
+//! rank checks in to core's store post-mortem
+//! ([`PostMortem`](compiler_collectives_core::toolkit::PostMortem): "I was
+//! in this operation"), aborts the communicator (`ncclCommAbort`), gives the
+//! stream up to 500 ms to drain, and waits until
+//! [`NcclOptions::post_mortem`] (250 ms by default) after its check-in for
+//! the other ranks'. It then returns
+//! [`Error::Timeout`](compiler_collectives_core::Error::Timeout) naming
+//! every rank without a check-in (NCCL itself cannot tell which rank is
+//! missing), with those that had shut down or aborted grouped by how, or
+//! [`Error::PeerLost`](compiler_collectives_core::Error::PeerLost) when all
+//! of them had. So a call returns at most about deadline + max(abort +
+//! 500 ms, 250 ms) after it started, and the transport is unusable
+//! afterwards. A rank that was itself blocked by a third one counts as
+//! present: only ranks that never reached a blocked NCCL call are named.
 //!
 //! A rank that shuts down or aborts records that in the store; a peer whose
-//! operation has waited 20 ms checks for such records every 100 ms and
-//! fails at once with `PeerLost`, naming it. Operations that complete in
-//! time never touch the store. What is not guaranteed: a peer that hangs
+//! operation has waited 20 ms checks for such records every 100 ms. Once it
+//! sees one it checks in too and waits until every rank is accounted for
+//! (checked in, or left) — so the error names every rank that left, not the
+//! first it noticed — or until its deadline plus the window. Operations that
+//! complete in time never touch the store. What is not guaranteed: a peer that hangs
 //! *inside* the CUDA driver (a crashed GPU) can still block `ncclCommAbort`;
 //! buffers of work still running 500 ms after the abort are leaked rather
 //! than freed under the kernel; and ranks with very different deadlines can
@@ -63,7 +67,6 @@
 
 mod bootstrap;
 mod env;
-mod group;
 mod probe;
 #[allow(unsafe_code)]
 mod sys;

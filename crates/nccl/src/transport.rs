@@ -8,9 +8,9 @@
 //! deadline (crate docs, "Deadlines"); copy out only after the stream is
 //! idle (a device → pageable-host copy blocks the calling thread).
 
-use crate::group::GroupStore;
 use crate::sys::{Comm, Cuda, NcclLib, IN_PROGRESS, SUCCESS};
 use crate::{NcclError, UniqueId};
+use compiler_collectives_core::toolkit::PostMortem;
 use compiler_collectives_core::{Deadline, Error, PeerLoss, Store};
 use cudarc::nccl::sys::ncclComm_t;
 use std::collections::HashMap;
@@ -86,13 +86,13 @@ enum WaitFail {
     Deadline,
     Nccl(c_int),
     Cuda(cudarc::driver::DriverError),
-    /// Peers that left the group (shut down or aborted) before completing
-    /// this operation, and how the first of them left.
-    PeerLeft(Vec<u32>, PeerLoss),
+    /// A peer left the group (shut down or aborted) before completing this
+    /// operation; the post-mortem names every rank that is not in it.
+    PeerLeft,
 }
 
-/// What a waiting rank checks now and then: peers that left the group.
-type Watch<'a> = &'a mut dyn FnMut() -> Option<(Vec<u32>, PeerLoss)>;
+/// What a waiting rank checks now and then: whether a peer left the group.
+type Watch<'a> = &'a mut dyn FnMut() -> bool;
 
 /// First look at the store after this long in one operation, then every
 /// [`WATCH_EVERY`]: operations that complete in time never touch the store.
@@ -190,11 +190,7 @@ impl Communicator {
     /// Aborts after a failed wait and turns it into an error.
     fn fail(self, fail: WaitFail, operation: &str, start: Instant) -> Error {
         let err = match fail {
-            WaitFail::Deadline => Error::Timeout {
-                missing_ranks: Vec::new(),
-                waited: start.elapsed(),
-                during: None,
-            },
+            WaitFail::Deadline => Error::timeout(Vec::new(), Vec::new(), start.elapsed()),
             WaitFail::Nccl(code) => match self.handle() {
                 Some(c) => c.error(code, operation).into(),
                 None => Error::ChannelUnusable {
@@ -202,12 +198,7 @@ impl Communicator {
                 },
             },
             WaitFail::Cuda(e) => NcclError::cuda(operation, &e).into(),
-            WaitFail::PeerLeft(ranks, reason) => Error::PeerLost {
-                ranks,
-                reason,
-                detail: String::new(),
-                during: None,
-            },
+            WaitFail::PeerLeft => Error::peer_lost(Vec::new(), "a peer left the group"),
         };
         self.abort();
         err
@@ -270,8 +261,8 @@ fn wait_done(
         }
         if start.elapsed() >= next_watch {
             next_watch = start.elapsed() + WATCH_EVERY;
-            if let Some((ranks, how)) = watch() {
-                return Err(WaitFail::PeerLeft(ranks, how));
+            if watch() {
+                return Err(WaitFail::PeerLeft);
             }
         }
         backoff(&mut delay, deadline);
@@ -348,15 +339,23 @@ impl Inner {
 /// - `shutdown`/`abort`: record `left/<rank>` in the store (how, and how
 ///   many operations this rank completed) and release the communicator.
 ///   NCCL has no remote notice, so a peer learns it from the store: a rank
-///   whose operation has waited 20 ms looks for such keys every 100 ms and
-///   fails with [`Error::PeerLost`] (reason `Shutdown` or `Aborted`) naming
-///   the ranks that left before completing that operation. Operations that
-///   complete in time never touch the store.
+///   whose operation has waited 20 ms looks for such keys every 100 ms; on
+///   one it waits until every rank is accounted for and fails with
+///   [`Error::PeerLost`] (reason `Shutdown` or `Aborted`) naming all the
+///   ranks that left before completing that operation, or at its deadline
+///   with [`Error::Timeout`] naming those and the silent ones. Operations
+///   that complete in time never touch the store.
 pub struct NcclTransport {
     rank: u32,
     world: u32,
     lib: Arc<NcclLib>,
-    group: GroupStore,
+    store: Arc<dyn Store>,
+    /// Prefix of every store key of this group.
+    prefix: String,
+    post_mortem: PostMortem,
+    /// How long after a deadline a timed-out rank waits for the others'
+    /// check-ins ([`NcclOptions::post_mortem`]).
+    window: Duration,
     inner: Mutex<Inner>,
     p2p: Mutex<HashMap<(bool, u32, u32), u64>>,
 }
@@ -367,7 +366,7 @@ impl std::fmt::Debug for NcclTransport {
             .field("rank", &self.rank)
             .field("world", &self.world)
             .field("nccl", &self.lib.version_string())
-            .field("prefix", &self.group.prefix)
+            .field("prefix", &self.prefix)
             .finish_non_exhaustive()
     }
 }
@@ -431,13 +430,10 @@ impl NcclTransport {
             rank,
             world,
             lib,
-            group: GroupStore {
-                store,
-                prefix: options.prefix.clone(),
-                rank,
-                world,
-                post_mortem: options.post_mortem,
-            },
+            post_mortem: PostMortem::new(Arc::clone(&store), options.prefix.clone(), rank, world),
+            store,
+            prefix: options.prefix.clone(),
+            window: options.post_mortem,
             inner: Mutex::new(Inner {
                 comm: None,
                 cuda,
@@ -453,8 +449,12 @@ impl NcclTransport {
                 Ok(this)
             }
             Err(Error::Timeout { .. }) => {
-                this.group.mark_timed_out(0);
-                Err(this.group.post_mortem(0, Instant::now(), start))
+                let absent = this
+                    .post_mortem
+                    .account(0, Instant::now() + this.window, None);
+                Err(absent
+                    .into_error(false, start.elapsed(), "")
+                    .unwrap_or_else(|| Error::timeout(Vec::new(), Vec::new(), start.elapsed())))
             }
             Err(e) => Err(e),
         }
@@ -525,51 +525,54 @@ impl NcclTransport {
                 inner.done = op;
                 Ok(())
             }
-            Err(fail) => Err(self.fail_op(inner, fail, what, op, start)),
+            Err(fail) => Err(self.fail_op(inner, fail, what, op, (start, deadline))),
         }
     }
 
     /// After a failed wait: aborts the communicator, lets the stream drain,
-    /// names absent or departed ranks, and marks the transport unusable.
+    /// names the ranks not in operation `op` (the post-mortem: after a
+    /// timeout it waits [`NcclOptions::post_mortem`] for the others'
+    /// check-ins; after a peer left, until every rank is accounted for or
+    /// the deadline plus that window), and marks the transport unusable.
     fn fail_op(
         &self,
         inner: &mut Inner,
         fail: WaitFail,
         what: &str,
         op: u64,
-        start: Instant,
+        (start, deadline): (Instant, Deadline),
     ) -> Error {
-        let marked = matches!(fail, WaitFail::Deadline).then(|| {
-            // Marked first, so that peers' windows see it early.
-            self.group.mark_timed_out(op);
-            Instant::now()
-        });
+        let until = match fail {
+            WaitFail::Deadline => {
+                // Checked in first, so that peers' windows see it early.
+                self.post_mortem.check_in(op);
+                Some(Instant::now() + self.window)
+            }
+            WaitFail::PeerLeft => Some(Instant::now().max(deadline.instant()) + self.window),
+            WaitFail::Nccl(_) | WaitFail::Cuda(_) => None,
+        };
         let err = match fail {
-            WaitFail::Deadline => None,
             WaitFail::Nccl(code) => {
                 let comm = inner.comm.as_ref().and_then(Communicator::handle);
                 Some(Error::from(self.lib.error(code, what, comm)))
             }
             WaitFail::Cuda(e) => Some(Error::from(NcclError::cuda(what, &e))),
-            WaitFail::PeerLeft(ranks, reason) => Some(Error::PeerLost {
-                ranks,
-                reason,
-                detail: format!("it left before NCCL operation #{op}"),
-                during: None,
-            }),
+            WaitFail::Deadline | WaitFail::PeerLeft => None,
         };
         if let Some(c) = inner.comm.take() {
             c.abort();
         }
         drain_after_abort(&mut inner.cuda);
-        let err = match (err, marked) {
+        let err = match (err, until) {
             (Some(e), _) => e,
-            (None, Some(m)) => self.group.post_mortem(op, m, start),
-            (None, None) => Error::Timeout {
-                missing_ranks: Vec::new(),
-                waited: start.elapsed(),
-                during: None,
-            },
+            (None, Some(until)) => {
+                let detail = format!("it left before NCCL operation #{op}");
+                self.post_mortem
+                    .account(op, until, None)
+                    .into_error(false, start.elapsed(), &detail)
+                    .unwrap_or_else(|| Error::timeout(Vec::new(), Vec::new(), start.elapsed()))
+            }
+            (None, None) => Error::timeout(Vec::new(), Vec::new(), start.elapsed()),
         };
         inner.dead = Some(err.to_string());
         err
@@ -584,9 +587,9 @@ impl NcclTransport {
         deadline: Deadline,
     ) -> Result<(), WaitFail> {
         wait_ready(comm, deadline)?;
-        let others = self.group.others();
+        let others = self.post_mortem.others();
         wait_done(cuda, comm, deadline, &mut || {
-            self.group.left_before(op, &others)
+            !self.post_mortem.left_before(op, &others).is_empty()
         })
     }
 
@@ -656,7 +659,7 @@ impl NcclTransport {
     }
 
     fn p2p_key(&self, src: u32, dst: u32, tag: u32, n: u64) -> String {
-        self.group.key(&format!("p2p/{src}-{dst}-{tag}/{n}"))
+        format!("{}/p2p/{src}-{dst}-{tag}/{n}", self.prefix)
     }
 
     fn next_p2p(&self, recv: bool, peer: u32, tag: u32) -> u64 {
@@ -750,8 +753,7 @@ impl compiler_collectives_core::Transport for NcclTransport {
     fn send(&self, peer: u32, tag: u32, data: &[u8], deadline: Deadline) -> Result<(), Error> {
         self.check_usable_peer(peer)?;
         let n = self.next_p2p(false, peer, tag);
-        self.group
-            .store
+        self.store
             .set(&self.p2p_key(self.rank, peer, tag, n), data, deadline)
     }
 
@@ -765,15 +767,11 @@ impl compiler_collectives_core::Transport for NcclTransport {
         self.check_usable_peer(peer)?;
         let n = self.next_p2p(true, peer, tag);
         let key = self.p2p_key(peer, self.rank, tag, n);
-        let v = self.group.store.get(&key, deadline).map_err(|e| match e {
-            Error::Timeout { waited, during, .. } => Error::Timeout {
-                missing_ranks: vec![peer],
-                waited,
-                during,
-            },
+        let v = self.store.get(&key, deadline).map_err(|e| match e {
+            Error::Timeout { waited, .. } => Error::timeout(vec![peer], Vec::new(), waited),
             other => other,
         })?;
-        let _ = self.group.store.delete(&key, deadline);
+        let _ = self.store.delete(&key, deadline);
         if v.len() > max_bytes {
             return Err(Error::message_too_large(peer, v.len(), max_bytes));
         }
@@ -784,7 +782,7 @@ impl compiler_collectives_core::Transport for NcclTransport {
         let mut inner = self.lock();
         if inner.dead.is_none() {
             inner.dead = Some("this rank shut its transport down".into());
-            self.group.leave("shutdown", inner.done);
+            self.post_mortem.leave(PeerLoss::Shutdown, inner.done);
         }
         if let Some(c) = inner.comm.take() {
             if inner.cuda.make_current().is_ok() {
@@ -798,7 +796,7 @@ impl compiler_collectives_core::Transport for NcclTransport {
 
     fn abort(&self) -> Result<(), Error> {
         let mut inner = self.lock();
-        self.group.leave("aborted", inner.done);
+        self.post_mortem.leave(PeerLoss::Aborted, inner.done);
         inner.dead = Some("this rank aborted its transport".into());
         if let Some(c) = inner.comm.take() {
             let _ = inner.cuda.make_current();

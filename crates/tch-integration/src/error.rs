@@ -91,11 +91,7 @@ impl From<C10dError> for Error {
         match e {
             C10dError::Torch { timeout: true, .. } => {
                 tracing::debug!(error = %e, "c10d timeout");
-                Error::Timeout {
-                    missing_ranks: Vec::new(),
-                    waited: Duration::ZERO,
-                    during: None,
-                }
+                Error::timeout(Vec::new(), Vec::new(), Duration::ZERO)
             }
             C10dError::Invalid(m) => Error::InvalidArgument(m),
             C10dError::Unsupported(m) => Error::Unsupported(m),

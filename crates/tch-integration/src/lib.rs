@@ -47,7 +47,7 @@ pub use env::{from_env, C10dJob};
 pub use error::C10dError;
 pub use group::{C10dProcessGroup, ReduceOp};
 pub use store::{C10dStore, TcpStoreOptions, DEFAULT_STORE_TIMEOUT};
-pub use transport::{C10dTransport, POST_MORTEM};
+pub use transport::C10dTransport;
 
 use compiler_collectives_core::shapes::Observation;
 #[cfg(doc)]

@@ -4,57 +4,72 @@
 use crate::error::C10dError;
 use crate::group::{C10dProcessGroup, PendingSend};
 use crate::store::C10dStore;
-use compiler_collectives_core::{Deadline, Error, Store, Transport};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use compiler_collectives_core::toolkit::{self, PostMortem, DRAIN_LIMIT, LATE_CHECK_IN};
+use compiler_collectives_core::{Deadline, Error, PeerLoss, Store, Transport};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 use tch::{Kind, Tensor};
 
-/// How long a failed rank, once a single rank is left silent, waits for it
-/// to check in before naming it. Short: every survivor's error must arrive
-/// within the deadline + 1 s, and at a timeout the window comes after it.
-pub const POST_MORTEM: Duration = Duration::from_millis(250);
-
-/// How long a failed rank may take to record its own check-in.
-const CHECK_IN_LIMIT: Duration = Duration::from_millis(500);
-
-/// How long after an operation's deadline a failed rank still waits for
-/// peers to check in (peers started the operation a little later).
-const LATE_CHECK_IN: Duration = Duration::from_millis(900);
-
-/// How long `shutdown` and drop wait for peers to take this rank's sends.
-const DRAIN_LIMIT: Duration = Duration::from_secs(10);
-
 /// core's [`Transport`] over a [`C10dProcessGroup`]: byte strings travel as
-/// uint8 tensors; a variable-length all_gather is a lengths round (one int64
-/// per rank) then a round padded to the longest.
+/// uint8 tensors; a variable-length all_gather is core's lengths round (each
+/// rank's length and limit) then a round padded to the longest.
 ///
 /// c10d cannot tell which rank a timeout waited for, nor which peer a broken
-/// connection belonged to. After a failed collective this transport finds out
-/// through the store: every rank that failed sets `postmortem/<rank>`,
-/// and until the operation's deadline plus [`POST_MORTEM`] the failing rank
-/// collects the others' keys (stopping early when a single rank stayed
-/// silent for the window);
-/// ranks that set none are named (missing on a timeout, lost on a network
-/// error).
-/// The store is touched only after a failure. A rank that shuts down cannot
-/// interrupt peers blocked in c10d; they fail at their deadline.
+/// connection belonged to. After a failed operation this transport asks
+/// core's store post-mortem ([`PostMortem`]): it checks in ("I was in this
+/// operation") and waits until every other rank has checked in or left, or
+/// until the operation's deadline plus [`LATE_CHECK_IN`] (after a broken
+/// connection, also until a single rank stayed unaccounted for
+/// [`POST_MORTEM`](compiler_collectives_core::toolkit::POST_MORTEM)). Ranks
+/// that left are named with how; the others not accounted for are missing
+/// on a timeout, dead on a broken connection. `shutdown` records this rank's
+/// leaving in the store; otherwise the store is touched only after a
+/// failure. A rank that shuts down cannot interrupt peers blocked in c10d:
+/// they find out when their own operation fails.
 #[derive(Debug)]
 pub struct C10dTransport {
     pg: C10dProcessGroup,
-    lock: Mutex<bool>,
+    state: Mutex<State>,
     pending: Mutex<Vec<PendingSend>>,
+    post_mortem: PostMortem,
     /// Keeps the store alive as long as the group.
-    store: C10dStore,
+    _store: Arc<C10dStore>,
+}
+
+/// One operation: its number (the post-mortem's), when it began and its
+/// deadline.
+#[derive(Clone, Copy, Debug)]
+struct Op {
+    op: u64,
+    start: Instant,
+    deadline: Deadline,
+}
+
+/// Operations are numbered from 1 in the order every rank calls them
+/// (collectives only: point-to-point differs between ranks).
+#[derive(Debug, Default)]
+struct State {
+    shut: bool,
+    op: u64,
+    done: u64,
 }
 
 impl C10dTransport {
-    /// A transport over `pg`, keeping `store` alive with it.
+    /// A transport over `pg`; its post-mortem keys go to `store` (the
+    /// group's own, prefixed one), which it keeps alive.
     pub fn new(pg: C10dProcessGroup, store: C10dStore) -> Self {
+        let store = Arc::new(store);
         C10dTransport {
+            post_mortem: PostMortem::new(
+                Arc::clone(&store) as Arc<dyn Store>,
+                "postmortem",
+                pg.rank,
+                pg.world,
+            ),
             pg,
-            lock: Mutex::new(false),
+            state: Mutex::new(State::default()),
             pending: Mutex::new(Vec::new()),
-            store,
+            _store: store,
         }
     }
 
@@ -88,91 +103,65 @@ impl C10dTransport {
         }
     }
 
-    /// Turns a failed operation into core's error, naming the ranks that did
-    /// not check in after it (see the type's docs).
-    fn failed(&self, start: Instant, deadline: Deadline, e: C10dError) -> Error {
+    /// Turns failed operation `op` into core's error, naming the ranks not
+    /// in it (see the type's docs).
+    fn failed(&self, Op { op, start, deadline }: Op, e: C10dError) -> Error {
         let network = matches!(e, C10dError::Torch { network: true, .. });
         let timeout = matches!(e, C10dError::Torch { timeout: true, .. });
         if !(network || timeout) {
             return e.into();
         }
-        // Ranks may fail in different operations (one in a lengths round,
-        // another in the padded round), and a transport fails only once: the
-        // key is per rank, not per operation.
-        let me = self.pg.rank;
-        let key = |r: u32| format!("postmortem/{r}");
         // Live peers check in when they fail too: at once after a broken
-        // connection, at the latest at this operation's deadline (they may be
-        // blocked on a rank that is itself reporting). Wait for them until
-        // then, plus the post-mortem window.
+        // connection, at the latest at this operation's deadline (they may
+        // be blocked on a rank that is itself reporting).
         let until = Instant::now().max(deadline.instant()) + LATE_CHECK_IN;
-        let mut silent: Vec<u32> = (0..self.pg.world).filter(|&r| r != me).collect();
-        if self
-            .store
-            .set(&key(me), b"", Deadline::after(CHECK_IN_LIMIT))
-            .is_ok()
-        {
-            // One silent rank, quiet for the post-mortem window, is the usual
-            // single failure: stop there. Several silent ranks may include
-            // live ones blocked until their deadline: wait for them.
-            let mut changed = Instant::now();
-            while !silent.is_empty() && Instant::now() < until {
-                let before = silent.len();
-                let left = until.saturating_duration_since(Instant::now());
-                silent.retain(|&r| !self.store.check_within(&key(r), left).unwrap_or(false));
-                if silent.len() != before {
-                    changed = Instant::now();
-                }
-                if silent.len() == 1 && changed.elapsed() >= POST_MORTEM {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        }
-        tracing::debug!(error = %e, ?silent, "c10d operation failed");
-        if network && !silent.is_empty() {
-            Error::PeerLost {
-                ranks: silent,
-                reason: compiler_collectives_core::PeerLoss::Disconnected,
-                detail: e.to_string(),
-                during: None,
-            }
-        } else if timeout {
-            Error::Timeout {
-                missing_ranks: silent,
-                waited: start.elapsed(),
-                during: None,
-            }
-        } else {
-            e.into()
+        let quiet = network.then_some(toolkit::POST_MORTEM);
+        let absent = self.post_mortem.account(op, until, quiet);
+        tracing::debug!(error = %e, ?absent, "c10d operation failed");
+        match absent.into_error(network && !timeout, start.elapsed(), &e.to_string()) {
+            Some(err) => err,
+            None if timeout => Error::timeout(Vec::new(), Vec::new(), start.elapsed()),
+            None => e.into(),
         }
     }
 
     /// One c10d allgather of equal-sized byte strings, concatenated rank 0
     /// first; a failure goes through the post-mortem (`start`: when the
     /// operation began). The caller holds the guard.
-    fn gather_bytes(
-        &self,
-        data: &[u8],
-        start: Instant,
-        deadline: Deadline,
-    ) -> compiler_collectives_core::Result<Vec<u8>> {
+    fn gather_bytes(&self, data: &[u8], op: Op) -> compiler_collectives_core::Result<Vec<u8>> {
         let parts = self
             .pg
-            .all_gather(&Tensor::from_slice(data), deadline.remaining())
-            .map_err(|e| self.failed(start, deadline, e))?;
+            .all_gather(&Tensor::from_slice(data), op.deadline.remaining())
+            .map_err(|e| self.failed(op, e))?;
         Ok(parts.iter().flat_map(bytes_of).collect())
     }
 
-    fn guard(&self) -> compiler_collectives_core::Result<std::sync::MutexGuard<'_, bool>> {
+    /// This transport's state, locked, unless it is shut down.
+    fn guard(&self) -> compiler_collectives_core::Result<MutexGuard<'_, State>> {
         self.reap();
-        let g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
-        if *g {
-            return Err(Error::InvalidArgument(
-                "this c10d transport is shut down".into(),
-            ));
+        let g = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if g.shut {
+            return Err(toolkit::shut_down(self.pg.rank));
         }
         Ok(g)
+    }
+
+    /// Runs the next collective, numbered, under the guard.
+    fn collective<T>(
+        &self,
+        deadline: Deadline,
+        body: impl FnOnce(Op) -> compiler_collectives_core::Result<T>,
+    ) -> compiler_collectives_core::Result<T> {
+        let mut g = self.guard()?;
+        g.op += 1;
+        let op = g.op;
+        let out = body(Op {
+            op,
+            start: Instant::now(),
+            deadline,
+        })?;
+        g.done = op;
+        Ok(out)
     }
 }
 
@@ -215,12 +204,10 @@ impl Transport for C10dTransport {
         max_bytes: usize,
         deadline: Deadline,
     ) -> compiler_collectives_core::Result<Vec<Vec<u8>>> {
-        let _g = self.guard()?;
-        let start = Instant::now();
         // The lengths round carries every rank's limit too, so every rank
         // applies the smallest one and all take the same branch.
-        compiler_collectives_core::toolkit::all_gather_varlen(data, max_bytes, deadline, |b, d| {
-            self.gather_bytes(b, start, d)
+        self.collective(deadline, |op| {
+            toolkit::all_gather_varlen(data, max_bytes, deadline, |b, _| self.gather_bytes(b, op))
         })
     }
 
@@ -229,8 +216,7 @@ impl Transport for C10dTransport {
         data: &[u8],
         deadline: Deadline,
     ) -> compiler_collectives_core::Result<Vec<u8>> {
-        let _g = self.guard()?;
-        self.gather_bytes(data, Instant::now(), deadline)
+        self.collective(deadline, |op| self.gather_bytes(data, op))
     }
 
     fn broadcast(
@@ -240,38 +226,38 @@ impl Transport for C10dTransport {
         max_bytes: usize,
         deadline: Deadline,
     ) -> compiler_collectives_core::Result<Vec<u8>> {
-        compiler_collectives_core::toolkit::check_root(root, self.pg.world)?;
-        let _g = self.guard()?;
-        let start = Instant::now();
-        let mine = if root == self.pg.rank { data } else { &[] };
-        let mut len = Tensor::from_slice(&[as_i64(mine.len())]);
-        self.pg
-            .broadcast(&mut len, root, deadline.remaining())
-            .map_err(|e| self.failed(start, deadline, e))?;
-        let n = usize::try_from(len.int64_value(&[0])).unwrap_or(usize::MAX);
-        if n > max_bytes {
-            return Err(Error::message_too_large(root, n, max_bytes));
-        }
-        if n == 0 {
-            return Ok(Vec::new());
-        }
-        let mut body = if root == self.pg.rank {
-            Tensor::from_slice(mine)
-        } else {
-            Tensor::zeros([as_i64(n)], (Kind::Uint8, tch::Device::Cpu))
-        };
-        self.pg
-            .broadcast(&mut body, root, deadline.remaining())
-            .map_err(|e| self.failed(start, deadline, e))?;
-        Ok(bytes_of(&body))
+        toolkit::check_root(root, self.pg.world)?;
+        self.collective(deadline, |op| {
+            let mine = if root == self.pg.rank { data } else { &[] };
+            let mut len = Tensor::from_slice(&[as_i64(mine.len())]);
+            self.pg
+                .broadcast(&mut len, root, deadline.remaining())
+                .map_err(|e| self.failed(op, e))?;
+            let n = usize::try_from(len.int64_value(&[0])).unwrap_or(usize::MAX);
+            if n > max_bytes {
+                return Err(Error::message_too_large(root, n, max_bytes));
+            }
+            if n == 0 {
+                return Ok(Vec::new());
+            }
+            let mut body = if root == self.pg.rank {
+                Tensor::from_slice(mine)
+            } else {
+                Tensor::zeros([as_i64(n)], (Kind::Uint8, tch::Device::Cpu))
+            };
+            self.pg
+                .broadcast(&mut body, root, deadline.remaining())
+                .map_err(|e| self.failed(op, e))?;
+            Ok(bytes_of(&body))
+        })
     }
 
     fn barrier(&self, deadline: Deadline) -> compiler_collectives_core::Result<()> {
-        let _g = self.guard()?;
-        let start = Instant::now();
-        self.pg
-            .barrier(deadline.remaining())
-            .map_err(|e| self.failed(start, deadline, e))
+        self.collective(deadline, |op| {
+            self.pg
+                .barrier(deadline.remaining())
+                .map_err(|e| self.failed(op, e))
+        })
     }
 
     fn send(
@@ -281,7 +267,7 @@ impl Transport for C10dTransport {
         data: &[u8],
         deadline: Deadline,
     ) -> compiler_collectives_core::Result<()> {
-        compiler_collectives_core::toolkit::check_peer(peer, self.pg.rank, self.pg.world)?;
+        toolkit::check_peer(peer, self.pg.rank, self.pg.world)?;
         let _g = self.guard()?;
         let _ = deadline;
         let len = self
@@ -302,13 +288,19 @@ impl Transport for C10dTransport {
         max_bytes: usize,
         deadline: Deadline,
     ) -> compiler_collectives_core::Result<Vec<u8>> {
-        compiler_collectives_core::toolkit::check_peer(peer, self.pg.rank, self.pg.world)?;
-        let _g = self.guard()?;
-        let start = Instant::now();
+        toolkit::check_peer(peer, self.pg.rank, self.pg.world)?;
+        let g = self.guard()?;
+        // Point-to-point is not numbered: a failure here is accounted for
+        // at the next collective's number.
+        let op = Op {
+            op: g.op + 1,
+            start: Instant::now(),
+            deadline,
+        };
         let mut len = Tensor::zeros([1], (Kind::Int64, tch::Device::Cpu));
         self.pg
             .recv(&mut len, peer, tag, deadline.remaining())
-            .map_err(|e| self.failed(start, deadline, e))?;
+            .map_err(|e| self.failed(op, e))?;
         let n = usize::try_from(len.int64_value(&[0])).unwrap_or(usize::MAX);
         if n > max_bytes {
             return Err(Error::message_too_large(peer, n, max_bytes));
@@ -319,13 +311,20 @@ impl Transport for C10dTransport {
         let mut body = Tensor::zeros([as_i64(n)], (Kind::Uint8, tch::Device::Cpu));
         self.pg
             .recv(&mut body, peer, tag, deadline.remaining())
-            .map_err(|e| self.failed(start, deadline, e))?;
+            .map_err(|e| self.failed(op, e))?;
         Ok(bytes_of(&body))
     }
 
+    /// Lets peers take this rank's sends, then records in the store that
+    /// this rank left (how many collectives it completed), so that a peer
+    /// waiting for it names it as shut down.
     fn shutdown(&self) -> compiler_collectives_core::Result<()> {
         self.drain();
-        *self.lock.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if !g.shut {
+            g.shut = true;
+            self.post_mortem.leave(PeerLoss::Shutdown, g.done);
+        }
         Ok(())
     }
 }
