@@ -22,38 +22,12 @@ use compiler_collectives_core::shapes::{FrameState, Observation, Override, Sourc
 use compiler_collectives_core::Error;
 use std::collections::BTreeMap;
 
+mod common;
+use common::observation;
+
 // ---------------------------------------------------------------------------
 // Notation
 // ---------------------------------------------------------------------------
-
-fn tuple(s: &str) -> Vec<u64> {
-    let inner = s
-        .strip_prefix('(')
-        .and_then(|t| t.strip_suffix(')'))
-        .unwrap_or_else(|| panic!("bad tuple {s:?}"));
-    inner
-        .split(',')
-        .map(str::trim)
-        .filter(|p| !p.is_empty())
-        .map(|p| p.parse().unwrap_or_else(|_| panic!("bad number {p:?}")))
-        .collect()
-}
-
-fn observation(s: &str) -> Observation {
-    if s == "none" {
-        return Observation::None;
-    }
-    if let Some(v) = s.strip_prefix("i(").and_then(|t| t.strip_suffix(')')) {
-        return Observation::Int(v.parse().unwrap_or_else(|_| panic!("bad int {s:?}")));
-    }
-    let t = s
-        .strip_prefix('t')
-        .unwrap_or_else(|| panic!("bad observation {s:?}"));
-    match t.split_once('/') {
-        Some((sizes, strides)) => Observation::strided(tuple(sizes), tuple(strides)),
-        None => Observation::tensor(tuple(t)),
-    }
-}
 
 /// `"x=t(5,10) n=i(3)"` → inputs.
 fn inputs(s: &str) -> Inputs {

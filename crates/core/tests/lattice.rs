@@ -23,6 +23,9 @@ use compiler_collectives_core::shapes::{
 };
 use proptest::prelude::*;
 
+mod common;
+use common::observation;
+
 // ---------------------------------------------------------------------------
 // Notation
 // ---------------------------------------------------------------------------
@@ -113,22 +116,6 @@ fn show(e: &SizeEntry) -> String {
     format!("{} {} {}", e.scalar, e.size, e.stride)
 }
 
-fn observation(s: &str) -> Observation {
-    if s == "none" {
-        return Observation::None;
-    }
-    if let Some(v) = s.strip_prefix("i(").and_then(|t| t.strip_suffix(')')) {
-        return Observation::Int(int(v));
-    }
-    let t = s
-        .strip_prefix('t')
-        .unwrap_or_else(|| panic!("bad observation {s:?}"));
-    match t.split_once('/') {
-        Some((sizes, strides)) => Observation::strided(nums(sizes), nums(strides)),
-        None => Observation::tensor(nums(t)),
-    }
-}
-
 /// The entry an observation (or an `md(ndim,dim)` hint) records.
 fn observed(s: &str) -> SizeEntry {
     match s.strip_prefix("md") {
@@ -166,39 +153,52 @@ fn join_observed(list: &str) -> SizeEntry {
 // §4.1 atom and tuple joins
 // ---------------------------------------------------------------------------
 
-fn check_atom(a: &str, b: &str, expect: &str) {
-    let (x, y) = (atom(a, int), atom(b, int));
-    assert_eq!(x.join(&y).to_string(), expect, "{a} ⊔ {b}");
-    assert_eq!(y.join(&x).to_string(), expect, "{b} ⊔ {a}");
+/// Joins each `(a, b, expect)` both ways: `a ⊔ b` and `b ⊔ a` display as `expect`.
+fn check_joins<T: std::fmt::Display>(
+    parse: impl Fn(&str) -> T,
+    join: impl Fn(&T, &T) -> T,
+    cases: &[(&str, &str, &str)],
+) {
+    for &(a, b, expect) in cases {
+        let (x, y) = (parse(a), parse(b));
+        assert_eq!(join(&x, &y).to_string(), expect, "{a} ⊔ {b}");
+        assert_eq!(join(&y, &x).to_string(), expect, "{b} ⊔ {a}");
+    }
 }
 
 #[test]
 fn atom_join() {
-    // Unset ⊔ y = y; x ⊔ Unset = x
-    check_atom("?", "?", "?");
-    check_atom("?", "3", "3");
-    check_atom("3", "?", "3");
-    check_atom("?", "Dyn", "Dyn");
-    check_atom("Dyn", "?", "Dyn");
-    check_atom("?", "0", "0");
-    check_atom("?", "-7", "-7");
-    // Dynamic absorbs
-    check_atom("Dyn", "Dyn", "Dyn");
-    check_atom("Dyn", "3", "Dyn");
-    check_atom("3", "Dyn", "Dyn");
-    // equal ⇒ x (scalar 3 ⊔ 3 = 3)
-    check_atom("3", "3", "3");
-    check_atom("0", "0", "0");
-    check_atom("-1", "-1", "-1");
-    check_atom(
-        "9223372036854775807",
-        "9223372036854775807",
-        "9223372036854775807",
+    check_joins(
+        |s| atom(s, int),
+        Atom::join,
+        &[
+            // Unset ⊔ y = y; x ⊔ Unset = x
+            ("?", "?", "?"),
+            ("?", "3", "3"),
+            ("3", "?", "3"),
+            ("?", "Dyn", "Dyn"),
+            ("Dyn", "?", "Dyn"),
+            ("?", "0", "0"),
+            ("?", "-7", "-7"),
+            // Dynamic absorbs
+            ("Dyn", "Dyn", "Dyn"),
+            ("Dyn", "3", "Dyn"),
+            ("3", "Dyn", "Dyn"),
+            // equal ⇒ x (scalar 3 ⊔ 3 = 3)
+            ("3", "3", "3"),
+            ("0", "0", "0"),
+            ("-1", "-1", "-1"),
+            (
+                "9223372036854775807",
+                "9223372036854775807",
+                "9223372036854775807",
+            ),
+            // unequal ⇒ Dynamic (scalar 3 ⊔ 4 = Dyn)
+            ("3", "4", "Dyn"),
+            ("0", "1", "Dyn"),
+            ("-1", "1", "Dyn"),
+        ],
     );
-    // unequal ⇒ Dynamic (scalar 3 ⊔ 4 = Dyn)
-    check_atom("3", "4", "Dyn");
-    check_atom("0", "1", "Dyn");
-    check_atom("-1", "1", "Dyn");
 }
 
 #[test]
@@ -211,63 +211,63 @@ fn atom_accessors() {
     assert_eq!(Atom::<i64>::Dynamic.value(), None);
 }
 
-fn check_dims(a: &str, b: &str, expect: &str) {
-    let (x, y) = (dims(a, num), dims(b, num));
-    assert_eq!(x.join(&y).to_string(), expect, "{a} ⊔ {b}");
-    assert_eq!(y.join(&x).to_string(), expect, "{b} ⊔ {a}");
-}
-
 #[test]
 fn dims_join() {
-    // Unset is the identity
-    check_dims("?", "?", "?");
-    check_dims("?", "(5,10)", "(5,10)");
-    check_dims("(5,10)", "?", "(5,10)");
-    check_dims("?", "Dyn", "Dyn");
-    check_dims("?", "()", "()");
-    check_dims("?", "(?,Dyn)", "(?,Dyn)");
-    // Dynamic absorbs
-    check_dims("Dyn", "Dyn", "Dyn");
-    check_dims("Dyn", "(5,10)", "Dyn");
-    check_dims("(5,10)", "Dyn", "Dyn");
-    check_dims("Dyn", "()", "Dyn");
-    // different lengths ⇒ whole tuple Dynamic ((4,2) ⊔ (3,) = Dyn)
-    check_dims("(4,2)", "(3,)", "Dyn");
-    check_dims("(4,2)", "(4,2,1)", "Dyn");
-    check_dims("()", "(1,)", "Dyn");
-    check_dims("(?,Dyn)", "(?,Dyn,?)", "Dyn");
-    // element-wise ((5,10) ⊔ (6,10) = (Dyn,10))
-    check_dims("(5,10)", "(6,10)", "(Dyn,10)");
-    check_dims("(5,10)", "(5,10)", "(5,10)");
-    check_dims("(5,10)", "(6,11)", "(Dyn,Dyn)");
-    check_dims("(3,)", "(3,)", "(3,)");
-    check_dims("(3,)", "(4,)", "(Dyn,)");
-    check_dims("()", "()", "()");
-    check_dims("(?,10)", "(5,?)", "(5,10)");
-    check_dims("(?,Dyn)", "(5,10)", "(5,Dyn)");
-    check_dims("(Dyn,?)", "(?,Dyn)", "(Dyn,Dyn)");
-    check_dims("(1,2,3,4)", "(1,0,3,5)", "(1,Dyn,3,Dyn)");
-}
-
-fn check_stride_dims(a: &str, b: &str, expect: &str) {
-    let (x, y) = (dims(a, stride), dims(b, stride));
-    assert_eq!(x.join(&y).to_string(), expect, "{a} ⊔ {b}");
-    assert_eq!(y.join(&x).to_string(), expect, "{b} ⊔ {a}");
+    check_joins(
+        |s| dims(s, num),
+        Dims::join,
+        &[
+            // Unset is the identity
+            ("?", "?", "?"),
+            ("?", "(5,10)", "(5,10)"),
+            ("(5,10)", "?", "(5,10)"),
+            ("?", "Dyn", "Dyn"),
+            ("?", "()", "()"),
+            ("?", "(?,Dyn)", "(?,Dyn)"),
+            // Dynamic absorbs
+            ("Dyn", "Dyn", "Dyn"),
+            ("Dyn", "(5,10)", "Dyn"),
+            ("(5,10)", "Dyn", "Dyn"),
+            ("Dyn", "()", "Dyn"),
+            // different lengths ⇒ whole tuple Dynamic ((4,2) ⊔ (3,) = Dyn)
+            ("(4,2)", "(3,)", "Dyn"),
+            ("(4,2)", "(4,2,1)", "Dyn"),
+            ("()", "(1,)", "Dyn"),
+            ("(?,Dyn)", "(?,Dyn,?)", "Dyn"),
+            // element-wise ((5,10) ⊔ (6,10) = (Dyn,10))
+            ("(5,10)", "(6,10)", "(Dyn,10)"),
+            ("(5,10)", "(5,10)", "(5,10)"),
+            ("(5,10)", "(6,11)", "(Dyn,Dyn)"),
+            ("(3,)", "(3,)", "(3,)"),
+            ("(3,)", "(4,)", "(Dyn,)"),
+            ("()", "()", "()"),
+            ("(?,10)", "(5,?)", "(5,10)"),
+            ("(?,Dyn)", "(5,10)", "(5,Dyn)"),
+            ("(Dyn,?)", "(?,Dyn)", "(Dyn,Dyn)"),
+            ("(1,2,3,4)", "(1,0,3,5)", "(1,Dyn,3,Dyn)"),
+        ],
+    );
 }
 
 #[test]
 fn stride_dims_join() {
-    // InferStride(j) equals only InferStride(j)
-    check_stride_dims("(S(1),1)", "(S(1),1)", "(S(1),1)");
-    check_stride_dims("(S(1),1)", "(S(2),1)", "(Dyn,1)");
-    check_stride_dims("(S(1),1)", "(3,1)", "(Dyn,1)");
-    check_stride_dims("(S(1),1)", "(1,1)", "(Dyn,1)");
-    check_stride_dims("(S(0),1)", "(0,1)", "(Dyn,1)");
-    check_stride_dims("(S(1),1)", "(1,S(0))", "(Dyn,Dyn)");
-    check_stride_dims("(6,1)", "(S(1),1)", "(Dyn,1)");
-    check_stride_dims("(S(1),1)", "?", "(S(1),1)");
-    check_stride_dims("(S(1),1)", "Dyn", "Dyn");
-    check_stride_dims("(S(1),1)", "(1,)", "Dyn");
+    check_joins(
+        |s| dims(s, stride),
+        Dims::join,
+        &[
+            // InferStride(j) equals only InferStride(j)
+            ("(S(1),1)", "(S(1),1)", "(S(1),1)"),
+            ("(S(1),1)", "(S(2),1)", "(Dyn,1)"),
+            ("(S(1),1)", "(3,1)", "(Dyn,1)"),
+            ("(S(1),1)", "(1,1)", "(Dyn,1)"),
+            ("(S(0),1)", "(0,1)", "(Dyn,1)"),
+            ("(S(1),1)", "(1,S(0))", "(Dyn,Dyn)"),
+            ("(6,1)", "(S(1),1)", "(Dyn,1)"),
+            ("(S(1),1)", "?", "(S(1),1)"),
+            ("(S(1),1)", "Dyn", "Dyn"),
+            ("(S(1),1)", "(1,)", "Dyn"),
+        ],
+    );
 }
 
 #[test]
@@ -585,51 +585,48 @@ fn check_decide(e: &str, obs: &str, ov: &str, expect: &str) {
 
 #[test]
 fn decisions() {
-    // size dim i dynamic iff size Dynamic or size[i] Dynamic
-    check_decide("Dyn (5,10) (S(1),1)", "t(5,10)", "", "size:SS stride:SS");
-    check_decide("Dyn (Dyn,10) (S(1),1)", "t(5,10)", "", "size:DS stride:SS");
-    check_decide("Dyn (5,Dyn) (S(1),1)", "t(5,10)", "", "size:SD stride:SS");
-    check_decide("Dyn Dyn Dyn", "t(5,10)", "", "size:DD stride:SS");
-    check_decide("? (?,Dyn) ?", "t(5,10)", "", "size:SD stride:SS");
-    check_decide("? ? ?", "t(5,10)", "", "size:SS stride:SS");
-    // stride dynamic only when every size atom is concrete
-    check_decide("Dyn (5,10) (Dyn,Dyn)", "t(5,10)", "", "size:SS stride:DD");
-    check_decide("Dyn (5,10) (Dyn,1)", "t(5,10)", "", "size:SS stride:DS");
-    check_decide("Dyn (5,10) Dyn", "t(5,10)", "", "size:SS stride:DD");
-    check_decide("Dyn (Dyn,10) (Dyn,Dyn)", "t(5,10)", "", "size:DS stride:SS");
-    check_decide("Dyn (?,10) (Dyn,Dyn)", "t(5,10)", "", "size:SS stride:SS");
-    check_decide("Dyn Dyn (Dyn,Dyn)", "t(5,10)", "", "size:DD stride:SS");
-    check_decide("Dyn (5,10) ?", "t(5,10)", "", "size:SS stride:SS");
-    // scalar dynamic iff Dynamic
-    check_decide("3 Dyn Dyn", "i(3)", "", "int:S");
-    check_decide("Dyn Dyn Dyn", "i(3)", "", "int:D");
-    check_decide("? ? ?", "i(3)", "", "int:S");
-    check_decide("? (Dyn,) ?", "i(3)", "", "int:S");
-    // None
-    check_decide("Dyn Dyn Dyn", "none", "", "none");
-    check_decide("Dyn Dyn Dyn", "none", "fd", "none");
-    // overrides beat the merge
-    check_decide(
-        "Dyn (Dyn,Dyn) (S(1),1)",
-        "t(5,10)",
-        "fs",
-        "size:SS stride:SS",
-    );
-    check_decide("Dyn Dyn Dyn", "t(5,10)", "fs", "size:SS stride:SS");
-    check_decide("Dyn (5,10) (Dyn,Dyn)", "t(5,10)", "fs", "size:SS stride:SS");
-    check_decide("Dyn (5,10) (S(1),1)", "t(5,10)", "fd", "size:DD stride:SS");
-    check_decide("? ? ?", "t(5,10)", "fd", "size:DD stride:SS");
-    check_decide("Dyn Dyn Dyn", "i(3)", "fs", "int:S");
-    check_decide("3 Dyn Dyn", "i(3)", "fd", "int:D");
-    // the observation decides the number of dimensions
-    check_decide(
-        "Dyn (Dyn,10) (S(1),1)",
-        "t(5,10,2)",
-        "",
-        "size:DSS stride:SSS",
-    );
-    check_decide("Dyn () ()", "t()", "", "size: stride:");
-    check_decide("Dyn () ()", "t()", "fd", "size: stride:");
+    // (entry, observation, override, decision), one line per case
+    #[rustfmt::skip]
+    let cases: &[(&str, &str, &str, &str)] = &[
+        // size dim i dynamic iff size Dynamic or size[i] Dynamic
+        ("Dyn (5,10) (S(1),1)", "t(5,10)", "", "size:SS stride:SS"),
+        ("Dyn (Dyn,10) (S(1),1)", "t(5,10)", "", "size:DS stride:SS"),
+        ("Dyn (5,Dyn) (S(1),1)", "t(5,10)", "", "size:SD stride:SS"),
+        ("Dyn Dyn Dyn", "t(5,10)", "", "size:DD stride:SS"),
+        ("? (?,Dyn) ?", "t(5,10)", "", "size:SD stride:SS"),
+        ("? ? ?", "t(5,10)", "", "size:SS stride:SS"),
+        // stride dynamic only when every size atom is concrete
+        ("Dyn (5,10) (Dyn,Dyn)", "t(5,10)", "", "size:SS stride:DD"),
+        ("Dyn (5,10) (Dyn,1)", "t(5,10)", "", "size:SS stride:DS"),
+        ("Dyn (5,10) Dyn", "t(5,10)", "", "size:SS stride:DD"),
+        ("Dyn (Dyn,10) (Dyn,Dyn)", "t(5,10)", "", "size:DS stride:SS"),
+        ("Dyn (?,10) (Dyn,Dyn)", "t(5,10)", "", "size:SS stride:SS"),
+        ("Dyn Dyn (Dyn,Dyn)", "t(5,10)", "", "size:DD stride:SS"),
+        ("Dyn (5,10) ?", "t(5,10)", "", "size:SS stride:SS"),
+        // scalar dynamic iff Dynamic
+        ("3 Dyn Dyn", "i(3)", "", "int:S"),
+        ("Dyn Dyn Dyn", "i(3)", "", "int:D"),
+        ("? ? ?", "i(3)", "", "int:S"),
+        ("? (Dyn,) ?", "i(3)", "", "int:S"),
+        // None
+        ("Dyn Dyn Dyn", "none", "", "none"),
+        ("Dyn Dyn Dyn", "none", "fd", "none"),
+        // overrides beat the merge
+        ("Dyn (Dyn,Dyn) (S(1),1)", "t(5,10)", "fs", "size:SS stride:SS"),
+        ("Dyn Dyn Dyn", "t(5,10)", "fs", "size:SS stride:SS"),
+        ("Dyn (5,10) (Dyn,Dyn)", "t(5,10)", "fs", "size:SS stride:SS"),
+        ("Dyn (5,10) (S(1),1)", "t(5,10)", "fd", "size:DD stride:SS"),
+        ("? ? ?", "t(5,10)", "fd", "size:DD stride:SS"),
+        ("Dyn Dyn Dyn", "i(3)", "fs", "int:S"),
+        ("3 Dyn Dyn", "i(3)", "fd", "int:D"),
+        // the observation decides the number of dimensions
+        ("Dyn (Dyn,10) (S(1),1)", "t(5,10,2)", "", "size:DSS stride:SSS"),
+        ("Dyn () ()", "t()", "", "size: stride:"),
+        ("Dyn () ()", "t()", "fd", "size: stride:"),
+    ];
+    for &(e, obs, ov, expect) in cases {
+        check_decide(e, obs, ov, expect);
+    }
 }
 
 /// The full path: observations → join → decide.
