@@ -21,8 +21,24 @@ fn ccol_run(args: &[&str]) -> (Output, Duration) {
     (out, start.elapsed())
 }
 
+/// `ccol run --nproc-per-node NPROC OPTIONS... sh -c SCRIPT`.
+fn ccol_sh(nproc: &str, options: &[&str], script: &str) -> (Output, Duration) {
+    let mut args = vec!["--nproc-per-node", nproc];
+    args.extend_from_slice(options);
+    args.extend(["sh", "-c", script]);
+    ccol_run(&args)
+}
+
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Asserts that the launcher exited with `code` within 5 s; its stderr.
+fn exited_within_5s(out: &Output, took: Duration, code: i32) -> String {
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "{stderr}");
+    assert!(took < Duration::from_secs(5), "took {took:?}: {stderr}");
+    stderr
 }
 
 /// `rank -> fields` of every stdout line `[rank R] env F1 F2 ...`.
@@ -45,16 +61,7 @@ const PRINT_ENV: &str = "echo env $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZ
 
 #[test]
 fn every_rank_gets_torchruns_environment() {
-    let (out, _) = ccol_run(&[
-        "--nproc-per-node",
-        "3",
-        "--run-id",
-        "job42",
-        "--",
-        "sh",
-        "-c",
-        PRINT_ENV,
-    ]);
+    let (out, _) = ccol_sh("3", &["--run-id", "job42", "--"], PRINT_ENV);
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
     let ranks = env_lines(&stdout);
@@ -96,15 +103,7 @@ fn every_rank_gets_torchruns_environment() {
 
 #[test]
 fn default_run_id_is_shared_and_master_port_is_honoured() {
-    let (out, _) = ccol_run(&[
-        "--nproc-per-node",
-        "2",
-        "--master-port",
-        "29611",
-        "sh",
-        "-c",
-        PRINT_ENV,
-    ]);
+    let (out, _) = ccol_sh("2", &["--master-port", "29611"], PRINT_ENV);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let ranks = env_lines(&text(&out.stdout));
     assert_eq!(ranks.len(), 2);
@@ -116,13 +115,11 @@ fn default_run_id_is_shared_and_master_port_is_honoured() {
 
 #[test]
 fn output_lines_are_prefixed_per_stream() {
-    let (out, _) = ccol_run(&[
-        "--nproc-per-node",
+    let (out, _) = ccol_sh(
         "2",
-        "sh",
-        "-c",
+        &[],
         "echo one; echo two; echo oops >&2; printf 'no newline'",
-    ]);
+    );
     assert_eq!(out.status.code(), Some(0));
     let mut stdout: Vec<String> = text(&out.stdout).lines().map(str::to_string).collect();
     stdout.sort();
@@ -151,16 +148,12 @@ fn output_lines_are_prefixed_per_stream() {
 
 #[test]
 fn a_failing_rank_stops_the_others_and_sets_the_exit_code() {
-    let (out, took) = ccol_run(&[
-        "--nproc-per-node",
+    let (out, took) = ccol_sh(
         "3",
-        "sh",
-        "-c",
+        &[],
         r#"if [ "$RANK" = 1 ]; then sleep 0.2; exit 7; fi; sleep 30"#,
-    ]);
-    let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(7), "{stderr}");
-    assert!(took < Duration::from_secs(5), "took {took:?}: {stderr}");
+    );
+    let stderr = exited_within_5s(&out, took, 7);
     assert!(
         stderr.contains("rank 1 failed first: it exited with code 7"),
         "{stderr}"
@@ -170,16 +163,12 @@ fn a_failing_rank_stops_the_others_and_sets_the_exit_code() {
 
 #[test]
 fn a_rank_killed_by_a_signal_exits_1_and_names_the_signal() {
-    let (out, took) = ccol_run(&[
-        "--nproc-per-node",
+    let (out, took) = ccol_sh(
         "2",
-        "sh",
-        "-c",
+        &[],
         r#"if [ "$RANK" = 0 ]; then kill -KILL $$; fi; sleep 30"#,
-    ]);
-    let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(took < Duration::from_secs(5), "took {took:?}");
+    );
+    let stderr = exited_within_5s(&out, took, 1);
     assert!(
         stderr.contains("rank 0 failed first: it was killed by signal 9 (SIGKILL)"),
         "{stderr}"
@@ -188,19 +177,13 @@ fn a_rank_killed_by_a_signal_exits_1_and_names_the_signal() {
 
 #[test]
 fn a_rank_that_ignores_sigterm_gets_sigkill_after_the_grace_period() {
-    let (out, took) = ccol_run(&[
-        "--nproc-per-node",
+    let (out, took) = ccol_sh(
         "2",
-        "--grace-period",
-        "0.5",
-        "sh",
-        "-c",
+        &["--grace-period", "0.5"],
         r#"if [ "$RANK" = 1 ]; then sleep 0.2; exit 3; fi; trap '' TERM; sleep 30"#,
-    ]);
-    let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    );
+    exited_within_5s(&out, took, 3);
     assert!(took >= Duration::from_millis(500), "took {took:?}");
-    assert!(took < Duration::from_secs(5), "took {took:?}: {stderr}");
 }
 
 #[test]
@@ -210,10 +193,8 @@ fn the_failed_ranks_error_file_is_printed() {
   exit 1
 fi
 sleep 30"#;
-    let (out, took) = ccol_run(&["--nproc-per-node", "2", "sh", "-c", script]);
-    let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(took < Duration::from_secs(5), "took {took:?}");
+    let (out, took) = ccol_sh("2", &[], script);
+    let stderr = exited_within_5s(&out, took, 1);
     assert!(
         stderr.contains("rank 1 error: RuntimeError: shapes disagree"),
         "{stderr}"
@@ -274,13 +255,7 @@ fn sigterm_to_the_launcher_stops_the_ranks() {
 
 #[test]
 fn a_background_process_holding_the_output_does_not_hang_the_launcher() {
-    let (out, took) = ccol_run(&[
-        "--nproc-per-node",
-        "1",
-        "sh",
-        "-c",
-        "sleep 30 & echo started",
-    ]);
+    let (out, took) = ccol_sh("1", &[], "sleep 30 & echo started");
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert_eq!(text(&out.stdout), "[rank 0] started\n");

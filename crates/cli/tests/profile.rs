@@ -168,22 +168,29 @@ fn profile_merge_and_diff() {
     assert!(err.contains("bad.ccol") && err.contains("corrupt"), "{err}");
 }
 
+/// Scenario 8 with collectives on and each rank's trace written under
+/// `traces`, plus `flags` (guard votes on or off, `--json`).
+fn traced_guard_collectives(traces: &Path, flags: &[&str]) -> Output {
+    let file = scenario("08_guard_collectives.json");
+    let mut args = vec![
+        "scenario",
+        "run",
+        s(&file),
+        "--collectives",
+        "--trace",
+        s(traces),
+    ];
+    args.extend_from_slice(flags);
+    ccol(&args)
+}
+
 #[test]
 fn ccol_trace_names_the_first_diverging_exchange_of_a_desynced_run() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let traces = tmp.path().join("traces");
     // Scenario 8 with collectives on and votes off: rank 1 misses alone at
     // step 1 and enters exchange #1, which rank 0 never does.
-    let out = ccol(&[
-        "scenario",
-        "run",
-        s(&scenario("08_guard_collectives.json")),
-        "--collectives",
-        "--no-guard-collectives",
-        "--trace",
-        s(&traces),
-        "--json",
-    ]);
+    let out = traced_guard_collectives(&traces, &["--no-guard-collectives", "--json"]);
     assert_eq!(out.status.code(), Some(3));
     let out = ccol(&[
         "trace",
@@ -213,15 +220,7 @@ fn ccol_trace_names_the_first_diverging_exchange_of_a_desynced_run() {
     assert!(row.ends_with("<== first divergence"), "{text}");
     // The same run with guard votes on stays in step: the traces agree.
     let agree = tmp.path().join("agree");
-    let out = ccol(&[
-        "scenario",
-        "run",
-        s(&scenario("08_guard_collectives.json")),
-        "--collectives",
-        "--guard-collectives",
-        "--trace",
-        s(&agree),
-    ]);
+    let out = traced_guard_collectives(&agree, &["--guard-collectives"]);
     assert_eq!(out.status.code(), Some(0));
     let out = ccol(&["trace", s(&agree)]);
     assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
@@ -401,24 +400,31 @@ fn sigkill_during_saves_never_leaves_a_corrupt_or_partial_file() {
     assert!(left.is_empty(), "{left:?}");
 }
 
+/// `ccol scenario run` of scenario 9 with `--json`, without this process's
+/// timeout and job id variables.
+fn seq_len_json_run() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_ccol"));
+    c.args([
+        "scenario",
+        "run",
+        s(&scenario("09_issue_seq_len.json")),
+        "--json",
+    ])
+    .env_remove("CCOL_TIMEOUT_S")
+    .env_remove("CCOL_JOB_ID")
+    .env_remove("TORCHELASTIC_RUN_ID");
+    c
+}
+
 #[test]
 fn the_environment_names_the_profile_per_job_and_the_trace_directory() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let root = tmp.path().join("profiles");
     let traces = tmp.path().join("traces");
     let run = |job: Option<&str>| {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_ccol"));
-        c.args([
-            "scenario",
-            "run",
-            s(&scenario("09_issue_seq_len.json")),
-            "--json",
-        ])
-        .env_remove("CCOL_TIMEOUT_S")
-        .env_remove("CCOL_JOB_ID")
-        .env_remove("TORCHELASTIC_RUN_ID")
-        .env("CCOL_PROFILE_DIR", &root)
-        .env("CCOL_TRACE_DIR", &traces);
+        let mut c = seq_len_json_run();
+        c.env("CCOL_PROFILE_DIR", &root)
+            .env("CCOL_TRACE_DIR", &traces);
         if let Some(j) = job {
             c.env("TORCHELASTIC_RUN_ID", j);
         }
@@ -496,19 +502,10 @@ fn ccol_trace_names_a_divergence_at_the_largest_sequence_number() {
 fn empty_profile_variables_count_as_unset() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let run = |vars: &[(&str, &str)]| {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_ccol"));
-        c.args([
-            "scenario",
-            "run",
-            s(&scenario("09_issue_seq_len.json")),
-            "--json",
-        ])
-        .current_dir(tmp.path())
-        .env_remove("CCOL_TIMEOUT_S")
-        .env_remove("CCOL_TRACE_DIR")
-        .env_remove("CCOL_JOB_ID")
-        .env_remove("TORCHELASTIC_RUN_ID")
-        .envs(vars.iter().copied());
+        let mut c = seq_len_json_run();
+        c.current_dir(tmp.path())
+            .env_remove("CCOL_TRACE_DIR")
+            .envs(vars.iter().copied());
         let out = c.output_within(LIMIT).expect("ccol runs");
         assert_eq!(
             out.status.code(),
