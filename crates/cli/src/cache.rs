@@ -1,25 +1,17 @@
 //! The project's cache directory, and what the scripts install into it.
 //!
-//! The same resolution as `scripts/env.sh` (and the backends): `$CCOL_CACHE`,
-//! else `$XDG_CACHE_HOME/compiler-collectives`, else
-//! `~/.cache/compiler-collectives`.
+//! The same resolution as `scripts/env.sh` (and the backends), core's
+//! [`compiler_collectives::paths`]: `$CCOL_CACHE`, else
+//! `$XDG_CACHE_HOME/compiler-collectives`, else `~/.cache/compiler-collectives`.
 
 use std::path::PathBuf;
 
 /// The torch version `scripts/setup-torch.sh` installs (tch 0.26's).
 pub const TORCH_VERSION: &str = "2.13.0";
 
-/// The project's cache directory; `None` when `CCOL_CACHE`,
-/// `XDG_CACHE_HOME` and `HOME` are all unset.
-pub fn cache_dir() -> Option<PathBuf> {
-    let var = |name| std::env::var_os(name).filter(|v| !v.is_empty());
-    var("CCOL_CACHE")
-        .map(PathBuf::from)
-        .or_else(|| var("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("compiler-collectives")))
-        .or_else(|| {
-            var("HOME").map(|h| PathBuf::from(h).join(".cache").join("compiler-collectives"))
-        })
-}
+// The project's cache directory; `None` when `CCOL_CACHE`, `XDG_CACHE_HOME`
+// and `HOME` are all unset: core's one rule, re-exported where it always was.
+pub use compiler_collectives::paths::cache_dir;
 
 /// The Python with torch: `$CCOL_TORCH_PYTHON`, else the virtual
 /// environment `scripts/setup-torch.sh` made in the cache

@@ -73,6 +73,7 @@ pub mod hier;
 pub mod inprocess;
 pub mod join;
 pub mod lattice;
+pub mod paths;
 pub mod profile;
 pub mod protocol;
 pub mod runenv;

@@ -151,21 +151,13 @@ pub(crate) fn api() -> Result<&'static Api, GlooError> {
     API.get_or_init(load).as_ref().map_err(Clone::clone)
 }
 
-/// Where the adapter is written: `$CCOL_CACHE`, else `$XDG_CACHE_HOME/compiler-collectives`,
-/// else `$HOME/.cache/compiler-collectives`, else `compiler-collectives-<uid>` in the
-/// temporary directory. A directory is used only if this user owns it and nobody else can
-/// write it (see [`private_dir`]).
+/// Where the adapter is written: the project's cache directories in core's
+/// order ([`compiler_collectives_core::paths::cache_dirs`]: `$CCOL_CACHE`, else
+/// `$XDG_CACHE_HOME/compiler-collectives`, else `$HOME/.cache/compiler-collectives`),
+/// else `compiler-collectives-<uid>` in the temporary directory. A directory is
+/// used only if this user owns it and nobody else can write it (see [`private_dir`]).
 fn cache_dirs() -> Vec<PathBuf> {
-    let mut dirs = Vec::new();
-    if let Some(d) = std::env::var_os("CCOL_CACHE") {
-        dirs.push(PathBuf::from(d));
-    }
-    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
-        dirs.push(PathBuf::from(d).join("compiler-collectives"));
-    }
-    if let Some(h) = std::env::var_os("HOME") {
-        dirs.push(PathBuf::from(h).join(".cache").join("compiler-collectives"));
-    }
+    let mut dirs = compiler_collectives_core::paths::cache_dirs();
     // SAFETY: getuid has no preconditions and cannot fail.
     let uid = unsafe { libc::getuid() };
     dirs.push(std::env::temp_dir().join(format!("compiler-collectives-{uid}")));

@@ -79,16 +79,10 @@ fn wheel_dir(site: &Path) -> PathBuf {
     site.join("nvidia").join("nccl").join("lib")
 }
 
-/// The project's cache directory (`CCOL_CACHE`, else
-/// `$XDG_CACHE_HOME/compiler-collectives`, else `~/.cache/compiler-collectives`).
-pub fn cache_dir() -> Option<PathBuf> {
-    var("CCOL_CACHE").map(PathBuf::from).or_else(|| {
-        var("XDG_CACHE_HOME")
-            .map(PathBuf::from)
-            .or_else(|| var("HOME").map(|h| PathBuf::from(h).join(".cache")))
-            .map(|c| c.join("compiler-collectives"))
-    })
-}
+// The project's cache directory (`CCOL_CACHE`, else
+// `$XDG_CACHE_HOME/compiler-collectives`, else `~/.cache/compiler-collectives`):
+// core's one rule, re-exported where this crate always had it.
+pub use compiler_collectives_core::paths::cache_dir;
 
 impl NcclSearch {
     /// The default search, from the environment (module docs).
