@@ -97,25 +97,29 @@ def gen_atom(rng, value, unset_ok=True):
     return value()
 
 
+def gen_dims(rng, unset_below, dyn_below, known):
+    """"unset" when one draw is below unset_below, "dyn" below dyn_below, else known()."""
+    r = rng.random()
+    if r < unset_below:
+        return "unset"
+    if r < dyn_below:
+        return "dyn"
+    return known()
+
+
 def gen_raw(rng, base):
     scalar = rng.choice(["unset", "dyn", base["int"], rng.randint(-2, 9)])
-    r = rng.random()
-    if r < 0.25:
-        size = "unset"
-    elif r < 0.45:
-        size = "dyn"
-    else:
+
+    def sizes():
         n = base["ndim"] if rng.random() < 0.7 else rng.randint(0, 4)
-        size = [gen_atom(rng, lambda: rng.choice(SIZE_POOL)) for _ in range(n)]
-    r = rng.random()
-    if r < 0.3:
-        stride = "unset"
-    elif r < 0.5:
-        stride = "dyn"
-    else:
+        return [gen_atom(rng, lambda: rng.choice(SIZE_POOL)) for _ in range(n)]
+
+    size = gen_dims(rng, 0.25, 0.45, sizes)
+
+    def strides():
         # Reachable states: a stride tuple has the length of the size tuple.
         n = len(size) if isinstance(size, list) else rng.randint(0, 4)
-        stride = [
+        return [
             gen_atom(
                 rng,
                 lambda: {"S": rng.randrange(n)} if rng.random() < 0.3 else rng.choice([0, 1, 2, 4, 8]),
@@ -123,6 +127,8 @@ def gen_raw(rng, base):
             )
             for _ in range(n)
         ]
+
+    stride = gen_dims(rng, 0.3, 0.5, strides)
     return {"entry": {"scalar": scalar, "size": size, "stride": stride}}
 
 

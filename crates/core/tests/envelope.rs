@@ -51,26 +51,14 @@ fn header(version: u16, msg_type: u16, seq: u64, lens: [u32; 4]) -> Vec<u8> {
 }
 
 fn assert_within(env: &Envelope, limits: &Limits) {
-    assert!(
-        env.kind.len() <= limits.max_kind_bytes,
-        "kind {} bytes",
-        env.kind.len()
-    );
-    assert!(
-        env.key.len() <= limits.max_key_bytes,
-        "key {} bytes",
-        env.key.len()
-    );
-    assert!(
-        env.config.len() <= limits.max_config_bytes,
-        "config {} bytes",
-        env.config.len()
-    );
-    assert!(
-        env.payload.len() <= limits.max_message_bytes,
-        "payload {} bytes",
-        env.payload.len()
-    );
+    for (what, len, max) in [
+        ("kind", env.kind.len(), limits.max_kind_bytes),
+        ("key", env.key.len(), limits.max_key_bytes),
+        ("config", env.config.len(), limits.max_config_bytes),
+        ("payload", env.payload.len(), limits.max_message_bytes),
+    ] {
+        assert!(len <= max, "{what} {len} bytes");
+    }
     let total = HEADER_LEN + env.kind.len() + env.key.len() + env.config.len() + env.payload.len();
     assert!(total <= limits.max_message_bytes, "message {total} bytes");
 }
