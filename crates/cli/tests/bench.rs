@@ -6,6 +6,9 @@ use serde_json::Value;
 use std::path::Path;
 use std::process::Command;
 
+mod common;
+use common::usage_error;
+
 /// The most any one command of these tests may run before it is stopped and
 /// the test fails with its output (no test waits on a process without a bound).
 const LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
@@ -120,12 +123,8 @@ fn in_process_bench_writes_table_json_and_chart() {
 
 #[test]
 fn bad_lists_are_usage_errors() {
-    let o = ccol()
-        .args(["bench", "--ranks", "2,x"])
-        .output_within(LIMIT)
-        .expect("ccol runs");
-    assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("comma-separated"));
+    let (_, err) = usage_error(ccol().args(["bench", "--ranks", "2,x"]), LIMIT);
+    assert!(err.contains("comma-separated"));
 }
 
 #[cfg(feature = "gloo")]

@@ -1,9 +1,13 @@
 //! `ccol demo`: rank processes over Gloo agreeing on a real corpus.
 
+#[cfg(feature = "gloo")]
 use compiler_collectives_conformance::process::OutputWithin;
 #[cfg(feature = "gloo")]
 use serde_json::Value;
 use std::process::Command;
+
+mod common;
+use common::usage_error;
 
 /// The most any one command of these tests may run before it is stopped and
 /// the test fails with its output (no test waits on a process without a bound).
@@ -134,12 +138,10 @@ fn default_corpus_runs_four_ranks_that_agree() {
 #[cfg(feature = "gloo")]
 #[test]
 fn a_bad_corpus_exits_2_naming_it() {
-    let out = ccol()
-        .args(["demo", "--corpus", "/nonexistent/corpus"])
-        .output_within(LIMIT)
-        .expect("ccol runs");
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let (_, err) = usage_error(
+        ccol().args(["demo", "--corpus", "/nonexistent/corpus"]),
+        LIMIT,
+    );
     assert!(
         err.contains("/nonexistent/corpus") && err.contains("--corpus"),
         "{err}"
@@ -149,13 +151,10 @@ fn a_bad_corpus_exits_2_naming_it() {
 #[cfg(feature = "gloo")]
 #[test]
 fn a_bad_timeout_variable_exits_2_before_any_rank_starts() {
-    let out = ccol()
-        .args(["demo", "--json"])
-        .env("CCOL_TIMEOUT_S", "abc")
-        .output_within(LIMIT)
-        .expect("ccol runs");
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let (out, err) = usage_error(
+        ccol().args(["demo", "--json"]).env("CCOL_TIMEOUT_S", "abc"),
+        LIMIT,
+    );
     assert!(
         err.contains("CCOL_TIMEOUT_S") && err.contains("abc"),
         "{err}"
@@ -168,8 +167,6 @@ fn a_bad_timeout_variable_exits_2_before_any_rank_starts() {
 #[test]
 fn demo_without_gloo_says_how_to_get_it() {
     let _ = corpus;
-    let out = ccol().arg("demo").output_within(LIMIT).expect("ccol runs");
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let (_, err) = usage_error(ccol().arg("demo"), LIMIT);
     assert!(err.contains("scripts/demo.sh"), "{err}");
 }
