@@ -29,6 +29,10 @@ const MAGIC: u32 = 0x4847_4343; // "CCGH"
 const FLAG_DATA: u32 = 0;
 const FLAG_SHUTDOWN: u32 = 1;
 const FLAG_ABORT: u32 = 2;
+/// "This rank failed in an earlier operation": posted as the header of its
+/// next operation, so that a peer that went on to it counts this rank as
+/// held up by the same cause, not as missing.
+const FLAG_FAILED: u32 = 3;
 const HEADER: usize = 16;
 const P2P_BIT: u64 = 1 << 63;
 /// A slot nobody sends to: the inbox keeps a receive posted on it on every
@@ -519,12 +523,24 @@ impl GlooTransport {
                 _ => g.into(),
             },
         };
-        let _ = st;
         let mut failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
         if failed.is_none() {
             *failed = Some(e.to_string());
+            self.tell_peers_it_failed(st.op);
         }
         e
+    }
+
+    /// Posts [`FLAG_FAILED`] as this rank's header of operation `next` to
+    /// every peer and leaves the buffer to Gloo (peers that never reach
+    /// that operation never take it).
+    fn tell_peers_it_failed(&self, next: u64) {
+        if let Ok(hdr) = Buffer::new(&self.ctx, header(FLAG_FAILED, 0)) {
+            for p in self.peers() {
+                let _ = hdr.send(p, 2 * next, 0, HEADER);
+            }
+            hdr.leak();
+        }
     }
 
     /// After the header wait failed with `e`: which of `recv_from` are not
@@ -538,7 +554,10 @@ impl GlooTransport {
     /// deadline: a report waits for every rank to be accounted for, not for
     /// the first to go. At the deadline the ranks still without a header
     /// are silent, and the error is a timeout naming them with those that
-    /// left.
+    /// left. A rank whose header says it failed in an earlier operation
+    /// ([`FLAG_FAILED`]) is held up by the same cause, as a rank checked in
+    /// to the store post-mortem is: it is named (as aborted) only when no
+    /// other rank is missing.
     fn account_headers(
         &self,
         pool: &mut Pool,
@@ -550,10 +569,12 @@ impl GlooTransport {
     ) -> Fail {
         let io = e.status() == Some(sys::IO);
         let mut broken: Vec<u32> = Vec::new();
+        let mut failed: Vec<u32> = Vec::new();
         let mut probed: Option<Instant> = None;
         loop {
             let mut left: Vec<(u32, PeerLoss)> = Vec::new();
             let mut silent: Vec<u32> = Vec::new();
+            failed.clear();
             for &p in recv_from {
                 // Gloo may still be writing this memory: read it volatile;
                 // it only names missing ranks.
@@ -561,6 +582,7 @@ impl GlooTransport {
                 match parse_header(&bytes) {
                     Some((FLAG_SHUTDOWN, _)) => left.push((p, PeerLoss::Shutdown)),
                     Some((FLAG_ABORT, _)) => left.push((p, PeerLoss::Aborted)),
+                    Some((FLAG_FAILED, _)) => failed.push(p),
                     Some(_) => {}
                     None if broken.contains(&p) => left.push((p, PeerLoss::Disconnected)),
                     None => silent.push(p),
@@ -578,6 +600,11 @@ impl GlooTransport {
                 }
                 std::thread::sleep(ACCOUNT_POLL.min(deadline.remaining()));
                 continue;
+            }
+            // A rank that failed earlier is held up by the same cause: named
+            // (as aborted) only when no other rank is missing.
+            if silent.is_empty() && left.is_empty() {
+                left.extend(failed.iter().map(|&p| (p, PeerLoss::Aborted)));
             }
             return match (silent.is_empty(), left.is_empty()) {
                 // Every header came; a pair broke after its rank's header.
@@ -682,7 +709,7 @@ impl GlooTransport {
             let at = p as usize * HEADER;
             match parse_header(&inbox.bytes()[at..at + HEADER]) {
                 Some((FLAG_SHUTDOWN, _)) => shut.push((p, PeerLoss::Shutdown)),
-                Some((FLAG_ABORT, _)) => shut.push((p, PeerLoss::Aborted)),
+                Some((FLAG_ABORT | FLAG_FAILED, _)) => shut.push((p, PeerLoss::Aborted)),
                 Some((FLAG_DATA, len)) => {
                     let len = usize::try_from(len).unwrap_or(usize::MAX);
                     if len > max_bytes {
@@ -886,7 +913,7 @@ impl Transport for GlooTransport {
                 .map_err(gl)?;
             let len = match parse_header(pool.get(hdr).bytes()) {
                 Some((FLAG_DATA, len)) => usize::try_from(len).unwrap_or(usize::MAX),
-                Some((flag @ (FLAG_SHUTDOWN | FLAG_ABORT), _)) => {
+                Some((flag @ (FLAG_SHUTDOWN | FLAG_ABORT | FLAG_FAILED), _)) => {
                     let how = if flag == FLAG_ABORT {
                         PeerLoss::Aborted
                     } else {

@@ -371,8 +371,11 @@ impl std::fmt::Debug for NcclTransport {
     }
 }
 
+/// `LOCAL_RANK` as core's `RunEnv` parses it; `None` (device 0) when
+/// torchrun's variables are missing or invalid.
 fn local_rank() -> Option<usize> {
-    std::env::var("LOCAL_RANK").ok()?.trim().parse().ok()
+    let env = compiler_collectives_core::RunEnv::from_env().ok()?;
+    usize::try_from(env.local_rank).ok()
 }
 
 fn le_u64(b: &[u8]) -> u64 {
@@ -654,8 +657,17 @@ impl NcclTransport {
             .collect())
     }
 
+    /// `peer` is another rank and this transport is still usable (not shut
+    /// down, aborted or failed): point-to-point goes through the store, so
+    /// it checks that itself.
     fn check_usable_peer(&self, peer: u32) -> Result<(), Error> {
-        compiler_collectives_core::toolkit::check_peer(peer, self.rank, self.world)
+        compiler_collectives_core::toolkit::check_peer(peer, self.rank, self.world)?;
+        match &self.lock().dead {
+            Some(cause) => Err(Error::ChannelUnusable {
+                cause: cause.clone(),
+            }),
+            None => Ok(()),
+        }
     }
 
     fn p2p_key(&self, src: u32, dst: u32, tag: u32, n: u64) -> String {
@@ -781,7 +793,7 @@ impl compiler_collectives_core::Transport for NcclTransport {
     fn shutdown(&self) -> Result<(), Error> {
         let mut inner = self.lock();
         if inner.dead.is_none() {
-            inner.dead = Some("this rank shut its transport down".into());
+            inner.dead = Some(format!("rank {} shut its transport down", self.rank));
             self.post_mortem.leave(PeerLoss::Shutdown, inner.done);
         }
         if let Some(c) = inner.comm.take() {
@@ -797,7 +809,7 @@ impl compiler_collectives_core::Transport for NcclTransport {
     fn abort(&self) -> Result<(), Error> {
         let mut inner = self.lock();
         self.post_mortem.leave(PeerLoss::Aborted, inner.done);
-        inner.dead = Some("this rank aborted its transport".into());
+        inner.dead = Some(format!("rank {} aborted its transport", self.rank));
         if let Some(c) = inner.comm.take() {
             let _ = inner.cuda.make_current();
             c.abort();

@@ -280,6 +280,20 @@ pub const BEHAVIOURS: &[Behaviour] = &[
         needs: &[Capability::TellsPeersItLeft],
     },
     Behaviour {
+        name: "two_ranks_leave_at_different_times",
+        min_world: 3,
+        timed: true,
+        run: two_ranks_leave_at_different_times,
+        needs: &[],
+    },
+    Behaviour {
+        name: "use_after_shutdown_is_unusable",
+        min_world: 1,
+        timed: false,
+        run: use_after_shutdown_is_unusable,
+        needs: &[],
+    },
+    Behaviour {
         name: "must_agree_names_values",
         min_world: 2,
         timed: false,
@@ -1127,6 +1141,74 @@ fn shutdown_fails_peers_fast(ctx: &Ctx) -> Result<(), String> {
             "expected a lost peer naming rank {odd}, got {other:?}"
         )),
     }
+}
+
+/// The last rank shuts down at once, the one before it 400 ms later; the
+/// others wait in an exchange. Their error names both, as shut down — the
+/// exact set not in the exchange, not the first to go (DESIGN §5) — by the
+/// deadline + margin, and soon after the second leaves on a backend that
+/// tells peers it left.
+fn two_ranks_leave_at_different_times(ctx: &Ctx) -> Result<(), String> {
+    let (first, second) = (ctx.world() - 1, ctx.world() - 2);
+    let later = Duration::from_millis(400);
+    let mut ch = ctx.channel(ctx.short_timeout)?;
+    if ctx.rank() == first {
+        return ch.shutdown().map_err(|e| e.to_string());
+    }
+    if ctx.rank() == second {
+        std::thread::sleep(later);
+        return ch.shutdown().map_err(|e| e.to_string());
+    }
+    let start = Instant::now();
+    let res = ch.exchange("f", "", &AnyVote(false));
+    let took = start.elapsed();
+    let want = vec![second, first];
+    match res {
+        Err(e @ Error::PeerLost { .. }) => {
+            ensure(e.missing_ranks() == want.as_slice(), || {
+                format!("named {:?}, want {want:?}: {e}", e.missing_ranks())
+            })?;
+            let how = [(second, PeerLoss::Shutdown), (first, PeerLoss::Shutdown)];
+            ensure(e.departures() == how, || format!("{:?}: {e}", e.departures()))?;
+            let bound = if ctx.transport.capabilities().tells_peers_it_left {
+                later + ctx.margin
+            } else {
+                ctx.short_timeout + ctx.margin
+            };
+            ensure(took <= bound, || format!("took {took:?}, bound {bound:?}"))
+        }
+        other => Err(format!(
+            "expected a lost peer naming ranks {want:?}, got {other:?}"
+        )),
+    }
+}
+
+/// Every operation on a transport this rank shut down fails at once with
+/// `ChannelUnusable`, on every backend: nothing is sent, nothing waits.
+fn use_after_shutdown_is_unusable(ctx: &Ctx) -> Result<(), String> {
+    let t = &ctx.transport;
+    t.shutdown().map_err(|e| e.to_string())?;
+    let d = ctx.deadline();
+    let start = Instant::now();
+    let peer = (ctx.rank() + 1) % ctx.world();
+    let mut results: Vec<(&str, Result<(), Error>)> = vec![
+        ("all_gather", t.all_gather(b"x", 8, d).map(drop)),
+        ("all_gather_fixed", t.all_gather_fixed(b"x", d).map(drop)),
+        ("broadcast", t.broadcast(b"x", 0, 8, d).map(drop)),
+        ("barrier", t.barrier(d)),
+    ];
+    if peer != ctx.rank() {
+        results.push(("send", t.send(peer, 7, b"x", d)));
+        results.push(("recv", t.recv(peer, 7, 8, d).map(drop)));
+    }
+    for (op, r) in results {
+        ensure(matches!(r, Err(Error::ChannelUnusable { .. })), || {
+            format!("{op} after shutdown: {r:?}")
+        })?;
+    }
+    ensure(start.elapsed() < ctx.margin, || {
+        format!("took {:?}", start.elapsed())
+    })
 }
 
 /// The last rank aborts its channel (as after an error of its own): the
