@@ -9,6 +9,9 @@ use proptest::prelude::*;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod each_rank;
+use each_rank::on_threads;
+
 /// What one rank passes to its exchange.
 #[derive(Clone, Debug)]
 struct Call<J> {
@@ -177,27 +180,19 @@ fn kinds_differ_is_a_desync_like_flat() {
     // rank's call typed by its kind, so run them by hand.
     for tree in [false, true] {
         let n = 4u32;
-        let ranks = InProcessGroup::create(n).unwrap();
         let opts = ChannelOptions::default()
             .with_timeout(Duration::from_secs(60))
             .with_hierarchical_from(if tree { 2 } else { u32::MAX });
-        let handles: Vec<_> = ranks
-            .into_iter()
-            .map(|t| {
-                let opts = opts.clone();
-                std::thread::spawn(move || {
-                    let r = t.rank();
-                    let mut ch = Channel::with_options(Arc::new(t), opts).unwrap();
-                    let e = if r == 3 {
-                        ch.exchange("f", "", &AnyVote(true)).map(|_| ())
-                    } else {
-                        ch.exchange("f", "", &bench_state(2, 0)).map(|_| ())
-                    };
-                    e.unwrap_err().to_string()
-                })
-            })
-            .collect();
-        let texts: Vec<String> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        let texts = on_threads(n, move |t| {
+            let r = t.rank();
+            let mut ch = Channel::with_options(Arc::new(t), opts.clone()).unwrap();
+            let e = if r == 3 {
+                ch.exchange("f", "", &AnyVote(true)).map(|_| ())
+            } else {
+                ch.exchange("f", "", &bench_state(2, 0)).map(|_| ())
+            };
+            e.unwrap_err().to_string()
+        });
         for t in &texts {
             assert!(
                 t.contains("ranks [0,1,2] at #0 'f' (shape.frame_state)")

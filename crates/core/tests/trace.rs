@@ -8,33 +8,27 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod each_rank;
+use each_rank::on_threads;
+
 /// Runs 2 ranks, each exchanging under the keys of its list, with traces in `dir`.
 fn run(dir: &Path, keys: [&'static [&'static str]; 2]) -> Vec<(u32, Vec<TraceRecord>)> {
-    let ranks = InProcessGroup::create(2).expect("group");
-    let handles: Vec<_> = ranks
-        .into_iter()
-        .map(|t| {
-            let dir = dir.to_owned();
-            std::thread::spawn(move || {
-                let r = t.rank();
-                let opts = ChannelOptions::default()
-                    .with_timeout(Duration::from_secs(5))
-                    .with_trace_dir(&dir);
-                let mut ch = Channel::with_options(Arc::new(t), opts).expect("channel");
-                for key in keys[r as usize] {
-                    let mut seen = FrameState::new();
-                    seen.record("x", &Observation::tensor([u64::from(r) + 4, 10]));
-                    if ch.exchange(key, "", &seen).is_err() {
-                        break;
-                    }
-                }
-                ch.abort();
-            })
-        })
-        .collect();
-    for h in handles {
-        h.join().expect("rank");
-    }
+    let trace_dir = dir.to_owned();
+    on_threads(2, move |t| {
+        let r = t.rank();
+        let opts = ChannelOptions::default()
+            .with_timeout(Duration::from_secs(5))
+            .with_trace_dir(&trace_dir);
+        let mut ch = Channel::with_options(Arc::new(t), opts).expect("channel");
+        for key in keys[r as usize] {
+            let mut seen = FrameState::new();
+            seen.record("x", &Observation::tensor([u64::from(r) + 4, 10]));
+            if ch.exchange(key, "", &seen).is_err() {
+                break;
+            }
+        }
+        ch.abort();
+    });
     (0..2)
         .map(|r| {
             (

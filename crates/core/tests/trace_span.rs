@@ -5,8 +5,11 @@
 //! subscriber, could register the call sites as uninteresting first.
 
 use compiler_collectives_core::shapes::{FrameState, Observation};
-use compiler_collectives_core::{Channel, InProcessGroup};
+use compiler_collectives_core::Channel;
 use std::sync::Arc;
+
+mod each_rank;
+use each_rank::on_threads;
 
 /// What was seen: (`span:<name>` or `event:<target>`, its fields).
 type Seen = Vec<(String, std::collections::BTreeMap<String, String>)>;
@@ -56,24 +59,14 @@ fn every_exchange_has_a_span_and_an_event_with_its_figures() {
     let capture = Capture::default();
     // One dispatcher, registered before any exchange reaches a call site.
     let dispatch = tracing::Dispatch::new(capture.clone());
-    let ranks = InProcessGroup::create(2).expect("group");
-    let handles: Vec<_> = ranks
-        .into_iter()
-        .map(|t| {
-            let dispatch = dispatch.clone();
-            std::thread::spawn(move || {
-                tracing::dispatcher::with_default(&dispatch, || {
-                    let mut ch = Channel::new(t).expect("channel");
-                    let mut seen = FrameState::new();
-                    seen.record("x", &Observation::tensor([4, 10]));
-                    ch.exchange("step", "", &seen).expect("exchange");
-                })
-            })
+    on_threads(2, move |t| {
+        tracing::dispatcher::with_default(&dispatch, || {
+            let mut ch = Channel::new(t).expect("channel");
+            let mut seen = FrameState::new();
+            seen.record("x", &Observation::tensor([4, 10]));
+            ch.exchange("step", "", &seen).expect("exchange");
         })
-        .collect();
-    for h in handles {
-        h.join().expect("rank");
-    }
+    });
     let seen = capture.seen.lock().expect("lock").clone();
     let spans: Vec<_> = seen.iter().filter(|(n, _)| n == "span:exchange").collect();
     let events: Vec<_> = seen
