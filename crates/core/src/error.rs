@@ -210,7 +210,7 @@ pub enum Error {
         /// How long this rank waited.
         waited: Duration,
         /// The exchange that timed out, when it happened in one.
-        during: Option<ExchangeInfo>,
+        during: Option<Box<ExchangeInfo>>,
     },
     /// A peer left: it shut its channel down or its connection dropped. Fatal.
     #[error("lost {} {}: {}{}{}; the channel is unusable: abort it", if ranks.len() == 1 { "rank" } else { "ranks" }, RankList(ranks), Departures(left, false), if detail.is_empty() { String::new() } else { format!(" ({detail})") }, fmt_during(during))]
@@ -226,7 +226,7 @@ pub enum Error {
         /// Engine detail (e.g. the socket error), may be empty.
         detail: String,
         /// The exchange it happened in, when it happened in one.
-        during: Option<ExchangeInfo>,
+        during: Option<Box<ExchangeInfo>>,
     },
     /// Ranks are at different exchanges (sequence number, compile key or
     /// decision kind differ). Every rank gets the same groups. Fatal.
@@ -360,7 +360,7 @@ impl fmt::Display for DisplayGroups<'_> {
     }
 }
 
-fn fmt_during(during: &Option<ExchangeInfo>) -> String {
+fn fmt_during(during: &Option<Box<ExchangeInfo>>) -> String {
     match during {
         Some(info) => format!(" in {info}"),
         None => String::new(),
@@ -411,7 +411,7 @@ impl Error {
     /// The exchange the error happened in, for timeouts and lost peers.
     pub fn exchange(&self) -> Option<&ExchangeInfo> {
         match self {
-            Error::Timeout { during, .. } | Error::PeerLost { during, .. } => during.as_ref(),
+            Error::Timeout { during, .. } | Error::PeerLost { during, .. } => during.as_deref(),
             _ => None,
         }
     }
@@ -421,7 +421,7 @@ impl Error {
     pub fn during(mut self, info: ExchangeInfo) -> Self {
         if let Error::Timeout { during, .. } | Error::PeerLost { during, .. } = &mut self {
             if during.is_none() {
-                *during = Some(info);
+                *during = Some(Box::new(info));
             }
         }
         self

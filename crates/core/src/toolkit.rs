@@ -13,7 +13,9 @@
 use crate::{Deadline, Error, Result};
 
 mod postmortem;
-pub use postmortem::{Absent, PostMortem, DRAIN_LIMIT, LATE_CHECK_IN, POST_MORTEM, STORE_CALL_LIMIT};
+pub use postmortem::{
+    Absent, PostMortem, DRAIN_LIMIT, LATE_CHECK_IN, POST_MORTEM, STORE_CALL_LIMIT,
+};
 
 /// `Err(InvalidArgument)` unless `peer` is another rank of a group of
 /// `world` (point-to-point to oneself is refused on every engine).

@@ -46,10 +46,17 @@ fn stops_as_soon_as_every_rank_is_accounted_for() {
     rank(&store, 3, 4).leave(PeerLoss::Aborted, 2);
     let start = Instant::now();
     let results = fail_together(&store, 4, &[0, 2], 7, Duration::from_secs(20));
-    assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
     for absent in results {
         assert!(absent.silent.is_empty(), "{absent:?}");
-        assert_eq!(absent.left, vec![(1, PeerLoss::Shutdown), (3, PeerLoss::Aborted)]);
+        assert_eq!(
+            absent.left,
+            vec![(1, PeerLoss::Shutdown), (3, PeerLoss::Aborted)]
+        );
     }
 }
 
@@ -72,9 +79,15 @@ fn a_rank_that_leaves_late_is_still_named() {
     late.join().unwrap();
     assert_eq!(
         absent.left,
-        vec![(0, PeerLoss::Shutdown), (1, PeerLoss::Shutdown), (3, PeerLoss::Shutdown)]
+        vec![
+            (0, PeerLoss::Shutdown),
+            (1, PeerLoss::Shutdown),
+            (3, PeerLoss::Shutdown)
+        ]
     );
-    let err = absent.into_error(false, Duration::from_secs(1), "").unwrap();
+    let err = absent
+        .into_error(false, Duration::from_secs(1), "")
+        .unwrap();
     assert!(
         matches!(&err, Error::PeerLost { ranks, reason: PeerLoss::Shutdown, .. } if ranks == &[0, 1, 3]),
         "{err:?}"
@@ -123,8 +136,14 @@ fn after_a_dropped_connection_one_quiet_rank_is_named_dead() {
         Instant::now() + Duration::from_secs(20),
         Some(Duration::from_millis(250)),
     );
-    assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
-    let err = absent.into_error(true, start.elapsed(), "Connection reset by peer").unwrap();
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    let err = absent
+        .into_error(true, start.elapsed(), "Connection reset by peer")
+        .unwrap();
     assert!(
         matches!(&err, Error::PeerLost { ranks, reason: PeerLoss::Disconnected, detail, .. }
             if ranks == &[2] && detail == "Connection reset by peer"),
@@ -138,7 +157,9 @@ fn silent_and_departed_ranks_are_grouped_in_a_timeout() {
         silent: vec![3],
         left: vec![(1, PeerLoss::Shutdown), (2, PeerLoss::Disconnected)],
     };
-    let err = absent.into_error(false, Duration::from_millis(1500), "").unwrap();
+    let err = absent
+        .into_error(false, Duration::from_millis(1500), "")
+        .unwrap();
     assert_eq!(err.missing_ranks(), &[1, 2, 3]);
     assert_eq!(
         err.departures(),
@@ -149,13 +170,19 @@ fn silent_and_departed_ranks_are_grouped_in_a_timeout() {
         "timed out after 1500 ms waiting for ranks [1,2,3] (of them rank [1] shut its channel \
          down (it has no more exchanges); rank [2] disconnected); the channel is unusable: abort it"
     );
-    assert!(Absent::default().into_error(false, Duration::ZERO, "").is_none());
+    assert!(Absent::default()
+        .into_error(false, Duration::ZERO, "")
+        .is_none());
 }
 
 #[test]
 fn mixed_departures_are_grouped_in_a_lost_peer() {
     let err = Error::peer_lost(
-        vec![(3, PeerLoss::Disconnected), (0, PeerLoss::Shutdown), (2, PeerLoss::Shutdown)],
+        vec![
+            (3, PeerLoss::Disconnected),
+            (0, PeerLoss::Shutdown),
+            (2, PeerLoss::Shutdown),
+        ],
         "",
     );
     assert!(

@@ -539,7 +539,15 @@ fn all_gather_varlen(ctx: &Ctx) -> Result<(), String> {
             format!("buffer of rank {r}: {buf:?}")
         })?;
     }
-    Ok(())
+    // This rank's own buffer over its limit: refused before anything is
+    // sent, and the transport goes on.
+    let own = ctx.transport.all_gather(&[0u8; 9], 8, ctx.deadline());
+    ensure(matches!(own, Err(Error::InvalidArgument(_))), || {
+        format!("9 bytes with max_bytes 8: {own:?}")
+    })?;
+    ctx.transport
+        .barrier(ctx.deadline())
+        .map_err(|e| format!("barrier after a refused all_gather: {e}"))
 }
 
 fn all_gather_empty(ctx: &Ctx) -> Result<(), String> {

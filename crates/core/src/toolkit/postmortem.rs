@@ -107,7 +107,10 @@ impl PostMortem {
 
     fn lookup(&self, what: &str, rank: u32) -> Option<Vec<u8>> {
         self.store
-            .get(&self.key(what, rank), Deadline::after(Duration::from_millis(1)))
+            .get(
+                &self.key(what, rank),
+                Deadline::after(Duration::from_millis(1)),
+            )
             .ok()
     }
 
