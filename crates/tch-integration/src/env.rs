@@ -1,5 +1,6 @@
 //! [`from_env`]: a [`C10dTransport`] from torchrun's environment.
 
+use crate::error::timed;
 use crate::group::C10dProcessGroup;
 use crate::store::{C10dStore, TcpStoreOptions};
 use crate::transport::C10dTransport;
@@ -63,7 +64,8 @@ impl C10dJob {
         } else {
             TcpStoreOptions::client(addr.as_str(), port, world)
         };
-        let store = C10dStore::tcp(&opts.with_wait_workers(!agent).with_timeout(timeout))?;
+        let opts = opts.with_wait_workers(!agent).with_timeout(timeout);
+        let store = timed(|| C10dStore::tcp(&opts))?;
         let scoped = store.prefixed(&format!("ccol/{}", env.key_prefix()))?;
         let host = if addr == "localhost" || addr.starts_with("127.") {
             "127.0.0.1".to_string()
@@ -111,13 +113,7 @@ impl C10dJob {
     }
 
     fn group_in(&self, store: &C10dStore) -> compiler_collectives_core::Result<C10dProcessGroup> {
-        Ok(C10dProcessGroup::gloo(
-            store,
-            self.rank,
-            self.world,
-            &self.host,
-            self.timeout,
-        )?)
+        timed(|| C10dProcessGroup::gloo(store, self.rank, self.world, &self.host, self.timeout))
     }
 }
 

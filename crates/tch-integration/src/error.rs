@@ -4,7 +4,7 @@
 use crate::sys::Status;
 use compiler_collectives_core::Error;
 use std::ffi::CString;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Errors of the c10d backend, with libtorch's original text. Converted into
 /// core's [`Error`] (timeouts into `Timeout`, the rest into `Backend`).
@@ -86,12 +86,20 @@ pub(crate) fn c_int(n: u32, what: &str) -> Result<i32, C10dError> {
     i32::try_from(n).map_err(|_| C10dError::Invalid(format!("{what} {n} is too large")))
 }
 
-impl From<C10dError> for Error {
-    fn from(e: C10dError) -> Self {
-        match e {
+impl C10dError {
+    /// Core's [`Error`] for this error of a call that ran for `waited` (take
+    /// it from an [`Instant`] at the start of the call): a timeout becomes
+    /// [`Error::Timeout`] carrying `waited` (c10d cannot tell which ranks it
+    /// waited for, so none are named; libtorch's text goes to a
+    /// `tracing::debug!` line), [`C10dError::Invalid`] becomes
+    /// [`Error::InvalidArgument`], [`C10dError::Unsupported`] becomes
+    /// [`Error::Unsupported`], anything else [`Error::Backend`] (backend
+    /// `"c10d"`, this error as its source).
+    pub fn into_core(self, waited: Duration) -> Error {
+        match self {
             C10dError::Torch { timeout: true, .. } => {
-                tracing::debug!(error = %e, "c10d timeout");
-                Error::timeout(Vec::new(), Vec::new(), Duration::ZERO)
+                tracing::debug!(error = %self, waited_ms = waited.as_millis(), "c10d timeout");
+                Error::timeout(Vec::new(), Vec::new(), waited)
             }
             C10dError::Invalid(m) => Error::InvalidArgument(m),
             C10dError::Unsupported(m) => Error::Unsupported(m),
@@ -102,6 +110,21 @@ impl From<C10dError> for Error {
             },
         }
     }
+}
+
+/// [`C10dError::into_core`] with an unknown wait: a timeout's `waited` is
+/// zero. Where the call's start is known, use `into_core`.
+impl From<C10dError> for Error {
+    fn from(e: C10dError) -> Self {
+        e.into_core(Duration::ZERO)
+    }
+}
+
+/// Runs `call` (one c10d call), converting its error into core's with how
+/// long the call ran ([`C10dError::into_core`]).
+pub(crate) fn timed<T>(call: impl FnOnce() -> Result<T, C10dError>) -> Result<T, Error> {
+    let started = Instant::now();
+    call().map_err(|e| e.into_core(started.elapsed()))
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! [`C10dStore`] (c10d's `TCPStore` and `PrefixStore`), its options, and its
 //! core [`Store`] implementation.
 
-use crate::error::{c_int, c_string, C10dError};
+use crate::error::{c_int, c_string, timed, C10dError};
 use crate::sys::StoreHandle;
 use compiler_collectives_core::{Deadline, Error, Store};
 use std::time::Duration;
@@ -238,12 +238,12 @@ impl Store for C10dStore {
         deadline: Deadline,
     ) -> compiler_collectives_core::Result<()> {
         let k = key(key_)?;
-        Ok(self.handle.set(&k, value, deadline.remaining())?)
+        timed(|| self.handle.set(&k, value, deadline.remaining()))
     }
 
     fn get(&self, key_: &str, deadline: Deadline) -> compiler_collectives_core::Result<Vec<u8>> {
         let k = key(key_)?;
-        Ok(self.handle.get(&k, deadline.remaining())?)
+        timed(|| self.handle.get(&k, deadline.remaining()))
     }
 
     fn add(
@@ -253,17 +253,82 @@ impl Store for C10dStore {
         deadline: Deadline,
     ) -> compiler_collectives_core::Result<i64> {
         let k = key(key_)?;
-        Ok(self.handle.add(&k, delta, deadline.remaining())?)
+        timed(|| self.handle.add(&k, delta, deadline.remaining()))
     }
 
     fn wait(&self, keys: &[&str], deadline: Deadline) -> compiler_collectives_core::Result<()> {
         let owned = keys.iter().map(|k| key(k)).collect::<Result<Vec<_>, _>>()?;
         let refs: Vec<&std::ffi::CStr> = owned.iter().map(|c| c.as_c_str()).collect();
-        Ok(self.handle.wait(&refs, deadline.remaining())?)
+        timed(|| self.handle.wait(&refs, deadline.remaining()))
     }
 
     fn delete(&self, key_: &str, deadline: Deadline) -> compiler_collectives_core::Result<bool> {
         let k = key(key_)?;
-        Ok(self.handle.delete(&k, deadline.remaining())?)
+        timed(|| self.handle.delete(&k, deadline.remaining()))
+    }
+
+    /// A `check` first (one round trip, no wait to cancel), then a `get`
+    /// only when the key is set.
+    fn try_get(
+        &self,
+        key_: &str,
+        deadline: Deadline,
+    ) -> compiler_collectives_core::Result<Option<Vec<u8>>> {
+        if !self.check_within(key_, deadline.remaining())? {
+            return Ok(None);
+        }
+        self.get(key_, deadline).map(Some)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    /// The `waited` of a timeout; panics on any other error.
+    fn waited(e: &Error) -> Duration {
+        match e {
+            Error::Timeout { waited, .. } => *waited,
+            other => panic!("not a timeout: {other}"),
+        }
+    }
+
+    /// A port nothing listens on (bound by the system, then released).
+    fn unused_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("bind a free port")
+    }
+
+    #[test]
+    fn a_client_without_a_server_times_out_saying_how_long_it_waited() {
+        let opts = TcpStoreOptions::client("127.0.0.1", unused_port(), 2)
+            .with_timeout(Duration::from_secs(1));
+        let started = Instant::now();
+        // As `C10dJob::from_env` opens its store.
+        let err = timed(|| C10dStore::tcp(&opts)).expect_err("no server listens");
+        let w = waited(&err);
+        assert!(
+            w >= Duration::from_millis(900) && w <= started.elapsed(),
+            "waited {w:?}: {err}"
+        );
+    }
+
+    #[test]
+    fn a_store_call_times_out_saying_how_long_it_waited() {
+        let store = C10dStore::tcp(
+            &TcpStoreOptions::server("127.0.0.1", 0, 1).with_timeout(Duration::from_secs(20)),
+        )
+        .expect("TCPStore server");
+        let started = Instant::now();
+        let err = Store::get(&store, "never", Deadline::after(Duration::from_secs(1)))
+            .expect_err("the key is never set");
+        let w = waited(&err);
+        assert!(
+            w >= Duration::from_millis(900) && w <= started.elapsed(),
+            "waited {w:?}: {err}"
+        );
     }
 }
