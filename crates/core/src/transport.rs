@@ -324,4 +324,21 @@ pub trait Store: Send + Sync + Debug {
     /// # Errors
     /// As [`set`](Store::set).
     fn delete(&self, key: &str, deadline: Deadline) -> Result<bool>;
+
+    /// The value of `key` if it is set now, without waiting for it (the
+    /// store post-mortem polls with it). The provided version is a
+    /// [`get`](Store::get) that gives up after 1 ms; a store whose `get`
+    /// cannot give up cheaply (c10d's TCPStore cancels a wait with a round
+    /// trip of its own) checks the key first instead.
+    ///
+    /// # Errors
+    /// As [`get`](Store::get), except that an unset key is `Ok(None)`.
+    fn try_get(&self, key: &str, deadline: Deadline) -> Result<Option<Vec<u8>>> {
+        let soon = Deadline::after(Duration::from_millis(1)).min(deadline);
+        match self.get(key, soon) {
+            Ok(v) => Ok(Some(v)),
+            Err(crate::Error::Timeout { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
 }

@@ -107,11 +107,9 @@ impl PostMortem {
 
     fn lookup(&self, what: &str, rank: u32) -> Option<Vec<u8>> {
         self.store
-            .get(
-                &self.key(what, rank),
-                Deadline::after(Duration::from_millis(1)),
-            )
+            .try_get(&self.key(what, rank), Deadline::after(STORE_CALL_LIMIT))
             .ok()
+            .flatten()
     }
 
     /// Every rank but this one, ascending.
