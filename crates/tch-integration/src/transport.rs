@@ -105,7 +105,15 @@ impl C10dTransport {
 
     /// Turns failed operation `op` into core's error, naming the ranks not
     /// in it (see the type's docs).
-    fn failed(&self, Op { op, start, deadline }: Op, e: C10dError) -> Error {
+    fn failed(
+        &self,
+        Op {
+            op,
+            start,
+            deadline,
+        }: Op,
+        e: C10dError,
+    ) -> Error {
         let network = matches!(e, C10dError::Torch { network: true, .. });
         let timeout = matches!(e, C10dError::Torch { timeout: true, .. });
         if !(network || timeout) {

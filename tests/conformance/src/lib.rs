@@ -1177,7 +1177,9 @@ fn two_ranks_leave_at_different_times(ctx: &Ctx) -> Result<(), String> {
                 format!("named {:?}, want {want:?}: {e}", e.missing_ranks())
             })?;
             let how = [(second, PeerLoss::Shutdown), (first, PeerLoss::Shutdown)];
-            ensure(e.departures() == how, || format!("{:?}: {e}", e.departures()))?;
+            ensure(e.departures() == how, || {
+                format!("{:?}: {e}", e.departures())
+            })?;
             let bound = if ctx.transport.capabilities().tells_peers_it_left {
                 later + ctx.margin
             } else {
