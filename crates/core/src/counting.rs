@@ -110,23 +110,6 @@ impl<T: Transport> Transport for CountingTransport<T> {
         Ok(out)
     }
 
-    fn broadcast(
-        &self,
-        data: &[u8],
-        root: u32,
-        max_bytes: usize,
-        deadline: Deadline,
-    ) -> Result<Vec<u8>> {
-        let out = self.inner.broadcast(data, root, max_bytes, deadline)?;
-        if self.rank() == root {
-            let peers = (self.world_size() as usize).saturating_sub(1);
-            self.counts.add(0, data.len() * peers);
-        } else {
-            self.counts.add(out.len(), 0);
-        }
-        Ok(out)
-    }
-
     fn barrier(&self, deadline: Deadline) -> Result<()> {
         self.inner.barrier(deadline)
     }

@@ -22,7 +22,6 @@ const BACKEND: &str = "in-process";
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum OpKind {
     AllGather,
-    Broadcast(u32),
     Barrier,
 }
 
@@ -231,24 +230,6 @@ impl Transport for InProcessTransport {
             return Err(too_large(r, p.len(), max_bytes));
         }
         Ok(parts.iter().map(|p| p.to_vec()).collect())
-    }
-
-    fn broadcast(
-        &self,
-        data: &[u8],
-        root: u32,
-        max_bytes: usize,
-        deadline: Deadline,
-    ) -> Result<Vec<u8>> {
-        crate::toolkit::check_root(root, self.shared.world_size)?;
-        let mine: &[u8] = if root == self.rank { data } else { &[] };
-        crate::toolkit::check_size("broadcast", mine.len(), max_bytes)?;
-        let parts = self.collective(OpKind::Broadcast(root), mine, deadline)?;
-        let got = &parts[root as usize];
-        if got.len() > max_bytes {
-            return Err(too_large(root as usize, got.len(), max_bytes));
-        }
-        Ok(got.to_vec())
     }
 
     fn barrier(&self, deadline: Deadline) -> Result<()> {

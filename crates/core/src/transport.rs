@@ -217,19 +217,42 @@ pub trait Transport: Send + Sync + Debug {
     /// Broadcasts `root`'s buffer to every rank. `data` is read on `root`
     /// only; every rank (root included) gets root's bytes back.
     ///
-    /// Cost: one or two collectives (length, then data).
+    /// Provided over [`all_gather`](Transport::all_gather) (the other ranks
+    /// contribute nothing), so a backend need not write it: the protocol
+    /// never broadcasts, and every engine's all_gather already names the
+    /// ranks a failure is about.
+    ///
+    /// Cost: one [`all_gather`](Transport::all_gather).
     ///
     /// # Errors
-    /// As [`all_gather`](Transport::all_gather);
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) if `root`
-    /// is not a rank.
+    /// As [`all_gather`](Transport::all_gather) (a root's buffer over a
+    /// rank's `max_bytes` is [`Error::Decode`](crate::Error::Decode) naming
+    /// the root); [`Error::InvalidArgument`](crate::Error::InvalidArgument)
+    /// if `root` is not a rank or this root's own buffer is over
+    /// `max_bytes`.
     fn broadcast(
         &self,
         data: &[u8],
         root: u32,
         max_bytes: usize,
         deadline: Deadline,
-    ) -> Result<Vec<u8>>;
+    ) -> Result<Vec<u8>> {
+        crate::toolkit::check_root(root, self.world_size())?;
+        let mine: &[u8] = if root == self.rank() { data } else { &[] };
+        crate::toolkit::check_size("broadcast", mine.len(), max_bytes)?;
+        let mut parts = self.all_gather(mine, max_bytes, deadline)?;
+        let world = parts.len();
+        if root as usize >= world {
+            return Err(crate::Error::Decode {
+                rank: None,
+                source: crate::DecodeError::Invalid {
+                    field: "gathered buffers",
+                    detail: format!("{world} buffers, no root {root}"),
+                },
+            });
+        }
+        Ok(parts.swap_remove(root as usize))
+    }
 
     /// Waits until every rank has entered the barrier.
     ///

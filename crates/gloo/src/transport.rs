@@ -2,7 +2,8 @@
 //!
 //! Every operation is built from Gloo's point-to-point unbound buffers, so
 //! that a deadline can name the ranks that did not arrive:
-//! - a collective (all_gather, broadcast, barrier) is operation `k` of this
+//! - a collective (all_gather, barrier; broadcast is core's, over
+//!   all_gather) is operation `k` of this
 //!   rank; each sender posts a 16-byte header (magic, flags, length) on slot
 //!   `2k` and its bytes on slot `2k + 1` to every receiver; receivers wait for
 //!   the headers (the ranks whose header has not come are the missing ranks),
@@ -705,11 +706,13 @@ impl GlooTransport {
         // Every header is here: check them.
         let mut lens = vec![0usize; n];
         let mut shut = Vec::new();
+        let mut failed = Vec::new();
         for &p in recv_from {
             let at = p as usize * HEADER;
             match parse_header(&inbox.bytes()[at..at + HEADER]) {
                 Some((FLAG_SHUTDOWN, _)) => shut.push((p, PeerLoss::Shutdown)),
-                Some((FLAG_ABORT | FLAG_FAILED, _)) => shut.push((p, PeerLoss::Aborted)),
+                Some((FLAG_ABORT, _)) => shut.push((p, PeerLoss::Aborted)),
+                Some((FLAG_FAILED, _)) => failed.push((p, PeerLoss::Aborted)),
                 Some((FLAG_DATA, len)) => {
                     let len = usize::try_from(len).unwrap_or(usize::MAX);
                     if len > max_bytes {
@@ -749,6 +752,11 @@ impl GlooTransport {
                 let missing = if lost.is_empty() { waiting } else { lost };
                 return Err(Fail::Gloo(e, missing));
             }
+        }
+        // A rank that failed earlier is named only once every other rank's
+        // data came: a rank that dies meanwhile is the one to blame.
+        if !failed.is_empty() {
+            return Err(Fail::Core(Error::peer_lost(failed, "")));
         }
         // Everything addressed to us has arrived: the operation is complete
         // for this rank. Our own sends finish as the receivers take them.
@@ -833,25 +841,6 @@ impl Transport for GlooTransport {
         let mut out = self.collective(data, &peers, &peers, max_bytes, deadline)?;
         out[self.rank as usize] = data.to_vec();
         Ok(out)
-    }
-
-    fn broadcast(
-        &self,
-        data: &[u8],
-        root: u32,
-        max_bytes: usize,
-        deadline: Deadline,
-    ) -> Result<Vec<u8>, Error> {
-        compiler_collectives_core::toolkit::check_root(root, self.world)?;
-        if root == self.rank {
-            toolkit::check_size("broadcast", data.len(), max_bytes)?;
-            let peers: Vec<u32> = self.peers().collect();
-            self.collective(data, &peers, &[], max_bytes, deadline)?;
-            Ok(data.to_vec())
-        } else {
-            let mut out = self.collective(&[], &[], &[root], max_bytes, deadline)?;
-            Ok(std::mem::take(&mut out[root as usize]))
-        }
     }
 
     fn barrier(&self, deadline: Deadline) -> Result<(), Error> {

@@ -132,15 +132,6 @@ impl Transport for Counting {
     ) -> compiler_collectives_core::Result<Vec<u8>> {
         self.0.all_gather_fixed(data, deadline)
     }
-    fn broadcast(
-        &self,
-        data: &[u8],
-        root: u32,
-        max_bytes: usize,
-        deadline: Deadline,
-    ) -> compiler_collectives_core::Result<Vec<u8>> {
-        self.0.broadcast(data, root, max_bytes, deadline)
-    }
     fn barrier(&self, deadline: Deadline) -> compiler_collectives_core::Result<()> {
         self.0.barrier(deadline)
     }

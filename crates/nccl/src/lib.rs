@@ -9,7 +9,7 @@
 //! | [`probe`] | is NCCL usable here (library, driver, device)? never panics |
 //! | [`NcclSearch`], [`find_library`] | where the NCCL library is looked for (`CCOL_NCCL_LIB`, linker path, pip wheels) |
 //! | [`UniqueId`], [`publish_unique_id`], [`fetch_unique_id`] | the 128-byte bootstrap id, through a core `Store` |
-//! | [`NcclTransport`] | core's `Transport`: variable-length all_gather, broadcast, barrier, send/recv |
+//! | [`NcclTransport`] | core's `Transport`: variable-length all_gather, barrier, send/recv (broadcast is core's, over all_gather) |
 //! | [`FileStore`] | a core `Store` on a directory shared by the ranks (no native code) |
 //! | [`from_env`] | a transport from torchrun's environment; device = `LOCAL_RANK` |
 //!

@@ -66,15 +66,6 @@ type AllGather = unsafe extern "C" fn(
     ncclComm_t,
     cudaStream_t,
 ) -> c_int;
-type Broadcast = unsafe extern "C" fn(
-    *const c_void,
-    *mut c_void,
-    usize,
-    ncclDataType_t,
-    c_int,
-    ncclComm_t,
-    cudaStream_t,
-) -> c_int;
 
 /// An opened NCCL library and the entry points this crate uses.
 pub struct NcclLib {
@@ -89,7 +80,6 @@ pub struct NcclLib {
     get_error_string: GetErrorString,
     get_last_error: GetLastError,
     all_gather: AllGather,
-    broadcast: Broadcast,
     // Last: the function pointers above point into it.
     _lib: libloading::Library,
 }
@@ -154,7 +144,6 @@ impl NcclLib {
             get_error_string: symbol(&lib, path, "ncclGetErrorString")?,
             get_last_error: symbol(&lib, path, "ncclGetLastError")?,
             all_gather: symbol(&lib, path, "ncclAllGather")?,
-            broadcast: symbol(&lib, path, "ncclBroadcast")?,
             _lib: lib,
         })
     }
@@ -449,27 +438,6 @@ impl Comm {
         }
     }
 
-    /// `ncclBroadcast` of `count` bytes from `root`, between `cuda`'s
-    /// buffers on its stream (as [`Comm::all_gather`]).
-    pub(crate) fn broadcast(&self, cuda: &Cuda, count: usize, root: c_int) -> c_int {
-        if cuda.send.len < count || cuda.recv.len < count {
-            return INVALID_ARGUMENT;
-        }
-        // SAFETY: as in `all_gather`: NCCL reads `count` bytes of the send
-        // buffer (on the root) and writes `count` bytes of the receive
-        // buffer, both at least that large (checked above).
-        unsafe {
-            (self.lib.broadcast)(
-                cuda.send.as_ptr(),
-                cuda.recv.as_ptr(),
-                count,
-                ncclDataType_t::ncclUint8,
-                root,
-                self.raw(),
-                cuda.nccl_stream(),
-            )
-        }
-    }
 }
 
 // ---------------------------------------------------------------------------

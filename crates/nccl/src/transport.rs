@@ -327,8 +327,7 @@ impl Inner {
 /// - `all_gather_fixed`: one NCCL all_gather. Every rank must pass the same
 ///   length (the protocol's digests are fixed-size); NCCL cannot detect a
 ///   mismatch, which ends at the deadline at worst.
-/// - `broadcast`: one 16-byte all_gather (root's length, every limit), then
-///   one NCCL broadcast.
+/// - `broadcast`: core's, over `all_gather`.
 /// - `barrier`: one 1-byte NCCL all_gather.
 /// - `send`/`recv`: through the store, not NCCL (NCCL's point-to-point
 ///   calls complete only when both sides are inside one group, which the
@@ -376,12 +375,6 @@ impl std::fmt::Debug for NcclTransport {
 fn local_rank() -> Option<usize> {
     let env = compiler_collectives_core::RunEnv::from_env().ok()?;
     usize::try_from(env.local_rank).ok()
-}
-
-fn le_u64(b: &[u8]) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[..8]);
-    u64::from_le_bytes(a)
 }
 
 impl NcclTransport {
@@ -639,24 +632,6 @@ impl NcclTransport {
         })
     }
 
-    /// The first round of `all_gather`/`broadcast`: every rank's (length,
-    /// limit). Returns them, index = rank.
-    fn lengths(
-        &self,
-        len: usize,
-        max: usize,
-        deadline: Deadline,
-    ) -> Result<Vec<(u64, u64)>, Error> {
-        let mut msg = [0u8; 16];
-        msg[..8].copy_from_slice(&(len as u64).to_le_bytes());
-        msg[8..].copy_from_slice(&(max as u64).to_le_bytes());
-        let all = self.all_gather_raw(&msg, deadline)?;
-        Ok(all
-            .chunks_exact(16)
-            .map(|c| (le_u64(&c[..8]), le_u64(&c[8..])))
-            .collect())
-    }
-
     /// `peer` is another rank and this transport is still usable (not shut
     /// down, aborted or failed): point-to-point goes through the store, so
     /// it checks that itself.
@@ -681,14 +656,6 @@ impl NcclTransport {
         *n += 1;
         cur
     }
-}
-
-fn too_large(rank: u32, len: u64, limit: u64) -> Error {
-    Error::message_too_large(
-        rank,
-        usize::try_from(len).unwrap_or(usize::MAX),
-        usize::try_from(limit).unwrap_or(usize::MAX),
-    )
 }
 
 impl compiler_collectives_core::Transport for NcclTransport {
@@ -730,32 +697,6 @@ impl compiler_collectives_core::Transport for NcclTransport {
             return Ok(Vec::new());
         }
         self.all_gather_raw(data, deadline)
-    }
-
-    fn broadcast(
-        &self,
-        data: &[u8],
-        root: u32,
-        max_bytes: usize,
-        deadline: Deadline,
-    ) -> Result<Vec<u8>, Error> {
-        compiler_collectives_core::toolkit::check_root(root, self.world)?;
-        let mine = if self.rank == root { data.len() } else { 0 };
-        let rows = self.lengths(mine, max_bytes, deadline)?;
-        let len = rows.get(root as usize).map(|r| r.0).unwrap_or(0);
-        let limit = rows.iter().map(|r| r.1).min().unwrap_or(0);
-        if len > limit {
-            return Err(too_large(root, len, limit));
-        }
-        let len = usize::try_from(len).map_err(|_| too_large(root, len, limit))?;
-        if len == 0 {
-            return Ok(Vec::new());
-        }
-        let input = if self.rank == root { data } else { &[][..] };
-        let root_int = c_int::try_from(root).unwrap_or(0);
-        self.collective("ncclBroadcast", input, len, deadline, |comm, cuda| {
-            comm.broadcast(cuda, len, root_int)
-        })
     }
 
     fn barrier(&self, deadline: Deadline) -> Result<(), Error> {

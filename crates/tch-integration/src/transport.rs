@@ -227,39 +227,6 @@ impl Transport for C10dTransport {
         self.collective(deadline, |op| self.gather_bytes(data, op))
     }
 
-    fn broadcast(
-        &self,
-        data: &[u8],
-        root: u32,
-        max_bytes: usize,
-        deadline: Deadline,
-    ) -> compiler_collectives_core::Result<Vec<u8>> {
-        toolkit::check_root(root, self.pg.world)?;
-        self.collective(deadline, |op| {
-            let mine = if root == self.pg.rank { data } else { &[] };
-            let mut len = Tensor::from_slice(&[as_i64(mine.len())]);
-            self.pg
-                .broadcast(&mut len, root, deadline.remaining())
-                .map_err(|e| self.failed(op, e))?;
-            let n = usize::try_from(len.int64_value(&[0])).unwrap_or(usize::MAX);
-            if n > max_bytes {
-                return Err(Error::message_too_large(root, n, max_bytes));
-            }
-            if n == 0 {
-                return Ok(Vec::new());
-            }
-            let mut body = if root == self.pg.rank {
-                Tensor::from_slice(mine)
-            } else {
-                Tensor::zeros([as_i64(n)], (Kind::Uint8, tch::Device::Cpu))
-            };
-            self.pg
-                .broadcast(&mut body, root, deadline.remaining())
-                .map_err(|e| self.failed(op, e))?;
-            Ok(bytes_of(&body))
-        })
-    }
-
     fn barrier(&self, deadline: Deadline) -> compiler_collectives_core::Result<()> {
         self.collective(deadline, |op| {
             self.pg

@@ -485,7 +485,10 @@ const READY_LIMIT: Duration = Duration::from_secs(60);
 /// `deadline` + 10 s, the victim at the end. Returns the slowest
 /// survivor's time to its error, in ms.
 ///
-/// With `exact`, each survivor must name the victim alone. Without it — a
+/// With `exact`, each survivor must name the victim alone — or, as aborted,
+/// survivors that had already failed on the victim when it reached its
+/// exchange (DESIGN §5: every rank not in it), whose own errors name the
+/// victim. Without it — a
 /// fault no survivor can see, like a cut link: a rank that got the victim's
 /// last message moves on to the next exchange while another did not, and a
 /// rank whose deadline passes first drops its connections — a survivor may
@@ -564,8 +567,15 @@ pub fn fault_trial(
         false
     };
     for (r, (err, kind, named, at)) in reports.iter().enumerate() {
+        // A survivor may also name, as aborted, survivors that failed on
+        // the victim before it reached this exchange (they are not in it),
+        // provided their own errors lead to the victim.
+        let aborted_survivors = !named.is_empty()
+            && named.iter().all(|&o| o != victim && (o as usize) < reports.len())
+            && err.contains("aborted")
+            && leads_to_victim(r);
         let names_ok = if exact {
-            *named == [victim]
+            *named == [victim] || aborted_survivors
         } else {
             leads_to_victim(r)
         };
