@@ -88,14 +88,14 @@ impl GlooOptions {
     }
 }
 
-/// How long after its deadline Gloo's own timeout ends a watched wait, should
-/// the watchdog not have interrupted it.
 /// How often a rank accounting for missing headers after a broken pair
 /// looks again.
 const ACCOUNT_POLL: Duration = Duration::from_millis(20);
 /// How often it probes the pairs of ranks still without a header.
 const ACCOUNT_PROBE: Duration = Duration::from_millis(200);
 
+/// How long after its deadline Gloo's own timeout ends a watched wait, should
+/// the watchdog not have interrupted it.
 const BACKSTOP: Duration = Duration::from_secs(5);
 
 #[derive(Default)]
