@@ -194,3 +194,30 @@ fn mixed_departures_are_grouped_in_a_lost_peer() {
          rank [3] disconnected; the channel is unusable: abort it"
     );
 }
+
+#[test]
+fn while_ranks_leave_a_quiet_rank_is_waited_for_not_named_dead() {
+    // A dropped connection (quiet window 250 ms); rank 1 has left, rank 3
+    // leaves 600 ms later: both are named as shut down, rank 3 not as dead.
+    let store = Arc::new(InProcessStore::new());
+    rank(&store, 1, 4).leave(PeerLoss::Shutdown, 3);
+    rank(&store, 2, 4).check_in(4);
+    let late = {
+        let store = Arc::clone(&store);
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(600));
+            rank(&store, 3, 4).leave(PeerLoss::Shutdown, 3);
+        })
+    };
+    let absent = rank(&store, 0, 4).account(
+        4,
+        Instant::now() + Duration::from_secs(10),
+        Some(Duration::from_millis(250)),
+    );
+    late.join().unwrap();
+    assert!(absent.silent.is_empty(), "{absent:?}");
+    assert_eq!(
+        absent.left,
+        vec![(1, PeerLoss::Shutdown), (3, PeerLoss::Shutdown)]
+    );
+}

@@ -184,7 +184,9 @@ impl PostMortem {
     ///
     /// With `quiet` set (the engine saw a connection drop), the wait also
     /// ends once a single rank is left unaccounted for and nothing changed
-    /// for that long ([`POST_MORTEM`]): that rank is the one that died.
+    /// for that long ([`POST_MORTEM`]): that rank is the one that died —
+    /// unless some rank left meanwhile (ranks finishing one after another,
+    /// the last of them maybe slower than the window).
     pub fn account(&self, op: u64, until: Instant, quiet: Option<Duration>) -> Absent {
         let mut waiting = self.others();
         if !self.check_in(op) {
@@ -204,7 +206,9 @@ impl PostMortem {
             if waiting.len() != before {
                 changed = Instant::now();
             }
-            let single_quiet = quiet.is_some_and(|q| waiting.len() == 1 && changed.elapsed() >= q);
+            // Not while ranks are leaving: the quiet one may be leaving too.
+            let single_quiet = quiet
+                .is_some_and(|q| waiting.len() == 1 && left.is_empty() && changed.elapsed() >= q);
             if waiting.is_empty() || single_quiet || Instant::now() >= until {
                 break;
             }
