@@ -571,7 +571,9 @@ pub fn fault_trial(
         // the victim before it reached this exchange (they are not in it),
         // provided their own errors lead to the victim.
         let aborted_survivors = !named.is_empty()
-            && named.iter().all(|&o| o != victim && (o as usize) < reports.len())
+            && named
+                .iter()
+                .all(|&o| o != victim && (o as usize) < reports.len())
             && err.contains("aborted")
             && leads_to_victim(r);
         let names_ok = if exact {
