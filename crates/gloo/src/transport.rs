@@ -42,8 +42,10 @@ const SENTINEL_SLOT: u64 = 1 << 61;
 /// How long `shutdown` waits for its notices to leave.
 const SHUTDOWN_GRACE: Duration = Duration::from_millis(300);
 
-/// Options of [`GlooTransport::connect`].
-#[derive(Clone, Debug)]
+/// Options of [`GlooTransport::connect`]. Built with
+/// `GlooOptions::default().with_…` (one setter per field, documented there).
+#[derive(Clone, Debug, derive_setters::Setters)]
+#[setters(prefix = "with_", into)]
 #[non_exhaustive]
 pub struct GlooOptions {
     /// The address peers connect to for this rank (default `127.0.0.1`).
@@ -62,29 +64,6 @@ impl Default for GlooOptions {
             connect_timeout: Duration::from_secs(300),
             prefix: "ccol".into(),
         }
-    }
-}
-
-impl GlooOptions {
-    /// With the address peers connect to.
-    #[must_use]
-    pub fn with_hostname(mut self, hostname: impl Into<String>) -> Self {
-        self.hostname = hostname.into();
-        self
-    }
-
-    /// With the rendezvous deadline.
-    #[must_use]
-    pub fn with_connect_timeout(mut self, t: Duration) -> Self {
-        self.connect_timeout = t;
-        self
-    }
-
-    /// With the key prefix of this group.
-    #[must_use]
-    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
     }
 }
 

@@ -19,20 +19,23 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// Knobs of [`NcclTransport::connect`]. Additive: build with
-/// `NcclOptions::default().with_…`.
-#[derive(Clone, Debug)]
+/// `NcclOptions::default().with_…` (one setter per field, documented there).
+#[derive(Clone, Debug, derive_setters::Setters)]
+#[setters(prefix = "with_", into)]
 pub struct NcclOptions {
     /// CUDA device ordinal of this rank (default: `LOCAL_RANK`, else 0).
+    #[setters(strip_option)]
     pub device: Option<usize>,
     /// Deadline of the bootstrap: fetching the unique id and creating the
     /// communicator (default 300 s, like an exchange).
     pub connect_timeout: Duration,
-    /// How long, after a timeout, a rank waits for the others' arrival
-    /// marks in the store before naming the absent ones (default 250 ms).
+    /// How long, after a timeout, a rank waits for the others' check-ins
+    /// in the store before naming the absent ones (default 250 ms).
     pub post_mortem: Duration,
     /// Prefix of every store key of this group (default `ccol/nccl`).
     pub prefix: String,
     /// The NCCL library to use (default: [`crate::library`]).
+    #[setters(strip_option)]
     pub lib: Option<Arc<NcclLib>>,
 }
 
@@ -45,39 +48,6 @@ impl Default for NcclOptions {
             prefix: "ccol/nccl".into(),
             lib: None,
         }
-    }
-}
-
-impl NcclOptions {
-    /// Sets the device ordinal.
-    #[must_use]
-    pub fn with_device(mut self, device: usize) -> Self {
-        self.device = Some(device);
-        self
-    }
-    /// Sets the bootstrap deadline.
-    #[must_use]
-    pub fn with_connect_timeout(mut self, t: Duration) -> Self {
-        self.connect_timeout = t;
-        self
-    }
-    /// Sets the post-mortem window.
-    #[must_use]
-    pub fn with_post_mortem(mut self, t: Duration) -> Self {
-        self.post_mortem = t;
-        self
-    }
-    /// Sets the key prefix.
-    #[must_use]
-    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
-    /// Uses this NCCL library.
-    #[must_use]
-    pub fn with_lib(mut self, lib: Arc<NcclLib>) -> Self {
-        self.lib = Some(lib);
-        self
     }
 }
 
