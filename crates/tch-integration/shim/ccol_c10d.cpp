@@ -200,6 +200,64 @@ at::Tensor& tensor_of(void* t) {
     return *static_cast<at::Tensor*>(t);
 }
 
+// The `n` keys at `keys` (each checked non-null).
+std::vector<std::string> keys_of(const char* const* keys, size_t n) {
+    if (keys == nullptr && n > 0) {
+        throw std::invalid_argument("null keys");
+    }
+    std::vector<std::string> ks;
+    for (size_t i = 0; i < n; i++) {
+        if (keys[i] == nullptr) {
+            throw std::invalid_argument("null key");
+        }
+        ks.emplace_back(keys[i]);
+    }
+    return ks;
+}
+
+// Runs the body of an entry point that fills a ccol_c10d_error: clears `err`,
+// then returns what `body` returns, or, when it throws, fills `err` from the
+// exception (report) and returns `on_error(status)`. Nothing unwinds out.
+template <typename R, typename Body, typename OnError>
+R guarded(ccol_c10d_error* err, Body body, OnError on_error) {
+    clear_error(err);
+    try {
+        return body();
+    } catch (...) {
+        return on_error(report(err));
+    }
+}
+
+// `guarded` for an entry returning a status: the status of the exception.
+template <typename Body>
+int32_t status_entry(ccol_c10d_error* err, Body body) {
+    return guarded<int32_t>(err, body, [](int32_t status) { return status; });
+}
+
+// `guarded` for an entry returning a new handle: NULL on an exception.
+template <typename Body>
+void* handle_entry(ccol_c10d_error* err, Body body) {
+    return guarded<void*>(err, body, [](int32_t) -> void* { return nullptr; });
+}
+
+// Deletes a handle of type `Handle` (a `_free` entry): swallows every exception.
+template <typename Handle>
+void free_handle(void* h) {
+    try {
+        delete static_cast<Handle*>(h);
+    } catch (...) {
+    }
+}
+
+// Waits for a collective's work at most `timeout_ms`, with the same bound in
+// its options; CCOL_C10D_OK when it finished.
+template <typename Options, typename Start>
+int32_t run_collective(int64_t timeout_ms, Options opts, Start start) {
+    opts.timeout = millis(timeout_ms);
+    start(opts)->wait(millis(timeout_ms));
+    return CCOL_C10D_OK;
+}
+
 }  // namespace
 
 extern "C" {
@@ -208,8 +266,7 @@ uint32_t ccol_c10d_abi_version(void) { return 2; }
 
 void* ccol_c10d_tcpstore_new(const char* host, uint16_t port, int32_t world_size, int32_t is_server,
                              int32_t wait_workers, int64_t timeout_ms, ccol_c10d_error* err) {
-    clear_error(err);
-    try {
+    return handle_entry(err, [&] {
         if (host == nullptr) {
             throw std::invalid_argument("null host");
         }
@@ -223,45 +280,37 @@ void* ccol_c10d_tcpstore_new(const char* host, uint16_t port, int32_t world_size
         opts.timeout = millis(timeout_ms);
         auto store = c10::make_intrusive<c10d::TCPStore>(host, opts);
         return new StoreHandle{store};
-    } catch (...) {
-        report(err);
-        return nullptr;
-    }
+    });
 }
 
 // The port a TCPStore listens on or connects to (the bound one for a server
 // asked for port 0); -CCOL_C10D_INVALID for a store that is not a TCPStore.
 int32_t ccol_c10d_tcpstore_port(void* store, ccol_c10d_error* err) {
-    clear_error(err);
-    try {
-        auto* tcp = dynamic_cast<c10d::TCPStore*>(&store_of(store));
-        if (tcp == nullptr) {
-            throw std::invalid_argument("not a TCPStore (a PrefixStore has no port of its own)");
-        }
-        return static_cast<int32_t>(tcp->getPort());
-    } catch (...) {
-        return -report(err);
-    }
+    return guarded<int32_t>(
+        err,
+        [&] {
+            auto* tcp = dynamic_cast<c10d::TCPStore*>(&store_of(store));
+            if (tcp == nullptr) {
+                throw std::invalid_argument("not a TCPStore (a PrefixStore has no port of its own)");
+            }
+            return static_cast<int32_t>(tcp->getPort());
+        },
+        [](int32_t status) { return -status; });
 }
 
 void* ccol_c10d_prefixstore_new(const char* prefix, void* store, ccol_c10d_error* err) {
-    clear_error(err);
-    try {
+    return handle_entry(err, [&] {
         if (prefix == nullptr || store == nullptr) {
             throw std::invalid_argument("null prefix or store");
         }
         auto inner = static_cast<StoreHandle*>(store)->store;
         return new StoreHandle{c10::make_intrusive<c10d::PrefixStore>(prefix, inner)};
-    } catch (...) {
-        report(err);
-        return nullptr;
-    }
+    });
 }
 
 int32_t ccol_c10d_store_set(void* store, const char* key, const uint8_t* data, size_t len, int64_t timeout_ms,
                             ccol_c10d_error* err) {
-    clear_error(err);
-    try {
+    return status_entry(err, [&] {
         if (key == nullptr || (data == nullptr && len > 0)) {
             throw std::invalid_argument("null key or data");
         }
@@ -272,15 +321,12 @@ int32_t ccol_c10d_store_set(void* store, const char* key, const uint8_t* data, s
             s->set(k, v);
             return 0;
         });
-    } catch (...) {
-        return report(err);
-    }
+    });
 }
 
 int32_t ccol_c10d_store_get(void* store, const char* key, int64_t timeout_ms, void* out, ccol_c10d_append_fn append,
                             ccol_c10d_error* err) {
-    clear_error(err);
-    try {
+    return status_entry(err, [&] {
         if (key == nullptr || append == nullptr) {
             throw std::invalid_argument("null key or sink");
         }
@@ -289,76 +335,48 @@ int32_t ccol_c10d_store_get(void* store, const char* key, int64_t timeout_ms, vo
         auto v = s.get(key);
         append(out, v.data(), v.size());
         return CCOL_C10D_OK;
-    } catch (...) {
-        return report(err);
-    }
+    });
 }
 
 int32_t ccol_c10d_store_add(void* store, const char* key, int64_t delta, int64_t timeout_ms, int64_t* result,
                             ccol_c10d_error* err) {
-    clear_error(err);
-    try {
+    return status_entry(err, [&] {
         if (key == nullptr || result == nullptr) {
             throw std::invalid_argument("null key or result");
         }
         auto s = store_ptr(store);
         std::string k(key);
         return run_bounded("add", timeout_ms, result, err, [s, k, delta]() -> int64_t { return s->add(k, delta); });
-    } catch (...) {
-        return report(err);
-    }
+    });
 }
 
 int32_t ccol_c10d_store_wait(void* store, const char* const* keys, size_t n, int64_t timeout_ms,
                              ccol_c10d_error* err) {
-    clear_error(err);
-    try {
-        if (keys == nullptr && n > 0) {
-            throw std::invalid_argument("null keys");
-        }
-        std::vector<std::string> ks;
-        for (size_t i = 0; i < n; i++) {
-            if (keys[i] == nullptr) {
-                throw std::invalid_argument("null key");
-            }
-            ks.emplace_back(keys[i]);
-        }
+    return status_entry(err, [&] {
+        auto ks = keys_of(keys, n);
         store_of(store).wait(ks, millis(timeout_ms));
         return CCOL_C10D_OK;
-    } catch (...) {
-        return report(err);
-    }
+    });
 }
 
 int32_t ccol_c10d_store_check(void* store, const char* const* keys, size_t n, int64_t timeout_ms,
                               ccol_c10d_error* err) {
-    clear_error(err);
-    try {
-        if (keys == nullptr && n > 0) {
-            throw std::invalid_argument("null keys");
-        }
-        auto s = store_ptr(store);
-        std::vector<std::string> ks;
-        for (size_t i = 0; i < n; i++) {
-            if (keys[i] == nullptr) {
-                throw std::invalid_argument("null key");
-            }
-            ks.emplace_back(keys[i]);
-        }
-        int64_t set = 0;
-        int32_t status =
-            run_bounded("check", timeout_ms, &set, err, [s, ks]() -> int64_t { return s->check(ks) ? 1 : 0; });
-        return status == CCOL_C10D_OK ? static_cast<int32_t>(set) : -1;
-    } catch (...) {
-        report(err);
-        return -1;
-    }
+    return guarded<int32_t>(
+        err,
+        [&] {
+            auto ks = keys_of(keys, n);
+            auto s = store_ptr(store);
+            int64_t set = 0;
+            int32_t status =
+                run_bounded("check", timeout_ms, &set, err, [s, ks]() -> int64_t { return s->check(ks) ? 1 : 0; });
+            return status == CCOL_C10D_OK ? static_cast<int32_t>(set) : -1;
+        },
+        [](int32_t) { return -1; });
 }
 
 int32_t ccol_c10d_store_delete(void* store, const char* key, int64_t timeout_ms, int32_t* existed,
                                ccol_c10d_error* err) {
-    clear_error(err);
-    try {
+    return status_entry(err, [&] {
         if (key == nullptr || existed == nullptr) {
             throw std::invalid_argument("null key or result");
         }
@@ -369,22 +387,14 @@ int32_t ccol_c10d_store_delete(void* store, const char* key, int64_t timeout_ms,
             run_bounded("delete", timeout_ms, &deleted, err, [s, k]() -> int64_t { return s->deleteKey(k) ? 1 : 0; });
         *existed = deleted != 0 ? 1 : 0;
         return status;
-    } catch (...) {
-        return report(err);
-    }
+    });
 }
 
-void ccol_c10d_store_free(void* store) {
-    try {
-        delete static_cast<StoreHandle*>(store);
-    } catch (...) {
-    }
-}
+void ccol_c10d_store_free(void* store) { free_handle<StoreHandle>(store); }
 
 void* ccol_c10d_pg_gloo_new(void* store, int32_t rank, int32_t size, const char* hostname, int64_t timeout_ms,
                             ccol_c10d_error* err) {
-    clear_error(err);
-    try {
+    return handle_entry(err, [&] {
         if (store == nullptr || hostname == nullptr) {
             throw std::invalid_argument("null store or hostname");
         }
@@ -396,23 +406,14 @@ void* ccol_c10d_pg_gloo_new(void* store, int32_t rank, int32_t size, const char*
         auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(static_cast<StoreHandle*>(store)->store, rank, size,
                                                               opts);
         return new GroupHandle{pg};
-    } catch (...) {
-        report(err);
-        return nullptr;
-    }
+    });
 }
 
-void ccol_c10d_pg_free(void* pg) {
-    try {
-        delete static_cast<GroupHandle*>(pg);
-    } catch (...) {
-    }
-}
+void ccol_c10d_pg_free(void* pg) { free_handle<GroupHandle>(pg); }
 
 // all_gather of equal-sized tensors (see the header).
 int32_t ccol_c10d_pg_allgather(void* pg, void* input, int64_t timeout_ms, void** outputs, ccol_c10d_error* err) {
-    clear_error(err);
-    try {
+    return status_entry(err, [&] {
         auto& g = pg_of(pg);
         auto& t = tensor_of(input);
         std::vector<std::vector<at::Tensor>> out(1);
@@ -420,23 +421,18 @@ int32_t ccol_c10d_pg_allgather(void* pg, void* input, int64_t timeout_ms, void**
             out[0].push_back(at::empty_like(t));
         }
         std::vector<at::Tensor> in{t};
-        c10d::AllgatherOptions opts;
-        opts.timeout = millis(timeout_ms);
-        auto work = g.allgather(out, in, opts);
-        work->wait(millis(timeout_ms));
+        run_collective(timeout_ms, c10d::AllgatherOptions(),
+                       [&](const c10d::AllgatherOptions& opts) { return g.allgather(out, in, opts); });
         for (int r = 0; r < g.getSize(); r++) {
             outputs[r] = new at::Tensor(out[0][r]);
         }
         return CCOL_C10D_OK;
-    } catch (...) {
-        return report(err);
-    }
+    });
 }
 
 // op: 0 sum, 1 product, 2 min, 3 max.
 int32_t ccol_c10d_pg_allreduce(void* pg, void* tensor, int32_t op, int64_t timeout_ms, ccol_c10d_error* err) {
-    clear_error(err);
-    try {
+    return status_entry(err, [&] {
         auto& g = pg_of(pg);
         std::vector<at::Tensor> ts{tensor_of(tensor)};
         c10d::AllreduceOptions opts;
@@ -447,79 +443,57 @@ int32_t ccol_c10d_pg_allreduce(void* pg, void* tensor, int32_t op, int64_t timeo
             case 3: opts.reduceOp = c10d::ReduceOp::MAX; break;
             default: throw std::invalid_argument("unknown reduce op");
         }
-        opts.timeout = millis(timeout_ms);
-        g.allreduce(ts, opts)->wait(millis(timeout_ms));
-        return CCOL_C10D_OK;
-    } catch (...) {
-        return report(err);
-    }
+        return run_collective(timeout_ms, opts,
+                              [&](const c10d::AllreduceOptions& o) { return g.allreduce(ts, o); });
+    });
 }
 
 int32_t ccol_c10d_pg_broadcast(void* pg, void* tensor, int32_t root, int64_t timeout_ms, ccol_c10d_error* err) {
-    clear_error(err);
-    try {
+    return status_entry(err, [&] {
         auto& g = pg_of(pg);
         std::vector<at::Tensor> ts{tensor_of(tensor)};
         c10d::BroadcastOptions opts;
         opts.rootRank = root;
-        opts.timeout = millis(timeout_ms);
-        g.broadcast(ts, opts)->wait(millis(timeout_ms));
-        return CCOL_C10D_OK;
-    } catch (...) {
-        return report(err);
-    }
+        return run_collective(timeout_ms, opts,
+                              [&](const c10d::BroadcastOptions& o) { return g.broadcast(ts, o); });
+    });
 }
 
 int32_t ccol_c10d_pg_barrier(void* pg, int64_t timeout_ms, ccol_c10d_error* err) {
-    clear_error(err);
-    try {
+    return status_entry(err, [&] {
         auto& g = pg_of(pg);
-        c10d::BarrierOptions opts;
-        opts.timeout = millis(timeout_ms);
-        g.barrier(opts)->wait(millis(timeout_ms));
-        return CCOL_C10D_OK;
-    } catch (...) {
-        return report(err);
-    }
+        return run_collective(timeout_ms, c10d::BarrierOptions(),
+                              [&](const c10d::BarrierOptions& o) { return g.barrier(o); });
+    });
 }
 
 // Point-to-point over the group: send/recv of a tensor with a tag.
 int32_t ccol_c10d_pg_send(void* pg, void* tensor, int32_t dst, int32_t tag, int64_t timeout_ms,
                           ccol_c10d_error* err) {
-    clear_error(err);
-    try {
+    return status_entry(err, [&] {
         std::vector<at::Tensor> ts{tensor_of(tensor)};
         pg_of(pg).send(ts, dst, tag)->wait(millis(timeout_ms));
         return CCOL_C10D_OK;
-    } catch (...) {
-        return report(err);
-    }
+    });
 }
 
 int32_t ccol_c10d_pg_recv(void* pg, void* tensor, int32_t src, int32_t tag, int64_t timeout_ms,
                           ccol_c10d_error* err) {
-    clear_error(err);
-    try {
+    return status_entry(err, [&] {
         std::vector<at::Tensor> ts{tensor_of(tensor)};
         pg_of(pg).recv(ts, src, tag)->wait(millis(timeout_ms));
         return CCOL_C10D_OK;
-    } catch (...) {
-        return report(err);
-    }
+    });
 }
 
 // Starts a send and returns its work handle (NULL on error): the caller polls
 // it with ccol_c10d_work_done, or waits with ccol_c10d_work_wait, then frees it.
 void* ccol_c10d_pg_isend(void* pg, void* tensor, int32_t dst, int32_t tag, ccol_c10d_error* err) {
-    clear_error(err);
-    try {
+    return handle_entry(err, [&] {
         std::vector<at::Tensor> ts{tensor_of(tensor).contiguous()};
         auto work = pg_of(pg).send(ts, dst, tag);
         return new WorkHandle{work, ts};
-    } catch (...) {
-        report(err);
-        return nullptr;
-    }
+    });
 }
 
 // 1 when finished, 0 when still running, -1 when it failed (never blocks).
@@ -536,24 +510,16 @@ int32_t ccol_c10d_work_done(void* work) {
 }
 
 int32_t ccol_c10d_work_wait(void* work, int64_t timeout_ms, ccol_c10d_error* err) {
-    clear_error(err);
-    try {
+    return status_entry(err, [&] {
         if (work == nullptr) {
             throw std::invalid_argument("null work");
         }
         static_cast<WorkHandle*>(work)->work->wait(millis(timeout_ms));
         return CCOL_C10D_OK;
-    } catch (...) {
-        return report(err);
-    }
+    });
 }
 
-void ccol_c10d_work_free(void* work) {
-    try {
-        delete static_cast<WorkHandle*>(work);
-    } catch (...) {
-    }
-}
+void ccol_c10d_work_free(void* work) { free_handle<WorkHandle>(work); }
 
 int32_t ccol_c10d_pg_rank(void* pg) { return pg == nullptr ? -1 : static_cast<GroupHandle*>(pg)->pg->getRank(); }
 int32_t ccol_c10d_pg_size(void* pg) { return pg == nullptr ? -1 : static_cast<GroupHandle*>(pg)->pg->getSize(); }

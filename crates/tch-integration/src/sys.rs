@@ -189,6 +189,57 @@ impl RawError {
     }
 }
 
+/// Calls a fallible shim entry with a fresh [`RawError`] for it to fill
+/// (`entry` gets the pointer, valid and writable until `entry` returns);
+/// what the entry returned, and the error it filled.
+fn called<T>(entry: impl FnOnce(*mut RawError) -> T) -> (T, RawError) {
+    let mut err = RawError::new();
+    let returned = entry(&mut err);
+    (returned, err)
+}
+
+/// [`called`] for an entry returning a status: `Ok` for `OK`, else the
+/// error of a failed `operation`.
+fn checked(operation: &str, entry: impl FnOnce(*mut RawError) -> i32) -> Result<(), C10dError> {
+    let (status, err) = called(entry);
+    err.check(status, operation)
+}
+
+/// [`called`] for an entry returning a new shim object: the object, or the
+/// error the shim filled when it returned null.
+fn made(
+    operation: &str,
+    entry: impl FnOnce(*mut RawError) -> *mut c_void,
+) -> Result<NonNull<c_void>, C10dError> {
+    let (p, err) = called(entry);
+    NonNull::new(p).ok_or_else(|| err.into_error(operation))
+}
+
+/// Declares a shim handle: a `NonNull` newtype (private field) over an
+/// object the shim allocated, whose `Drop` frees it with `$free`.
+///
+/// # Safety contract
+/// Each use states, in a `// SAFETY:` comment, that its handle is built only
+/// in this module from a pointer a shim constructor of that kind returned,
+/// and that `$free` is that kind's `_free` entry (which catches every C++
+/// exception, so Drop never panics). The Drop is then the pointer's only
+/// free: nothing else in this module frees or copies it out.
+macro_rules! shim_handle {
+    ($(#[$attr:meta])* $name:ident, $free:ident) => {
+        $(#[$attr])*
+        #[derive(Debug)]
+        pub(crate) struct $name(NonNull<c_void>);
+
+        impl Drop for $name {
+            fn drop(&mut self) {
+                // SAFETY: the macro's contract (stated at its use): the
+                // pointer came from the shim, and this is its only free.
+                unsafe { $free(self.0.as_ptr()) };
+            }
+        }
+    };
+}
+
 /// Milliseconds for the shim, rounded up, saturating.
 fn ms(d: Duration) -> i64 {
     let ms = d.as_millis() + u128::from(d.subsec_nanos() % 1_000_000 != 0);
@@ -223,9 +274,19 @@ unsafe extern "C" fn append_to_vec(out: *mut c_void, data: *const u8, len: usize
     });
 }
 
-/// A shim store handle (`TCPStore` or `PrefixStore`, shared ownership).
-#[derive(Debug)]
-pub(crate) struct StoreHandle(NonNull<c_void>);
+/// `ccol_c10d_store_wait` and `ccol_c10d_store_check`: a store, its keys
+/// (`n` pointers), the timeout.
+type KeysFn =
+    unsafe extern "C" fn(*mut c_void, *const *const c_char, usize, i64, *mut RawError) -> i32;
+
+// SAFETY (`shim_handle!`'s contract): a `StoreHandle` is built only by `tcp`
+// and `prefixed` below, from what ccol_c10d_tcpstore_new and
+// ccol_c10d_prefixstore_new returned; ccol_c10d_store_free frees those.
+shim_handle!(
+    /// A shim store handle (`TCPStore` or `PrefixStore`, shared ownership).
+    StoreHandle,
+    ccol_c10d_store_free
+);
 
 // SAFETY: the handle owns a reference to a c10d store, which c10d itself uses
 // from many threads (the process group's); TCPStore serialises its client
@@ -234,13 +295,6 @@ unsafe impl Send for StoreHandle {}
 // SAFETY: as for Send: every method takes `&self` and the store is
 // thread-safe.
 unsafe impl Sync for StoreHandle {}
-
-impl Drop for StoreHandle {
-    fn drop(&mut self) {
-        // SAFETY: the pointer came from the shim, and this is its only free.
-        unsafe { ccol_c10d_store_free(self.0.as_ptr()) };
-    }
-}
 
 impl StoreHandle {
     /// A `TCPStore` (server + client, or client) at `host:port`.
@@ -252,181 +306,170 @@ impl StoreHandle {
         wait_workers: bool,
         timeout: Duration,
     ) -> Result<Self, C10dError> {
-        let mut err = RawError::new();
-        // SAFETY: `host` is NUL-terminated and outlives the call; `err` is
-        // writable for it.
-        let p = unsafe {
-            ccol_c10d_tcpstore_new(
-                host.as_ptr(),
-                port,
-                world,
-                i32::from(is_server),
-                i32::from(wait_workers),
-                ms(timeout),
-                &mut err,
-            )
-        };
-        NonNull::new(p)
-            .map(StoreHandle)
-            .ok_or_else(|| err.into_error("TCPStore"))
+        made("TCPStore", |err| {
+            // SAFETY: `host` is NUL-terminated and outlives the call; `err` is
+            // writable for it.
+            unsafe {
+                ccol_c10d_tcpstore_new(
+                    host.as_ptr(),
+                    port,
+                    world,
+                    i32::from(is_server),
+                    i32::from(wait_workers),
+                    ms(timeout),
+                    err,
+                )
+            }
+        })
+        .map(StoreHandle)
     }
 
     /// The `TCPStore`'s port (the bound one for a server of port 0).
     pub(crate) fn port(&self) -> Result<u16, C10dError> {
-        let mut err = RawError::new();
         // SAFETY: the handle is live; `err` is writable for the call.
-        let p = unsafe { ccol_c10d_tcpstore_port(self.0.as_ptr(), &mut err) };
-        match u16::try_from(p) {
-            Ok(port) => Ok(port),
-            Err(_) => Err(err.into_error("TCPStore port")),
-        }
+        let (p, err) = called(|err| unsafe { ccol_c10d_tcpstore_port(self.0.as_ptr(), err) });
+        u16::try_from(p).map_err(|_| err.into_error("TCPStore port"))
     }
 
     /// A `PrefixStore` over this store (it keeps this one alive).
     pub(crate) fn prefixed(&self, prefix: &CStr) -> Result<Self, C10dError> {
-        let mut err = RawError::new();
-        // SAFETY: the parent handle is live (the shim takes its own
-        // reference); `prefix` and `err` outlive the call.
-        let h = unsafe { ccol_c10d_prefixstore_new(prefix.as_ptr(), self.0.as_ptr(), &mut err) };
-        NonNull::new(h)
-            .map(StoreHandle)
-            .ok_or_else(|| err.into_error("PrefixStore"))
+        made("PrefixStore", |err| {
+            // SAFETY: the parent handle is live (the shim takes its own
+            // reference); `prefix` and `err` outlive the call.
+            unsafe { ccol_c10d_prefixstore_new(prefix.as_ptr(), self.0.as_ptr(), err) }
+        })
+        .map(StoreHandle)
     }
 
     /// Sets `key` to `value`, waiting at most `timeout` for the store.
     pub(crate) fn set(&self, key: &CStr, value: &[u8], timeout: Duration) -> Result<(), C10dError> {
-        let mut err = RawError::new();
-        // SAFETY: the handle is live; `key`, `value` (`len` bytes) and `err`
-        // outlive the call (the shim copies what it keeps).
-        let s = unsafe {
-            ccol_c10d_store_set(
-                self.0.as_ptr(),
-                key.as_ptr(),
-                value.as_ptr(),
-                value.len(),
-                ms(timeout),
-                &mut err,
-            )
-        };
-        err.check(s, "store set")
+        checked("store set", |err| {
+            // SAFETY: the handle is live; `key`, `value` (`len` bytes) and
+            // `err` outlive the call (the shim copies what it keeps).
+            unsafe {
+                ccol_c10d_store_set(
+                    self.0.as_ptr(),
+                    key.as_ptr(),
+                    value.as_ptr(),
+                    value.len(),
+                    ms(timeout),
+                    err,
+                )
+            }
+        })
     }
 
     /// The value of `key`, waiting at most `timeout` for it to be set.
     pub(crate) fn get(&self, key: &CStr, timeout: Duration) -> Result<Vec<u8>, C10dError> {
         let mut out: Vec<u8> = Vec::new();
-        let mut err = RawError::new();
-        // SAFETY: the handle is live; `out` is a live `Vec<u8>`, the type
-        // `append_to_vec` expects, borrowed only by the shim for the call.
-        let s = unsafe {
-            ccol_c10d_store_get(
-                self.0.as_ptr(),
-                key.as_ptr(),
-                ms(timeout),
-                std::ptr::from_mut(&mut out).cast(),
-                append_to_vec,
-                &mut err,
-            )
-        };
-        err.check(s, "store get")?;
+        checked("store get", |err| {
+            // SAFETY: the handle is live; `out` is a live `Vec<u8>`, the type
+            // `append_to_vec` expects, borrowed only by the shim for the call.
+            unsafe {
+                ccol_c10d_store_get(
+                    self.0.as_ptr(),
+                    key.as_ptr(),
+                    ms(timeout),
+                    std::ptr::from_mut(&mut out).cast(),
+                    append_to_vec,
+                    err,
+                )
+            }
+        })?;
         Ok(out)
     }
 
     /// Adds `delta` to the counter at `key`; the new value.
     pub(crate) fn add(&self, key: &CStr, delta: i64, timeout: Duration) -> Result<i64, C10dError> {
         let mut result = 0i64;
-        let mut err = RawError::new();
-        // SAFETY: the handle is live; `key`, `result` and `err` outlive the
-        // call (the shim writes `result` only before it returns).
-        let s = unsafe {
-            ccol_c10d_store_add(
-                self.0.as_ptr(),
-                key.as_ptr(),
-                delta,
-                ms(timeout),
-                &mut result,
-                &mut err,
-            )
-        };
-        err.check(s, "store add")?;
+        checked("store add", |err| {
+            // SAFETY: the handle is live; `key`, `result` and `err` outlive
+            // the call (the shim writes `result` only before it returns).
+            unsafe {
+                ccol_c10d_store_add(
+                    self.0.as_ptr(),
+                    key.as_ptr(),
+                    delta,
+                    ms(timeout),
+                    &mut result,
+                    err,
+                )
+            }
+        })?;
         Ok(result)
+    }
+
+    /// Calls `entry` (ccol_c10d_store_wait or ccol_c10d_store_check) on
+    /// `keys`: what it returned, and the error it filled.
+    fn with_keys(&self, entry: KeysFn, keys: &[&CStr], timeout: Duration) -> (i32, RawError) {
+        let ptrs: Vec<*const c_char> = keys.iter().map(|k| k.as_ptr()).collect();
+        called(|err| {
+            // SAFETY: `entry` is ccol_c10d_store_wait or ccol_c10d_store_check
+            // (what `wait` and `check`, the only callers, pass), declared
+            // above with this signature; the handle is live; `ptrs` holds
+            // `ptrs.len()` pointers to NUL-terminated keys, all outliving the
+            // call; `err` is writable for it.
+            unsafe { entry(self.0.as_ptr(), ptrs.as_ptr(), ptrs.len(), ms(timeout), err) }
+        })
     }
 
     /// Waits at most `timeout` until every key is set.
     pub(crate) fn wait(&self, keys: &[&CStr], timeout: Duration) -> Result<(), C10dError> {
-        let ptrs: Vec<*const c_char> = keys.iter().map(|k| k.as_ptr()).collect();
-        let mut err = RawError::new();
-        // SAFETY: the handle is live; `ptrs` holds `ptrs.len()` pointers to
-        // NUL-terminated keys, all outliving the call.
-        let s = unsafe {
-            ccol_c10d_store_wait(
-                self.0.as_ptr(),
-                ptrs.as_ptr(),
-                ptrs.len(),
-                ms(timeout),
-                &mut err,
-            )
-        };
+        let (s, err) = self.with_keys(ccol_c10d_store_wait, keys, timeout);
         err.check(s, "store wait")
     }
 
     /// Whether every key is set (without waiting for them), waiting at most
     /// `timeout` for the store's answer.
     pub(crate) fn check(&self, keys: &[&CStr], timeout: Duration) -> Result<bool, C10dError> {
-        let ptrs: Vec<*const c_char> = keys.iter().map(|k| k.as_ptr()).collect();
-        let mut err = RawError::new();
-        // SAFETY: as for `wait`.
-        let s = unsafe {
-            ccol_c10d_store_check(
-                self.0.as_ptr(),
-                ptrs.as_ptr(),
-                ptrs.len(),
-                ms(timeout),
-                &mut err,
-            )
-        };
-        match s {
-            1 => Ok(true),
-            0 => Ok(false),
-            _ => Err(err.into_error("store check")),
+        match self.with_keys(ccol_c10d_store_check, keys, timeout) {
+            (1, _) => Ok(true),
+            (0, _) => Ok(false),
+            (_, err) => Err(err.into_error("store check")),
         }
     }
 
     /// Deletes `key`; whether it existed.
     pub(crate) fn delete(&self, key: &CStr, timeout: Duration) -> Result<bool, C10dError> {
         let mut existed = 0i32;
-        let mut err = RawError::new();
-        // SAFETY: the handle is live; `key`, `existed` and `err` outlive the
-        // call.
-        let s = unsafe {
-            ccol_c10d_store_delete(
-                self.0.as_ptr(),
-                key.as_ptr(),
-                ms(timeout),
-                &mut existed,
-                &mut err,
-            )
-        };
-        err.check(s, "store delete")?;
+        checked("store delete", |err| {
+            // SAFETY: the handle is live; `key`, `existed` and `err` outlive
+            // the call.
+            unsafe {
+                ccol_c10d_store_delete(
+                    self.0.as_ptr(),
+                    key.as_ptr(),
+                    ms(timeout),
+                    &mut existed,
+                    err,
+                )
+            }
+        })?;
         Ok(existed != 0)
     }
 }
 
-/// A shim `ProcessGroupGloo` handle.
-#[derive(Debug)]
-pub(crate) struct GroupHandle(NonNull<c_void>);
+/// `ccol_c10d_pg_allreduce` (with an op) and `ccol_c10d_pg_broadcast` (with
+/// a root): a group, a tensor changed in place, the argument, the timeout.
+type InPlaceFn = unsafe extern "C" fn(*mut c_void, *mut c_void, i32, i64, *mut RawError) -> i32;
+/// `ccol_c10d_pg_send` and `ccol_c10d_pg_recv`: a group, a tensor, the peer,
+/// the tag, the timeout.
+type PeerFn = unsafe extern "C" fn(*mut c_void, *mut c_void, i32, i32, i64, *mut RawError) -> i32;
+
+// SAFETY (`shim_handle!`'s contract): a `GroupHandle` is built only by
+// `gloo` below, from what ccol_c10d_pg_gloo_new returned; ccol_c10d_pg_free
+// frees those.
+shim_handle!(
+    /// A shim `ProcessGroupGloo` handle.
+    GroupHandle,
+    ccol_c10d_pg_free
+);
 
 // SAFETY: c10d process groups are used from many threads by PyTorch itself;
 // each call enqueues work on the group's own threads and waits for it.
 unsafe impl Send for GroupHandle {}
 // SAFETY: as for Send: every method takes `&self`.
 unsafe impl Sync for GroupHandle {}
-
-impl Drop for GroupHandle {
-    fn drop(&mut self) {
-        // SAFETY: the pointer came from the shim, and this is its only free.
-        unsafe { ccol_c10d_pg_free(self.0.as_ptr()) };
-    }
-}
 
 /// Where a send in flight stands ([`WorkHandle::state`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -448,22 +491,21 @@ impl GroupHandle {
         hostname: &CStr,
         timeout: Duration,
     ) -> Result<Self, C10dError> {
-        let mut err = RawError::new();
-        // SAFETY: the store is live (the group takes its own reference);
-        // `hostname` and `err` outlive the call.
-        let p = unsafe {
-            ccol_c10d_pg_gloo_new(
-                store.0.as_ptr(),
-                rank,
-                size,
-                hostname.as_ptr(),
-                ms(timeout),
-                &mut err,
-            )
-        };
-        NonNull::new(p)
-            .map(GroupHandle)
-            .ok_or_else(|| err.into_error("ProcessGroupGloo"))
+        made("ProcessGroupGloo", |err| {
+            // SAFETY: the store is live (the group takes its own reference);
+            // `hostname` and `err` outlive the call.
+            unsafe {
+                ccol_c10d_pg_gloo_new(
+                    store.0.as_ptr(),
+                    rank,
+                    size,
+                    hostname.as_ptr(),
+                    ms(timeout),
+                    err,
+                )
+            }
+        })
+        .map(GroupHandle)
     }
 
     /// c10d's rank of this process (`None` if the shim reports none).
@@ -489,19 +531,19 @@ impl GroupHandle {
             .and_then(|n| usize::try_from(n).ok())
             .ok_or_else(|| C10dError::Invalid("the process group reports no size".into()))?;
         let mut outs: Vec<*mut c_void> = vec![std::ptr::null_mut(); n];
-        let mut err = RawError::new();
-        // SAFETY: the group and tensor are live; `outs` has room for the
-        // group's size, the number of pointers the shim writes on success.
-        let s = unsafe {
-            ccol_c10d_pg_allgather(
-                self.0.as_ptr(),
-                tensor_ptr(input),
-                ms(timeout),
-                outs.as_mut_ptr(),
-                &mut err,
-            )
-        };
-        err.check(s, "allgather")?;
+        checked("allgather", |err| {
+            // SAFETY: the group and tensor are live; `outs` has room for the
+            // group's size, the number of pointers the shim writes on success.
+            unsafe {
+                ccol_c10d_pg_allgather(
+                    self.0.as_ptr(),
+                    tensor_ptr(input),
+                    ms(timeout),
+                    outs.as_mut_ptr(),
+                    err,
+                )
+            }
+        })?;
         if outs.iter().any(|p| p.is_null()) {
             return Err(C10dError::Invalid(
                 "allgather: the shim returned fewer tensors than ranks".into(),
@@ -515,6 +557,26 @@ impl GroupHandle {
             .collect())
     }
 
+    /// `entry` (ccol_c10d_pg_allreduce or ccol_c10d_pg_broadcast) of
+    /// `tensor` in place, with `arg` (the op or the root).
+    fn in_place(
+        &self,
+        entry: InPlaceFn,
+        operation: &str,
+        tensor: &mut Tensor,
+        arg: i32,
+        timeout: Duration,
+    ) -> Result<(), C10dError> {
+        checked(operation, |err| {
+            // SAFETY: `entry` is ccol_c10d_pg_allreduce or
+            // ccol_c10d_pg_broadcast (what `all_reduce` and `broadcast`, the
+            // only callers, pass), declared above with this signature; the
+            // group and tensor are live; the tensor is borrowed mutably, so
+            // nothing else reads it while c10d writes it; `err` is writable.
+            unsafe { entry(self.0.as_ptr(), tensor_ptr(tensor), arg, ms(timeout), err) }
+        })
+    }
+
     /// all_reduce of `tensor` in place; `op` as in the header.
     pub(crate) fn all_reduce(
         &self,
@@ -522,19 +584,7 @@ impl GroupHandle {
         op: i32,
         timeout: Duration,
     ) -> Result<(), C10dError> {
-        let mut err = RawError::new();
-        // SAFETY: the group and tensor are live; the tensor is borrowed
-        // mutably, so nothing else reads it while c10d writes it.
-        let s = unsafe {
-            ccol_c10d_pg_allreduce(
-                self.0.as_ptr(),
-                tensor_ptr(tensor),
-                op,
-                ms(timeout),
-                &mut err,
-            )
-        };
-        err.check(s, "allreduce")
+        self.in_place(ccol_c10d_pg_allreduce, "allreduce", tensor, op, timeout)
     }
 
     /// Broadcast of `tensor` from `root`, in place.
@@ -544,26 +594,46 @@ impl GroupHandle {
         root: i32,
         timeout: Duration,
     ) -> Result<(), C10dError> {
-        let mut err = RawError::new();
-        // SAFETY: as for `all_reduce`.
-        let s = unsafe {
-            ccol_c10d_pg_broadcast(
-                self.0.as_ptr(),
-                tensor_ptr(tensor),
-                root,
-                ms(timeout),
-                &mut err,
-            )
-        };
-        err.check(s, "broadcast")
+        self.in_place(ccol_c10d_pg_broadcast, "broadcast", tensor, root, timeout)
     }
 
     /// A barrier of every rank.
     pub(crate) fn barrier(&self, timeout: Duration) -> Result<(), C10dError> {
-        let mut err = RawError::new();
         // SAFETY: the group is live; `err` is writable for the call.
-        let s = unsafe { ccol_c10d_pg_barrier(self.0.as_ptr(), ms(timeout), &mut err) };
-        err.check(s, "barrier")
+        checked("barrier", |err| unsafe {
+            ccol_c10d_pg_barrier(self.0.as_ptr(), ms(timeout), err)
+        })
+    }
+
+    /// A blocking `entry` (ccol_c10d_pg_send or ccol_c10d_pg_recv) of
+    /// `tensor` with `peer` under `tag`.
+    fn point_to_point(
+        &self,
+        entry: PeerFn,
+        operation: &str,
+        tensor: &Tensor,
+        peer: i32,
+        tag: i32,
+        timeout: Duration,
+    ) -> Result<(), C10dError> {
+        checked(operation, |err| {
+            // SAFETY: `entry` is ccol_c10d_pg_send or ccol_c10d_pg_recv (what
+            // `send` and `recv`, the only callers, pass), declared above with
+            // this signature; the group and tensor are live for the call,
+            // which waits for the transfer to finish (or fails); a receive
+            // writes the tensor, which `recv` holds borrowed mutably, so
+            // nothing else reads it meanwhile; `err` is writable.
+            unsafe {
+                entry(
+                    self.0.as_ptr(),
+                    tensor_ptr(tensor),
+                    peer,
+                    tag,
+                    ms(timeout),
+                    err,
+                )
+            }
+        })
     }
 
     /// A blocking send of a contiguous `tensor` to `dst` under `tag`.
@@ -574,20 +644,7 @@ impl GroupHandle {
         tag: i32,
         timeout: Duration,
     ) -> Result<(), C10dError> {
-        let mut err = RawError::new();
-        // SAFETY: the group and tensor are live for the call, which waits
-        // for the send to finish (or fails).
-        let s = unsafe {
-            ccol_c10d_pg_send(
-                self.0.as_ptr(),
-                tensor_ptr(tensor),
-                dst,
-                tag,
-                ms(timeout),
-                &mut err,
-            )
-        };
-        err.check(s, "send")
+        self.point_to_point(ccol_c10d_pg_send, "send", tensor, dst, tag, timeout)
     }
 
     /// A blocking receive into `tensor` from `src` under `tag`.
@@ -598,19 +655,7 @@ impl GroupHandle {
         tag: i32,
         timeout: Duration,
     ) -> Result<(), C10dError> {
-        let mut err = RawError::new();
-        // SAFETY: as for `all_reduce`.
-        let s = unsafe {
-            ccol_c10d_pg_recv(
-                self.0.as_ptr(),
-                tensor_ptr(tensor),
-                src,
-                tag,
-                ms(timeout),
-                &mut err,
-            )
-        };
-        err.check(s, "recv")
+        self.point_to_point(ccol_c10d_pg_recv, "recv", tensor, src, tag, timeout)
     }
 
     /// Starts a send of `tensor` to `dst` under `tag`.
@@ -620,32 +665,28 @@ impl GroupHandle {
         dst: i32,
         tag: i32,
     ) -> Result<WorkHandle, C10dError> {
-        let mut err = RawError::new();
-        // SAFETY: the group and tensor are live; the work handle keeps its
-        // own reference to (a contiguous copy of) the tensor.
-        let p =
-            unsafe { ccol_c10d_pg_isend(self.0.as_ptr(), tensor_ptr(tensor), dst, tag, &mut err) };
-        NonNull::new(p)
-            .map(WorkHandle)
-            .ok_or_else(|| err.into_error("send"))
+        made("send", |err| {
+            // SAFETY: the group and tensor are live; the work handle keeps its
+            // own reference to (a contiguous copy of) the tensor.
+            unsafe { ccol_c10d_pg_isend(self.0.as_ptr(), tensor_ptr(tensor), dst, tag, err) }
+        })
+        .map(WorkHandle)
     }
 }
 
-/// A shim work handle: a send in flight, freed on drop.
-#[derive(Debug)]
-pub(crate) struct WorkHandle(NonNull<c_void>);
+// SAFETY (`shim_handle!`'s contract): a `WorkHandle` is built only by
+// `GroupHandle::isend`, from what ccol_c10d_pg_isend returned;
+// ccol_c10d_work_free frees those.
+shim_handle!(
+    /// A shim work handle: a send in flight, freed on drop.
+    WorkHandle,
+    ccol_c10d_work_free
+);
 
 // SAFETY: c10d work objects are completed by the group's threads and may be
 // polled, waited for and freed from any thread. (Not Sync: it is kept under
 // a mutex.)
 unsafe impl Send for WorkHandle {}
-
-impl Drop for WorkHandle {
-    fn drop(&mut self) {
-        // SAFETY: the pointer came from the shim, and this is its only free.
-        unsafe { ccol_c10d_work_free(self.0.as_ptr()) };
-    }
-}
 
 impl WorkHandle {
     /// Where the send stands, without blocking.
@@ -660,10 +701,10 @@ impl WorkHandle {
 
     /// Waits at most `timeout` for the send to finish.
     pub(crate) fn wait(&self, timeout: Duration) -> Result<(), C10dError> {
-        let mut err = RawError::new();
         // SAFETY: the handle is live; `err` is writable for the call.
-        let s = unsafe { ccol_c10d_work_wait(self.0.as_ptr(), ms(timeout), &mut err) };
-        err.check(s, "send")
+        checked("send", |err| unsafe {
+            ccol_c10d_work_wait(self.0.as_ptr(), ms(timeout), err)
+        })
     }
 }
 
