@@ -89,6 +89,66 @@ std::chrono::milliseconds millis(int64_t ms) {
     return std::chrono::milliseconds(ms < 0 ? 0 : ms);
 }
 
+// Runs the body of an entry point that fills a ccol_gloo_error: clears `err`,
+// then returns what `body` returns, or, when it throws, fills `err` from the
+// exception (report) and returns `on_error(status)`. Nothing unwinds out.
+template <typename R, typename Body, typename OnError>
+R guarded(ccol_gloo_error* err, Body body, OnError on_error) {
+    clear_error(err);
+    try {
+        return body();
+    } catch (...) {
+        return on_error(report(err));
+    }
+}
+
+// `guarded` for an entry returning a status: the status of the exception.
+template <typename Body>
+int32_t status_entry(ccol_gloo_error* err, Body body) {
+    return guarded<int32_t>(err, body, [](int32_t status) { return status; });
+}
+
+// `guarded` for an entry returning a new handle: NULL on an exception.
+template <typename Body>
+void* handle_entry(ccol_gloo_error* err, Body body) {
+    return guarded<void*>(err, body, [](int32_t) -> void* { return nullptr; });
+}
+
+// Runs an entry point that reports nothing (close, abort, free): swallows
+// every exception.
+template <typename Body>
+void quietly(Body body) {
+    try {
+        body();
+    } catch (...) {
+    }
+}
+
+// The buffer behind a handle (throws for NULL).
+gloo::transport::UnboundBuffer& buffer_of(void* buffer) {
+    if (buffer == nullptr) {
+        throw std::invalid_argument("null buffer");
+    }
+    return *static_cast<BufferHandle*>(buffer)->buffer;
+}
+
+// Waits for one completion of a buffer through `wait` (the buffer's waitRecv
+// or waitSend, given the peer's slot and the timeout); CCOL_GLOO_ABORTED with
+// `interrupted` as the message when abort_wait ended it, else the peer in
+// `rank` (when not NULL).
+template <typename Wait>
+int32_t wait_one(int64_t timeout_ms, int32_t* rank, ccol_gloo_error* err, const char* interrupted, Wait wait) {
+    int r = -1;
+    if (!wait(&r, millis(timeout_ms))) {
+        set_error(err, CCOL_GLOO_ABORTED, interrupted);
+        return CCOL_GLOO_ABORTED;
+    }
+    if (rank != nullptr) {
+        *rank = r;
+    }
+    return CCOL_GLOO_OK;
+}
+
 void append_to_vector(void* out, const uint8_t* data, size_t len) {
     auto* v = static_cast<std::vector<char>*>(out);
     v->insert(v->end(), reinterpret_cast<const char*>(data), reinterpret_cast<const char*>(data) + len);
@@ -186,45 +246,29 @@ extern "C" {
 uint32_t ccol_gloo_abi_version(void) { return CCOL_GLOO_ABI_VERSION; }
 
 void* ccol_gloo_store_file(const char* path, ccol_gloo_error* err) {
-    clear_error(err);
-    try {
+    return handle_entry(err, [&] {
         if (path == nullptr) {
             throw std::invalid_argument("null path");
         }
-        auto h = new StoreHandle{std::make_shared<gloo::rendezvous::FileStore>(path), nullptr};
-        return h;
-    } catch (...) {
-        report(err);
-        return nullptr;
-    }
+        return new StoreHandle{std::make_shared<gloo::rendezvous::FileStore>(path), nullptr};
+    });
 }
 
 void* ccol_gloo_store_hash(ccol_gloo_error* err) {
-    clear_error(err);
-    try {
-        return new StoreHandle{std::make_shared<gloo::rendezvous::HashStore>(), nullptr};
-    } catch (...) {
-        report(err);
-        return nullptr;
-    }
+    return handle_entry(err, [] { return new StoreHandle{std::make_shared<gloo::rendezvous::HashStore>(), nullptr}; });
 }
 
 void* ccol_gloo_store_redis(const char* host, int32_t port, ccol_gloo_error* err) {
-    clear_error(err);
-    try {
+    return handle_entry(err, [&] {
         if (host == nullptr) {
             throw std::invalid_argument("null host");
         }
         return new StoreHandle{std::make_shared<gloo::rendezvous::RedisStore>(host, port), nullptr};
-    } catch (...) {
-        report(err);
-        return nullptr;
-    }
+    });
 }
 
 void* ccol_gloo_store_prefix(void* store, const char* prefix, ccol_gloo_error* err) {
-    clear_error(err);
-    try {
+    return handle_entry(err, [&] {
         if (store == nullptr || prefix == nullptr) {
             throw std::invalid_argument("null store or prefix");
         }
@@ -233,52 +277,46 @@ void* ccol_gloo_store_prefix(void* store, const char* prefix, ccol_gloo_error* e
         auto keep = std::make_shared<StoreHandle>(*parent);
         auto prefixed = std::make_shared<gloo::rendezvous::PrefixStore>(prefix, *keep->store);
         return new StoreHandle{prefixed, keep};
-    } catch (...) {
-        report(err);
-        return nullptr;
-    }
+    });
 }
 
 void* ccol_gloo_store_callbacks(ccol_gloo_store_vtable vtable, int64_t timeout_ms, ccol_gloo_error* err) {
-    clear_error(err);
-    // Outside the try: once the CallbackStore exists it owns the context and
+    // Outside the body: once the CallbackStore exists it owns the context and
     // drops it itself (when `store` goes out of scope if the handle fails).
     std::shared_ptr<CallbackStore> store;
-    try {
-        if (vtable.set == nullptr || vtable.get == nullptr || vtable.wait == nullptr) {
-            throw std::invalid_argument("store vtable has a null function");
-        }
-        store = std::make_shared<CallbackStore>(vtable, timeout_ms);
-        return new StoreHandle{store, nullptr};
-    } catch (...) {
-        // The store was not created, so its context is still the caller's to
-        // drop; dropping it here too would free it twice.
-        if (store == nullptr && vtable.drop != nullptr) {
-            vtable.drop(vtable.ctx);
-        }
-        report(err);
-        return nullptr;
-    }
+    return guarded<void*>(
+        err,
+        [&] {
+            if (vtable.set == nullptr || vtable.get == nullptr || vtable.wait == nullptr) {
+                throw std::invalid_argument("store vtable has a null function");
+            }
+            store = std::make_shared<CallbackStore>(vtable, timeout_ms);
+            return new StoreHandle{store, nullptr};
+        },
+        [&](int32_t) -> void* {
+            // The store was not created, so its context is still the caller's
+            // to drop; dropping it here too would free it twice.
+            if (store == nullptr && vtable.drop != nullptr) {
+                vtable.drop(vtable.ctx);
+            }
+            return nullptr;
+        });
 }
 
 int32_t ccol_gloo_store_set(void* store, const char* key, const uint8_t* data, size_t len, ccol_gloo_error* err) {
-    clear_error(err);
-    try {
+    return status_entry(err, [&] {
         if (store == nullptr || key == nullptr || (data == nullptr && len > 0)) {
             throw std::invalid_argument("null argument");
         }
         std::vector<char> value(reinterpret_cast<const char*>(data), reinterpret_cast<const char*>(data) + len);
         static_cast<StoreHandle*>(store)->store->set(key, value);
         return CCOL_GLOO_OK;
-    } catch (...) {
-        return report(err);
-    }
+    });
 }
 
 int32_t ccol_gloo_store_get(void* store, const char* key, int64_t timeout_ms, void* out, ccol_gloo_append_fn append,
                             ccol_gloo_error* err) {
-    clear_error(err);
-    try {
+    return status_entry(err, [&] {
         if (store == nullptr || key == nullptr || append == nullptr) {
             throw std::invalid_argument("null argument");
         }
@@ -287,15 +325,12 @@ int32_t ccol_gloo_store_get(void* store, const char* key, int64_t timeout_ms, vo
         auto value = s.get(key);
         append(out, reinterpret_cast<const uint8_t*>(value.data()), value.size());
         return CCOL_GLOO_OK;
-    } catch (...) {
-        return report(err);
-    }
+    });
 }
 
 int32_t ccol_gloo_store_wait(void* store, const char* const* keys, size_t n, int64_t timeout_ms,
                              ccol_gloo_error* err) {
-    clear_error(err);
-    try {
+    return status_entry(err, [&] {
         if (store == nullptr || (keys == nullptr && n > 0)) {
             throw std::invalid_argument("null argument");
         }
@@ -305,22 +340,16 @@ int32_t ccol_gloo_store_wait(void* store, const char* const* keys, size_t n, int
         }
         static_cast<StoreHandle*>(store)->store->wait(ks, millis(timeout_ms));
         return CCOL_GLOO_OK;
-    } catch (...) {
-        return report(err);
-    }
+    });
 }
 
 void ccol_gloo_store_free(void* store) {
-    try {
-        delete static_cast<StoreHandle*>(store);
-    } catch (...) {
-    }
+    quietly([&] { delete static_cast<StoreHandle*>(store); });
 }
 
 void* ccol_gloo_context_new(void* store, int32_t rank, int32_t size, const char* hostname, int64_t timeout_ms,
                             ccol_gloo_error* err) {
-    clear_error(err);
-    try {
+    return handle_entry(err, [&] {
         if (store == nullptr || hostname == nullptr) {
             throw std::invalid_argument("null store or hostname");
         }
@@ -335,114 +364,65 @@ void* ccol_gloo_context_new(void* store, int32_t rank, int32_t size, const char*
         DeadlineStore bounded(*static_cast<StoreHandle*>(store)->store, millis(timeout_ms));
         context->connectFullMesh(bounded, device);
         return new ContextHandle{device, context};
-    } catch (...) {
-        report(err);
-        return nullptr;
-    }
+    });
 }
 
 void ccol_gloo_context_close(void* context) {
-    try {
+    quietly([&] {
         if (context != nullptr) {
             static_cast<ContextHandle*>(context)->context->closeConnections();
         }
-    } catch (...) {
-    }
+    });
 }
 
 void ccol_gloo_context_free(void* context) {
-    try {
-        delete static_cast<ContextHandle*>(context);
-    } catch (...) {
-    }
+    quietly([&] { delete static_cast<ContextHandle*>(context); });
 }
 
 void* ccol_gloo_buffer_new(void* context, void* ptr, size_t len, ccol_gloo_error* err) {
-    clear_error(err);
-    try {
+    return handle_entry(err, [&] {
         if (context == nullptr) {
             throw std::invalid_argument("null context");
         }
         auto buf = static_cast<ContextHandle*>(context)->context->createUnboundBuffer(ptr, len);
         return new BufferHandle{std::move(buf)};
-    } catch (...) {
-        report(err);
-        return nullptr;
-    }
+    });
 }
 
 int32_t ccol_gloo_buffer_send(void* buffer, int32_t dst, uint64_t slot, size_t offset, size_t nbytes,
                               ccol_gloo_error* err) {
-    clear_error(err);
-    try {
-        if (buffer == nullptr) {
-            throw std::invalid_argument("null buffer");
-        }
-        static_cast<BufferHandle*>(buffer)->buffer->send(dst, slot, offset, nbytes);
+    return status_entry(err, [&] {
+        buffer_of(buffer).send(dst, slot, offset, nbytes);
         return CCOL_GLOO_OK;
-    } catch (...) {
-        return report(err);
-    }
+    });
 }
 
 int32_t ccol_gloo_buffer_recv(void* buffer, int32_t src, uint64_t slot, size_t offset, size_t nbytes,
                               ccol_gloo_error* err) {
-    clear_error(err);
-    try {
-        if (buffer == nullptr) {
-            throw std::invalid_argument("null buffer");
-        }
-        static_cast<BufferHandle*>(buffer)->buffer->recv(src, slot, offset, nbytes);
+    return status_entry(err, [&] {
+        buffer_of(buffer).recv(src, slot, offset, nbytes);
         return CCOL_GLOO_OK;
-    } catch (...) {
-        return report(err);
-    }
+    });
 }
 
 int32_t ccol_gloo_buffer_wait_recv(void* buffer, int64_t timeout_ms, int32_t* rank, ccol_gloo_error* err) {
-    clear_error(err);
-    try {
-        if (buffer == nullptr) {
-            throw std::invalid_argument("null buffer");
-        }
-        int r = -1;
-        bool ok = static_cast<BufferHandle*>(buffer)->buffer->waitRecv(&r, millis(timeout_ms));
-        if (!ok) {
-            set_error(err, CCOL_GLOO_ABORTED, "receive interrupted at the deadline");
-            return CCOL_GLOO_ABORTED;
-        }
-        if (rank != nullptr) {
-            *rank = r;
-        }
-        return CCOL_GLOO_OK;
-    } catch (...) {
-        return report(err);
-    }
+    return status_entry(err, [&] {
+        auto& b = buffer_of(buffer);
+        return wait_one(timeout_ms, rank, err, "receive interrupted at the deadline",
+                        [&](int* r, std::chrono::milliseconds t) { return b.waitRecv(r, t); });
+    });
 }
 
 int32_t ccol_gloo_buffer_wait_send(void* buffer, int64_t timeout_ms, int32_t* rank, ccol_gloo_error* err) {
-    clear_error(err);
-    try {
-        if (buffer == nullptr) {
-            throw std::invalid_argument("null buffer");
-        }
-        int r = -1;
-        bool ok = static_cast<BufferHandle*>(buffer)->buffer->waitSend(&r, millis(timeout_ms));
-        if (!ok) {
-            set_error(err, CCOL_GLOO_ABORTED, "send interrupted at the deadline");
-            return CCOL_GLOO_ABORTED;
-        }
-        if (rank != nullptr) {
-            *rank = r;
-        }
-        return CCOL_GLOO_OK;
-    } catch (...) {
-        return report(err);
-    }
+    return status_entry(err, [&] {
+        auto& b = buffer_of(buffer);
+        return wait_one(timeout_ms, rank, err, "send interrupted at the deadline",
+                        [&](int* r, std::chrono::milliseconds t) { return b.waitSend(r, t); });
+    });
 }
 
 void ccol_gloo_buffer_abort_wait(void* buffer, int32_t recv) {
-    try {
+    quietly([&] {
         if (buffer == nullptr) {
             return;
         }
@@ -452,15 +432,11 @@ void ccol_gloo_buffer_abort_wait(void* buffer, int32_t recv) {
         } else {
             b.abortWaitSend();
         }
-    } catch (...) {
-    }
+    });
 }
 
 void ccol_gloo_buffer_free(void* buffer) {
-    try {
-        delete static_cast<BufferHandle*>(buffer);
-    } catch (...) {
-    }
+    quietly([&] { delete static_cast<BufferHandle*>(buffer); });
 }
 
 }  // extern "C"

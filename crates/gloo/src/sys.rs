@@ -69,22 +69,38 @@ impl RawError {
 
 pub(crate) type AppendFn = unsafe extern "C" fn(out: *mut c_void, data: *const u8, len: usize);
 
+/// A store's `set` (the vtable's and `ccol_gloo_store_set`): the store, the
+/// key, `len` bytes of value.
+pub(crate) type SetFn =
+    unsafe extern "C" fn(*mut c_void, *const c_char, *const u8, usize, *mut RawError) -> i32;
+/// A store's `get`: the store, the key, the timeout, the output and its
+/// append function.
+pub(crate) type GetFn = unsafe extern "C" fn(
+    *mut c_void,
+    *const c_char,
+    i64,
+    *mut c_void,
+    AppendFn,
+    *mut RawError,
+) -> i32;
+/// A store's `wait`: the store, `n` keys, the timeout.
+pub(crate) type WaitKeysFn =
+    unsafe extern "C" fn(*mut c_void, *const *const c_char, usize, i64, *mut RawError) -> i32;
+/// `ccol_gloo_buffer_send` and `ccol_gloo_buffer_recv`: a buffer, the peer,
+/// the slot, the offset and the length.
+pub(crate) type PostFn =
+    unsafe extern "C" fn(*mut c_void, i32, u64, usize, usize, *mut RawError) -> i32;
+/// `ccol_gloo_buffer_wait_recv` and `ccol_gloo_buffer_wait_send`: a buffer,
+/// the timeout, where the peer goes.
+pub(crate) type WaitFn = unsafe extern "C" fn(*mut c_void, i64, *mut i32, *mut RawError) -> i32;
+
 /// `ccol_gloo_store_vtable`.
 #[repr(C)]
 pub(crate) struct StoreVtable {
     pub(crate) ctx: *mut c_void,
-    pub(crate) set:
-        unsafe extern "C" fn(*mut c_void, *const c_char, *const u8, usize, *mut RawError) -> i32,
-    pub(crate) get: unsafe extern "C" fn(
-        *mut c_void,
-        *const c_char,
-        i64,
-        *mut c_void,
-        AppendFn,
-        *mut RawError,
-    ) -> i32,
-    pub(crate) wait:
-        unsafe extern "C" fn(*mut c_void, *const *const c_char, usize, i64, *mut RawError) -> i32,
+    pub(crate) set: SetFn,
+    pub(crate) get: GetFn,
+    pub(crate) wait: WaitKeysFn,
     pub(crate) drop: unsafe extern "C" fn(*mut c_void),
 }
 
@@ -99,18 +115,9 @@ pub(crate) struct Api {
         unsafe extern "C" fn(*mut c_void, *const c_char, *mut RawError) -> *mut c_void,
     pub(crate) store_callbacks:
         unsafe extern "C" fn(StoreVtable, i64, *mut RawError) -> *mut c_void,
-    pub(crate) store_set:
-        unsafe extern "C" fn(*mut c_void, *const c_char, *const u8, usize, *mut RawError) -> i32,
-    pub(crate) store_get: unsafe extern "C" fn(
-        *mut c_void,
-        *const c_char,
-        i64,
-        *mut c_void,
-        AppendFn,
-        *mut RawError,
-    ) -> i32,
-    pub(crate) store_wait:
-        unsafe extern "C" fn(*mut c_void, *const *const c_char, usize, i64, *mut RawError) -> i32,
+    pub(crate) store_set: SetFn,
+    pub(crate) store_get: GetFn,
+    pub(crate) store_wait: WaitKeysFn,
     pub(crate) store_free: unsafe extern "C" fn(*mut c_void),
     pub(crate) context_new: unsafe extern "C" fn(
         *mut c_void,
@@ -124,14 +131,10 @@ pub(crate) struct Api {
     pub(crate) context_free: unsafe extern "C" fn(*mut c_void),
     pub(crate) buffer_new:
         unsafe extern "C" fn(*mut c_void, *mut c_void, usize, *mut RawError) -> *mut c_void,
-    pub(crate) buffer_send:
-        unsafe extern "C" fn(*mut c_void, i32, u64, usize, usize, *mut RawError) -> i32,
-    pub(crate) buffer_recv:
-        unsafe extern "C" fn(*mut c_void, i32, u64, usize, usize, *mut RawError) -> i32,
-    pub(crate) buffer_wait_recv:
-        unsafe extern "C" fn(*mut c_void, i64, *mut i32, *mut RawError) -> i32,
-    pub(crate) buffer_wait_send:
-        unsafe extern "C" fn(*mut c_void, i64, *mut i32, *mut RawError) -> i32,
+    pub(crate) buffer_send: PostFn,
+    pub(crate) buffer_recv: PostFn,
+    pub(crate) buffer_wait_recv: WaitFn,
+    pub(crate) buffer_wait_send: WaitFn,
     pub(crate) buffer_abort_wait: unsafe extern "C" fn(*mut c_void, i32),
     pub(crate) buffer_free: unsafe extern "C" fn(*mut c_void),
 }
@@ -302,21 +305,60 @@ fn ms_until(until: Instant) -> i64 {
     i64::try_from(ms).unwrap_or(i64::MAX)
 }
 
-/// `ptr`, or the error the adapter filled in when it returned NULL.
-fn made(ptr: *mut c_void, err: RawError, what: &str) -> Result<NonNull<c_void>, GlooError> {
+/// Calls an adapter entry with a fresh [`RawError`] for it to fill (`entry`
+/// gets the pointer, valid and writable until `entry` returns); what the
+/// entry returned, and the error it filled.
+fn called<T>(entry: impl FnOnce(*mut RawError) -> T) -> (T, RawError) {
+    let mut err = RawError::new();
+    let returned = entry(&mut err);
+    (returned, err)
+}
+
+/// [`called`] for an entry returning a new adapter object: the object, or
+/// the error the adapter filled in when it returned NULL.
+fn made(
+    what: &str,
+    entry: impl FnOnce(*mut RawError) -> *mut c_void,
+) -> Result<NonNull<c_void>, GlooError> {
+    let (ptr, err) = called(entry);
     NonNull::new(ptr).ok_or_else(|| {
         let status = err.status;
         err.into_error(status, what)
     })
 }
 
-/// `Ok` for [`OK`], else the error the adapter filled in.
-fn checked(status: i32, err: RawError, what: &str) -> Result<(), GlooError> {
+/// [`called`] for an entry returning a status: `Ok` for [`OK`], else the
+/// error the adapter filled in.
+fn checked(what: &str, entry: impl FnOnce(*mut RawError) -> i32) -> Result<(), GlooError> {
+    let (status, err) = called(entry);
     if status == OK {
         Ok(())
     } else {
         Err(err.into_error(status, what))
     }
+}
+
+/// Implements `Drop` for an adapter handle (a struct with `api: &'static
+/// Api` and `ptr: NonNull<c_void>`): frees `ptr` with the entry `api.$free`.
+///
+/// # Safety contract
+/// Each use states, in a `// SAFETY:` comment, that `ptr` came from the
+/// adapter's constructor for that kind of object, that nothing else frees it
+/// and every other use of it borrows the handle (so this free is its only
+/// one, and the last use), and that `$free` is that kind's `_free` entry,
+/// which catches every exception (so Drop never panics), together with
+/// anything its kind needs besides.
+macro_rules! free_on_drop {
+    ($handle:ty, $free:ident) => {
+        impl Drop for $handle {
+            fn drop(&mut self) {
+                // SAFETY: the macro's contract, stated at its use: `ptr` came
+                // from the adapter and is freed once, here, by its kind's
+                // `_free` entry.
+                unsafe { (self.api.$free)(self.ptr.as_ptr()) };
+            }
+        }
+    };
 }
 
 fn rank_arg(rank: u32) -> Result<i32, GlooError> {
@@ -351,25 +393,24 @@ unsafe impl Send for StoreHandle {}
 // `serial` (see `lock`).
 unsafe impl Sync for StoreHandle {}
 
-impl Drop for StoreHandle {
-    fn drop(&mut self) {
-        // SAFETY: `ptr` came from the adapter and is freed once, here; every
-        // use of it borrowed `self`. ccol_gloo_store_free catches exceptions.
-        unsafe { (self.api.store_free)(self.ptr.as_ptr()) };
-    }
-}
+// SAFETY (`free_on_drop!`'s contract): `ptr` came from one of the adapter's
+// store constructors (`StoreHandle::new` takes it from `made`) and is freed
+// once, by this Drop; every use of it borrowed `self`. ccol_gloo_store_free
+// catches exceptions.
+free_on_drop!(StoreHandle, store_free);
 
 impl StoreHandle {
+    /// A handle over the store `entry` (one of the adapter's store
+    /// constructors) makes.
     fn new(
         api: &'static Api,
-        ptr: *mut c_void,
-        err: RawError,
         what: &str,
         serial: Option<Arc<Mutex<()>>>,
+        entry: impl FnOnce(*mut RawError) -> *mut c_void,
     ) -> Result<Self, GlooError> {
         Ok(StoreHandle {
             api,
-            ptr: made(ptr, err, what)?,
+            ptr: made(what, entry)?,
             serial,
         })
     }
@@ -377,29 +418,29 @@ impl StoreHandle {
     /// Gloo's FileStore in the (existing) directory `dir`.
     pub(crate) fn file(dir: &CStr) -> Result<Self, GlooError> {
         let api = api()?;
-        let mut err = RawError::new();
-        // SAFETY: `dir` is NUL-terminated and outlives the call (the adapter
-        // copies it); `err` is a writable ccol_gloo_error.
-        let p = unsafe { (api.store_file)(dir.as_ptr(), &mut err) };
-        Self::new(api, p, err, "FileStore", None)
+        Self::new(api, "FileStore", None, |err| {
+            // SAFETY: `dir` is NUL-terminated and outlives the call (the
+            // adapter copies it); `err` is a writable ccol_gloo_error.
+            unsafe { (api.store_file)(dir.as_ptr(), err) }
+        })
     }
 
     /// Gloo's RedisStore at `host:port`.
     pub(crate) fn redis(host: &CStr, port: u16) -> Result<Self, GlooError> {
         let api = api()?;
-        let mut err = RawError::new();
-        // SAFETY: as in `file`.
-        let p = unsafe { (api.store_redis)(host.as_ptr(), i32::from(port), &mut err) };
-        Self::new(api, p, err, "RedisStore", Some(Arc::default()))
+        Self::new(api, "RedisStore", Some(Arc::default()), |err| {
+            // SAFETY: as in `file`.
+            unsafe { (api.store_redis)(host.as_ptr(), i32::from(port), err) }
+        })
     }
 
     /// Gloo's in-memory HashStore.
     pub(crate) fn hash() -> Result<Self, GlooError> {
         let api = api()?;
-        let mut err = RawError::new();
         // SAFETY: `err` is a writable ccol_gloo_error.
-        let p = unsafe { (api.store_hash)(&mut err) };
-        Self::new(api, p, err, "HashStore", None)
+        Self::new(api, "HashStore", None, |err| unsafe {
+            (api.store_hash)(err)
+        })
     }
 
     /// A core [`Store`] seen by Gloo as a store: the adapter calls the
@@ -414,25 +455,26 @@ impl StoreHandle {
             wait: cb_wait,
             drop: cb_drop,
         };
-        let mut err = RawError::new();
-        // SAFETY: the table's functions have the signatures of
-        // ccol_gloo_store_vtable. From here on the adapter owns `ctx` (the
-        // `Box<Arc<dyn Store>>` leaked above) and upholds `store_of`'s
-        // contract: it passes `ctx` unchanged to every callback and calls
-        // `drop` exactly once — before returning NULL if the store cannot be
-        // made, else when the last handle referring to the store is freed,
-        // which (every call borrowing a handle) is after every callback.
-        let p = unsafe { (api.store_callbacks)(vt, timeout_ms(timeout), &mut err) };
-        Self::new(api, p, err, "Rust store", None)
+        Self::new(api, "Rust store", None, |err| {
+            // SAFETY: the table's functions have the signatures of
+            // ccol_gloo_store_vtable. From here on the adapter owns `ctx` (the
+            // `Box<Arc<dyn Store>>` leaked above) and upholds `store_of`'s
+            // contract: it passes `ctx` unchanged to every callback and calls
+            // `drop` exactly once — before returning NULL if the store cannot
+            // be made, else when the last handle referring to the store is
+            // freed, which (every call borrowing a handle) is after every
+            // callback.
+            unsafe { (api.store_callbacks)(vt, timeout_ms(timeout), err) }
+        })
     }
 
     /// Gloo's PrefixStore over this store (which it keeps alive).
     pub(crate) fn prefixed(&self, prefix: &CStr) -> Result<Self, GlooError> {
-        let mut err = RawError::new();
-        // SAFETY: `self.ptr` is live (borrowed); `prefix` is NUL-terminated
-        // and outlives the call; `err` is writable.
-        let p = unsafe { (self.api.store_prefix)(self.ptr.as_ptr(), prefix.as_ptr(), &mut err) };
-        Self::new(self.api, p, err, "PrefixStore", self.serial.clone())
+        Self::new(self.api, "PrefixStore", self.serial.clone(), |err| {
+            // SAFETY: `self.ptr` is live (borrowed); `prefix` is
+            // NUL-terminated and outlives the call; `err` is writable.
+            unsafe { (self.api.store_prefix)(self.ptr.as_ptr(), prefix.as_ptr(), err) }
+        })
     }
 
     /// Serialises calls into a store that is not thread-safe (see `serial`).
@@ -445,62 +487,63 @@ impl StoreHandle {
     /// Gloo's `Store::set`.
     pub(crate) fn set(&self, key: &CStr, value: &[u8]) -> Result<(), GlooError> {
         let _serial = self.lock();
-        let mut err = RawError::new();
-        // SAFETY: `self.ptr` is live (borrowed); `key` is NUL-terminated and
-        // `value` is `value.len()` readable bytes, both alive for the call
-        // (the adapter copies them); `err` is writable.
-        let s = unsafe {
-            (self.api.store_set)(
-                self.ptr.as_ptr(),
-                key.as_ptr(),
-                value.as_ptr(),
-                value.len(),
-                &mut err,
-            )
-        };
-        checked(s, err, "store set")
+        checked("store set", |err| {
+            // SAFETY: `self.ptr` is live (borrowed); `key` is NUL-terminated
+            // and `value` is `value.len()` readable bytes, both alive for the
+            // call (the adapter copies them); `err` is writable.
+            unsafe {
+                (self.api.store_set)(
+                    self.ptr.as_ptr(),
+                    key.as_ptr(),
+                    value.as_ptr(),
+                    value.len(),
+                    err,
+                )
+            }
+        })
     }
 
     /// Gloo's `Store::get`: waits until `key` is set (at most `timeout`).
     pub(crate) fn get(&self, key: &CStr, timeout: Duration) -> Result<Vec<u8>, GlooError> {
         let _serial = self.lock();
         let mut out: Vec<u8> = Vec::new();
-        let mut err = RawError::new();
-        // SAFETY: `self.ptr` is live (borrowed); `key` is NUL-terminated and
-        // alive for the call; `out` is a live `Vec<u8>`, the type
-        // `append_to_vec` requires, and the adapter passes it to nothing but
-        // `append_to_vec`, during this call; `err` is writable.
-        let s = unsafe {
-            (self.api.store_get)(
-                self.ptr.as_ptr(),
-                key.as_ptr(),
-                timeout_ms(timeout),
-                std::ptr::from_mut(&mut out).cast(),
-                append_to_vec,
-                &mut err,
-            )
-        };
-        checked(s, err, "store get").map(|()| out)
+        checked("store get", |err| {
+            // SAFETY: `self.ptr` is live (borrowed); `key` is NUL-terminated
+            // and alive for the call; `out` is a live `Vec<u8>`, the type
+            // `append_to_vec` requires, and the adapter passes it to nothing
+            // but `append_to_vec`, during this call; `err` is writable.
+            unsafe {
+                (self.api.store_get)(
+                    self.ptr.as_ptr(),
+                    key.as_ptr(),
+                    timeout_ms(timeout),
+                    std::ptr::from_mut(&mut out).cast(),
+                    append_to_vec,
+                    err,
+                )
+            }
+        })
+        .map(|()| out)
     }
 
     /// Gloo's `Store::wait`: waits until every key is set (at most `timeout`).
     pub(crate) fn wait(&self, keys: &[CString], timeout: Duration) -> Result<(), GlooError> {
         let ptrs: Vec<*const c_char> = keys.iter().map(|c| c.as_ptr()).collect();
         let _serial = self.lock();
-        let mut err = RawError::new();
-        // SAFETY: `self.ptr` is live (borrowed); `ptrs` holds `ptrs.len()`
-        // pointers to the NUL-terminated `keys`, all alive for the call;
-        // `err` is writable.
-        let s = unsafe {
-            (self.api.store_wait)(
-                self.ptr.as_ptr(),
-                ptrs.as_ptr(),
-                ptrs.len(),
-                timeout_ms(timeout),
-                &mut err,
-            )
-        };
-        checked(s, err, "store wait")
+        checked("store wait", |err| {
+            // SAFETY: `self.ptr` is live (borrowed); `ptrs` holds `ptrs.len()`
+            // pointers to the NUL-terminated `keys`, all alive for the call;
+            // `err` is writable.
+            unsafe {
+                (self.api.store_wait)(
+                    self.ptr.as_ptr(),
+                    ptrs.as_ptr(),
+                    ptrs.len(),
+                    timeout_ms(timeout),
+                    err,
+                )
+            }
+        })
     }
 }
 
@@ -737,13 +780,10 @@ unsafe impl Send for Context {}
 // transport; GlooTransport also serialises them.
 unsafe impl Sync for Context {}
 
-impl Drop for Context {
-    fn drop(&mut self) {
-        // SAFETY: `ptr` came from the adapter and is freed once, here; every
-        // use of it borrowed `self`. ccol_gloo_context_free catches exceptions.
-        unsafe { (self.api.context_free)(self.ptr.as_ptr()) };
-    }
-}
+// SAFETY (`free_on_drop!`'s contract): `ptr` came from
+// ccol_gloo_context_new (in `connect`) and is freed once, by this Drop;
+// every use of it borrowed `self`. ccol_gloo_context_free catches exceptions.
+free_on_drop!(Context, context_free);
 
 impl Context {
     /// A full-mesh TCP context of `size` ranks, rendezvousing through `store`
@@ -757,23 +797,24 @@ impl Context {
         timeout: Duration,
     ) -> Result<Self, GlooError> {
         let _serial = store.lock();
-        let mut err = RawError::new();
-        // SAFETY: `store.ptr` is live (borrowed) and used only during the
-        // call; `hostname` is NUL-terminated and alive for the call (Gloo
-        // copies it); `err` is writable.
-        let p = unsafe {
-            (store.api.context_new)(
-                store.ptr.as_ptr(),
-                rank,
-                size,
-                hostname.as_ptr(),
-                timeout_ms(timeout),
-                &mut err,
-            )
-        };
+        let ptr = made("rendezvous", |err| {
+            // SAFETY: `store.ptr` is live (borrowed) and used only during the
+            // call; `hostname` is NUL-terminated and alive for the call (Gloo
+            // copies it); `err` is writable.
+            unsafe {
+                (store.api.context_new)(
+                    store.ptr.as_ptr(),
+                    rank,
+                    size,
+                    hostname.as_ptr(),
+                    timeout_ms(timeout),
+                    err,
+                )
+            }
+        })?;
         Ok(Context {
             api: store.api,
-            ptr: made(p, err, "rendezvous")?,
+            ptr,
         })
     }
 
@@ -814,15 +855,12 @@ impl std::fmt::Debug for Buffer {
 // completes it from Gloo's thread); the memory is an owned `Vec<u8>`.
 unsafe impl Send for Buffer {}
 
-impl Drop for Buffer {
-    fn drop(&mut self) {
-        // SAFETY: `ptr` came from the adapter and is freed once, here, before
-        // `mem` (fields drop after this); ccol_gloo_buffer_free catches
-        // exceptions. A buffer whose transfers may be in flight is leaked,
-        // never dropped (type docs).
-        unsafe { (self.api.buffer_free)(self.ptr.as_ptr()) };
-    }
-}
+// SAFETY (`free_on_drop!`'s contract): `ptr` came from ccol_gloo_buffer_new
+// (in `Buffer::new`) and is freed once, by this Drop, before `mem` (fields
+// drop after it); every use of it borrowed `self`; ccol_gloo_buffer_free
+// catches exceptions. A buffer whose transfers may be in flight is leaked,
+// never dropped (type docs).
+free_on_drop!(Buffer, buffer_free);
 
 impl Buffer {
     /// An unbound buffer of `ctx` over `mem`.
@@ -831,23 +869,19 @@ impl Buffer {
         if mem.capacity() == 0 {
             mem.reserve(1);
         }
-        let mut err = RawError::new();
-        // SAFETY: `ctx.ptr` is live (borrowed). The `mem.len()` bytes at
-        // `mem`'s pointer stay valid for the Gloo buffer's whole life: the
-        // returned Buffer owns `mem` and never reallocates it, Drop frees the
-        // Gloo buffer before `mem`, `leak` keeps both for ever, and
-        // `take_bytes` moves the allocation out without freeing it.
-        let p = unsafe {
-            (ctx.api.buffer_new)(
-                ctx.ptr.as_ptr(),
-                mem.as_mut_ptr().cast(),
-                mem.len(),
-                &mut err,
-            )
-        };
+        let ptr = made("create buffer", |err| {
+            // SAFETY: `ctx.ptr` is live (borrowed). The `mem.len()` bytes at
+            // `mem`'s pointer stay valid for the Gloo buffer's whole life: the
+            // returned Buffer owns `mem` and never reallocates it, Drop frees
+            // the Gloo buffer before `mem`, `leak` keeps both for ever, and
+            // `take_bytes` moves the allocation out without freeing it.
+            unsafe {
+                (ctx.api.buffer_new)(ctx.ptr.as_ptr(), mem.as_mut_ptr().cast(), mem.len(), err)
+            }
+        })?;
         Ok(Buffer {
             api: ctx.api,
-            ptr: made(p, err, "create buffer")?,
+            ptr,
             mem,
         })
     }
@@ -862,6 +896,30 @@ impl Buffer {
         }
     }
 
+    /// Posts, through `entry` (the adapter's `buffer_send` or
+    /// `buffer_recv`), a transfer of `n` bytes at `offset` with `peer` on
+    /// `slot`.
+    fn post(
+        &self,
+        entry: PostFn,
+        what: &str,
+        peer: u32,
+        slot: u64,
+        offset: usize,
+        n: usize,
+    ) -> Result<(), GlooError> {
+        let peer = rank_arg(peer)?;
+        self.in_range(offset, n)?;
+        checked(what, |err| {
+            // SAFETY: `entry` is ccol_gloo_buffer_send or
+            // ccol_gloo_buffer_recv (what `send` and `recv`, the only callers,
+            // pass), resolved with this signature; `ptr` is live (borrowed);
+            // `offset + n` lies within the memory (checked above), so Gloo
+            // reads (send) or writes (recv) only there; `err` is writable.
+            unsafe { entry(self.ptr.as_ptr(), peer, slot, offset, n, err) }
+        })
+    }
+
     /// Posts a send of `n` bytes at `offset` to `dst` on `slot`.
     pub(crate) fn send(
         &self,
@@ -870,14 +928,7 @@ impl Buffer {
         offset: usize,
         n: usize,
     ) -> Result<(), GlooError> {
-        let dst = rank_arg(dst)?;
-        self.in_range(offset, n)?;
-        let mut err = RawError::new();
-        // SAFETY: `ptr` is live (borrowed); `offset + n` lies within the
-        // memory (checked above); `err` is writable.
-        let s =
-            unsafe { (self.api.buffer_send)(self.ptr.as_ptr(), dst, slot, offset, n, &mut err) };
-        checked(s, err, "send")
+        self.post(self.api.buffer_send, "send", dst, slot, offset, n)
     }
 
     /// Posts a receive of `n` bytes at `offset` from `src` on `slot`.
@@ -888,37 +939,34 @@ impl Buffer {
         offset: usize,
         n: usize,
     ) -> Result<(), GlooError> {
-        let src = rank_arg(src)?;
-        self.in_range(offset, n)?;
-        let mut err = RawError::new();
-        // SAFETY: `ptr` is live (borrowed); `offset + n` lies within the
-        // memory (checked above), so Gloo writes only there; `err` is writable.
-        let s =
-            unsafe { (self.api.buffer_recv)(self.ptr.as_ptr(), src, slot, offset, n, &mut err) };
-        checked(s, err, "recv")
+        self.post(self.api.buffer_recv, "recv", src, slot, offset, n)
+    }
+
+    /// Waits, through `entry` (the adapter's `buffer_wait_recv` or
+    /// `buffer_wait_send`), until `until` for one transfer to complete;
+    /// returns its peer.
+    fn wait(&self, entry: WaitFn, what: &str, until: Instant) -> Result<i32, GlooError> {
+        let mut rank = -1;
+        checked(what, |err| {
+            // SAFETY: `entry` is ccol_gloo_buffer_wait_recv or
+            // ccol_gloo_buffer_wait_send (what `wait_recv` and `wait_send`,
+            // the only callers, pass), resolved with this signature; `ptr` is
+            // live (borrowed); `rank` and `err` are writable.
+            unsafe { entry(self.ptr.as_ptr(), ms_until(until), &mut rank, err) }
+        })
+        .map(|()| rank)
     }
 
     /// Waits until `until` for one receive to complete; returns its peer.
     /// Gloo's timeout closes every pair of the context.
     pub(crate) fn wait_recv(&self, until: Instant) -> Result<i32, GlooError> {
-        let mut rank = -1;
-        let mut err = RawError::new();
-        // SAFETY: `ptr` is live (borrowed); `rank` and `err` are writable.
-        let s = unsafe {
-            (self.api.buffer_wait_recv)(self.ptr.as_ptr(), ms_until(until), &mut rank, &mut err)
-        };
-        checked(s, err, "wait recv").map(|()| rank)
+        self.wait(self.api.buffer_wait_recv, "wait recv", until)
     }
 
     /// Waits until `until` for one send to complete.
     pub(crate) fn wait_send(&self, until: Instant) -> Result<(), GlooError> {
-        let mut rank = -1;
-        let mut err = RawError::new();
-        // SAFETY: `ptr` is live (borrowed); `rank` and `err` are writable.
-        let s = unsafe {
-            (self.api.buffer_wait_send)(self.ptr.as_ptr(), ms_until(until), &mut rank, &mut err)
-        };
-        checked(s, err, "wait send")
+        self.wait(self.api.buffer_wait_send, "wait send", until)
+            .map(|_peer| ())
     }
 
     /// The memory (read only after the receives into it completed: type docs).
