@@ -84,14 +84,22 @@ pub struct NcclLib {
     _lib: libloading::Library,
 }
 
-impl std::fmt::Debug for NcclLib {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NcclLib")
-            .field("path", &self.path)
-            .field("version", &self.version)
-            .finish_non_exhaustive()
-    }
+/// Implements `Debug` for a type of this module showing only the listed
+/// fields (`"name" => field.path`), marked non-exhaustive: entry-point
+/// tables, raw CUDA handles and bookkeeping stay out of the output.
+macro_rules! debug_fields {
+    ($ty:ident { $($name:literal => $($field:ident).+),* $(,)? }) => {
+        impl std::fmt::Debug for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct(stringify!($ty))
+                    $(.field($name, &self.$($field).+))*
+                    .finish_non_exhaustive()
+            }
+        }
+    };
 }
+
+debug_fields!(NcclLib { "path" => path, "version" => version });
 
 fn symbol<T: Copy>(lib: &libloading::Library, path: &Path, name: &str) -> Result<T, NcclError> {
     let cname = format!("{name}\0");
@@ -296,14 +304,7 @@ pub(crate) struct Comm {
 // `&self`/`self` on the owning thread, so they never are.
 unsafe impl Send for Comm {}
 
-impl std::fmt::Debug for Comm {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Comm")
-            .field("ptr", &self.ptr)
-            .field("world", &self.world)
-            .finish_non_exhaustive()
-    }
-}
+debug_fields!(Comm { "ptr" => ptr, "world" => world });
 
 impl Drop for Comm {
     fn drop(&mut self) {
@@ -437,7 +438,6 @@ impl Comm {
             )
         }
     }
-
 }
 
 // ---------------------------------------------------------------------------
@@ -516,15 +516,7 @@ pub(crate) struct Cuda {
 // on it never run concurrently.
 unsafe impl Send for Cuda {}
 
-impl std::fmt::Debug for Cuda {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Cuda")
-            .field("device", &self.device)
-            .field("send", &self.send.len)
-            .field("recv", &self.recv.len)
-            .finish_non_exhaustive()
-    }
-}
+debug_fields!(Cuda { "device" => device, "send" => send.len, "recv" => recv.len });
 
 impl Cuda {
     /// Retains device `ordinal`'s primary context, makes it current on this
