@@ -13,6 +13,7 @@ use std::sync::Arc;
 pub struct ByteCounts {
     received: AtomicU64,
     sent: AtomicU64,
+    longest: AtomicU64,
 }
 
 impl ByteCounts {
@@ -27,10 +28,18 @@ impl ByteCounts {
         self.sent.load(Ordering::Relaxed)
     }
 
-    /// Sets both counts to zero.
+    /// The longest buffer (bytes) any rank contributed to the last
+    /// variable-length all_gather: an exchange's envelope size when the
+    /// fast path did not serve it. 0 before the first.
+    pub fn last_gather_longest(&self) -> u64 {
+        self.longest.load(Ordering::Relaxed)
+    }
+
+    /// Sets every count to zero.
     pub fn reset(&self) {
         self.received.store(0, Ordering::Relaxed);
         self.sent.store(0, Ordering::Relaxed);
+        self.longest.store(0, Ordering::Relaxed);
     }
 
     fn add(&self, received: usize, sent: usize) {
@@ -47,14 +56,22 @@ impl ByteCounts {
 /// receives every other rank's buffer; a broadcast's non-root ranks receive
 /// the root's; a `recv` receives its message. Costs one atomic add per call.
 #[derive(Debug)]
-pub struct CountingTransport<T> {
-    inner: T,
+pub struct CountingTransport<T: ?Sized> {
+    inner: Arc<T>,
     counts: Arc<ByteCounts>,
 }
 
 impl<T: Transport> CountingTransport<T> {
     /// Wraps `inner` with fresh counts.
     pub fn new(inner: T) -> Self {
+        Self::shared(Arc::new(inner))
+    }
+}
+
+impl<T: Transport + ?Sized> CountingTransport<T> {
+    /// Wraps a transport the caller keeps using too (its own calls are not
+    /// counted), with fresh counts.
+    pub fn shared(inner: Arc<T>) -> Self {
         CountingTransport {
             inner,
             counts: Arc::new(ByteCounts::default()),
@@ -67,7 +84,7 @@ impl<T: Transport> CountingTransport<T> {
     }
 }
 
-impl<T: Transport> Transport for CountingTransport<T> {
+impl<T: Transport + ?Sized> Transport for CountingTransport<T> {
     fn rank(&self) -> u32 {
         self.inner.rank()
     }
@@ -100,6 +117,11 @@ impl<T: Transport> Transport for CountingTransport<T> {
             .sum();
         self.counts
             .add(got, data.len() * out.len().saturating_sub(1));
+        let longest = out.iter().map(Vec::len).max().unwrap_or(0);
+        self.counts.longest.store(
+            u64::try_from(longest).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
         Ok(out)
     }
 

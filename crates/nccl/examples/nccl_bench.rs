@@ -15,12 +15,12 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
+use compiler_collectives_core::counting::CountingTransport;
 use compiler_collectives_core::shapes::{FrameState, Observation};
 use compiler_collectives_core::{Channel, ChannelOptions, Deadline, Transport};
 use compiler_collectives_nccl::{FileStore, NcclOptions, NcclTransport};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -96,68 +96,6 @@ fn driver(args: &Args) -> Result<()> {
     Ok(())
 }
 
-/// Delegates to NCCL and remembers how many bytes the last variable-length
-/// all_gather carried per rank (the exchange's envelope size).
-#[derive(Debug)]
-struct Counting(Arc<NcclTransport>, AtomicUsize);
-
-impl Transport for Counting {
-    fn rank(&self) -> u32 {
-        self.0.rank()
-    }
-    fn world_size(&self) -> u32 {
-        self.0.world_size()
-    }
-    fn backend(&self) -> &'static str {
-        self.0.backend()
-    }
-    fn capabilities(&self) -> compiler_collectives_core::Capabilities {
-        self.0.capabilities()
-    }
-    fn all_gather(
-        &self,
-        data: &[u8],
-        max_bytes: usize,
-        deadline: Deadline,
-    ) -> compiler_collectives_core::Result<Vec<Vec<u8>>> {
-        let out = self.0.all_gather(data, max_bytes, deadline)?;
-        let longest = out.iter().map(Vec::len).max().unwrap_or(0);
-        self.1.store(longest, Ordering::Relaxed);
-        Ok(out)
-    }
-    fn all_gather_fixed(
-        &self,
-        data: &[u8],
-        deadline: Deadline,
-    ) -> compiler_collectives_core::Result<Vec<u8>> {
-        self.0.all_gather_fixed(data, deadline)
-    }
-    fn barrier(&self, deadline: Deadline) -> compiler_collectives_core::Result<()> {
-        self.0.barrier(deadline)
-    }
-    fn send(
-        &self,
-        peer: u32,
-        tag: u32,
-        data: &[u8],
-        deadline: Deadline,
-    ) -> compiler_collectives_core::Result<()> {
-        self.0.send(peer, tag, data, deadline)
-    }
-    fn recv(
-        &self,
-        peer: u32,
-        tag: u32,
-        max_bytes: usize,
-        deadline: Deadline,
-    ) -> compiler_collectives_core::Result<Vec<u8>> {
-        self.0.recv(peer, tag, max_bytes, deadline)
-    }
-    fn shutdown(&self) -> compiler_collectives_core::Result<()> {
-        self.0.shutdown()
-    }
-}
-
 /// The `pct`-th percentile in µs (nearest rank).
 fn percentile(times: &mut [Duration], pct: usize) -> f64 {
     times.sort_unstable();
@@ -227,9 +165,10 @@ fn rank_main(args: &Args, rank: u32) -> Result<()> {
             })?,
         ));
     }
-    let counting = Arc::new(Counting(Arc::clone(&t), AtomicUsize::new(0)));
+    let counting = CountingTransport::shared(Arc::clone(&t));
+    let counts = counting.counts();
     let mut ch = Channel::with_options(
-        counting.clone(),
+        Arc::new(counting),
         ChannelOptions::default().with_timeout(Duration::from_secs(60)),
     )?;
     let mut same = FrameState::new();
@@ -247,7 +186,7 @@ fn rank_main(args: &Args, rank: u32) -> Result<()> {
         Ok(ch.exchange("bench", "", &differ).map(|_| ())?)
     })?;
     // One process of a world of 1 always takes the fast path.
-    let envelope = counting.1.load(Ordering::Relaxed);
+    let envelope = usize::try_from(counts.last_gather_longest()).unwrap_or(usize::MAX);
     rows.push(("exchange_full", envelope.max(1), full));
     let mut table = Vec::new();
     for (op, bytes, mut times) in rows {
