@@ -43,11 +43,11 @@ grep -q '^#!\[forbid(unsafe_code)\]' crates/core/src/lib.rs || { echo "core must
 step "backends keep unsafe code in their sys/ffi modules"
 # Every `unsafe` keyword outside a sys.rs/ffi.rs file (or a sys/, ffi/ directory),
 # with // comments stripped; and each backend root denies unsafe code.
-unsafe_outside=$(find crates/gloo/src crates/nccl/src crates/tch-integration/src -name '*.rs' \
+unsafe_outside=$(find crates/ffi/src crates/gloo/src crates/nccl/src crates/tch-integration/src -name '*.rs' \
     ! -name sys.rs ! -name ffi.rs ! -path '*/sys/*' ! -path '*/ffi/*' -print0 | sort -z |
     xargs -0 -r awk '{ code = $0; sub(/\/\/.*/, "", code) }
         code ~ /(^|[^A-Za-z0-9_])unsafe([^A-Za-z0-9_]|$)/ { print FILENAME ":" FNR ": " $0 }')
-for root in crates/gloo/src/lib.rs crates/nccl/src/lib.rs crates/tch-integration/src/lib.rs; do
+for root in crates/ffi/src/lib.rs crates/gloo/src/lib.rs crates/nccl/src/lib.rs crates/tch-integration/src/lib.rs; do
     grep -q '^#!\[deny(unsafe_code)\]' "$root" || unsafe_outside+="${unsafe_outside:+$'\n'}$root: lacks #![deny(unsafe_code)]"
 done
 if [ -n "$unsafe_outside" ]; then

@@ -33,6 +33,10 @@ fn main() {
 fn run() -> Result<(), String> {
     println!("cargo:rerun-if-changed=adapter/ccol_gloo.cpp");
     println!("cargo:rerun-if-changed=adapter/ccol_gloo.h");
+    println!(
+        "cargo:rerun-if-changed={}/ccol_entry.hpp",
+        compiler_collectives_ffi::INCLUDE_DIR
+    );
     let root = env_path("GLOO_ROOT");
     let include = env_path("GLOO_INCLUDE_DIR")
         .or_else(|| root.as_ref().map(|r| r.join("include")))
@@ -83,6 +87,8 @@ fn run() -> Result<(), String> {
         ])
         .arg("-I")
         .arg(Path::new("adapter"))
+        .arg("-I")
+        .arg(compiler_collectives_ffi::INCLUDE_DIR)
         .arg("-I")
         .arg(&include)
         .arg("-I")

@@ -2,6 +2,7 @@
 // See ccol_gloo.h. Every entry point catches every exception.
 
 #include "ccol_gloo.h"
+#include "ccol_entry.hpp"
 
 #include <cctype>
 #include <chrono>
@@ -89,40 +90,8 @@ std::chrono::milliseconds millis(int64_t ms) {
     return std::chrono::milliseconds(ms < 0 ? 0 : ms);
 }
 
-// Runs the body of an entry point that fills a ccol_gloo_error: clears `err`,
-// then returns what `body` returns, or, when it throws, fills `err` from the
-// exception (report) and returns `on_error(status)`. Nothing unwinds out.
-template <typename R, typename Body, typename OnError>
-R guarded(ccol_gloo_error* err, Body body, OnError on_error) {
-    clear_error(err);
-    try {
-        return body();
-    } catch (...) {
-        return on_error(report(err));
-    }
-}
-
-// `guarded` for an entry returning a status: the status of the exception.
-template <typename Body>
-int32_t status_entry(ccol_gloo_error* err, Body body) {
-    return guarded<int32_t>(err, body, [](int32_t status) { return status; });
-}
-
-// `guarded` for an entry returning a new handle: NULL on an exception.
-template <typename Body>
-void* handle_entry(ccol_gloo_error* err, Body body) {
-    return guarded<void*>(err, body, [](int32_t) -> void* { return nullptr; });
-}
-
-// Runs an entry point that reports nothing (close, abort, free): swallows
-// every exception.
-template <typename Body>
-void quietly(Body body) {
-    try {
-        body();
-    } catch (...) {
-    }
-}
+using Entry = ccol::Entry<ccol_gloo_error, clear_error, report>;
+using ccol::quietly;
 
 // The buffer behind a handle (throws for NULL).
 gloo::transport::UnboundBuffer& buffer_of(void* buffer) {
@@ -246,7 +215,7 @@ extern "C" {
 uint32_t ccol_gloo_abi_version(void) { return CCOL_GLOO_ABI_VERSION; }
 
 void* ccol_gloo_store_file(const char* path, ccol_gloo_error* err) {
-    return handle_entry(err, [&] {
+    return Entry::handle(err, [&] {
         if (path == nullptr) {
             throw std::invalid_argument("null path");
         }
@@ -255,11 +224,11 @@ void* ccol_gloo_store_file(const char* path, ccol_gloo_error* err) {
 }
 
 void* ccol_gloo_store_hash(ccol_gloo_error* err) {
-    return handle_entry(err, [] { return new StoreHandle{std::make_shared<gloo::rendezvous::HashStore>(), nullptr}; });
+    return Entry::handle(err, [] { return new StoreHandle{std::make_shared<gloo::rendezvous::HashStore>(), nullptr}; });
 }
 
 void* ccol_gloo_store_redis(const char* host, int32_t port, ccol_gloo_error* err) {
-    return handle_entry(err, [&] {
+    return Entry::handle(err, [&] {
         if (host == nullptr) {
             throw std::invalid_argument("null host");
         }
@@ -268,7 +237,7 @@ void* ccol_gloo_store_redis(const char* host, int32_t port, ccol_gloo_error* err
 }
 
 void* ccol_gloo_store_prefix(void* store, const char* prefix, ccol_gloo_error* err) {
-    return handle_entry(err, [&] {
+    return Entry::handle(err, [&] {
         if (store == nullptr || prefix == nullptr) {
             throw std::invalid_argument("null store or prefix");
         }
@@ -284,7 +253,7 @@ void* ccol_gloo_store_callbacks(ccol_gloo_store_vtable vtable, int64_t timeout_m
     // Outside the body: once the CallbackStore exists it owns the context and
     // drops it itself (when `store` goes out of scope if the handle fails).
     std::shared_ptr<CallbackStore> store;
-    return guarded<void*>(
+    return Entry::guarded<void*>(
         err,
         [&] {
             if (vtable.set == nullptr || vtable.get == nullptr || vtable.wait == nullptr) {
@@ -304,7 +273,7 @@ void* ccol_gloo_store_callbacks(ccol_gloo_store_vtable vtable, int64_t timeout_m
 }
 
 int32_t ccol_gloo_store_set(void* store, const char* key, const uint8_t* data, size_t len, ccol_gloo_error* err) {
-    return status_entry(err, [&] {
+    return Entry::status(err, [&] {
         if (store == nullptr || key == nullptr || (data == nullptr && len > 0)) {
             throw std::invalid_argument("null argument");
         }
@@ -316,7 +285,7 @@ int32_t ccol_gloo_store_set(void* store, const char* key, const uint8_t* data, s
 
 int32_t ccol_gloo_store_get(void* store, const char* key, int64_t timeout_ms, void* out, ccol_gloo_append_fn append,
                             ccol_gloo_error* err) {
-    return status_entry(err, [&] {
+    return Entry::status(err, [&] {
         if (store == nullptr || key == nullptr || append == nullptr) {
             throw std::invalid_argument("null argument");
         }
@@ -330,7 +299,7 @@ int32_t ccol_gloo_store_get(void* store, const char* key, int64_t timeout_ms, vo
 
 int32_t ccol_gloo_store_wait(void* store, const char* const* keys, size_t n, int64_t timeout_ms,
                              ccol_gloo_error* err) {
-    return status_entry(err, [&] {
+    return Entry::status(err, [&] {
         if (store == nullptr || (keys == nullptr && n > 0)) {
             throw std::invalid_argument("null argument");
         }
@@ -349,7 +318,7 @@ void ccol_gloo_store_free(void* store) {
 
 void* ccol_gloo_context_new(void* store, int32_t rank, int32_t size, const char* hostname, int64_t timeout_ms,
                             ccol_gloo_error* err) {
-    return handle_entry(err, [&] {
+    return Entry::handle(err, [&] {
         if (store == nullptr || hostname == nullptr) {
             throw std::invalid_argument("null store or hostname");
         }
@@ -380,7 +349,7 @@ void ccol_gloo_context_free(void* context) {
 }
 
 void* ccol_gloo_buffer_new(void* context, void* ptr, size_t len, ccol_gloo_error* err) {
-    return handle_entry(err, [&] {
+    return Entry::handle(err, [&] {
         if (context == nullptr) {
             throw std::invalid_argument("null context");
         }
@@ -391,7 +360,7 @@ void* ccol_gloo_buffer_new(void* context, void* ptr, size_t len, ccol_gloo_error
 
 int32_t ccol_gloo_buffer_send(void* buffer, int32_t dst, uint64_t slot, size_t offset, size_t nbytes,
                               ccol_gloo_error* err) {
-    return status_entry(err, [&] {
+    return Entry::status(err, [&] {
         buffer_of(buffer).send(dst, slot, offset, nbytes);
         return CCOL_GLOO_OK;
     });
@@ -399,14 +368,14 @@ int32_t ccol_gloo_buffer_send(void* buffer, int32_t dst, uint64_t slot, size_t o
 
 int32_t ccol_gloo_buffer_recv(void* buffer, int32_t src, uint64_t slot, size_t offset, size_t nbytes,
                               ccol_gloo_error* err) {
-    return status_entry(err, [&] {
+    return Entry::status(err, [&] {
         buffer_of(buffer).recv(src, slot, offset, nbytes);
         return CCOL_GLOO_OK;
     });
 }
 
 int32_t ccol_gloo_buffer_wait_recv(void* buffer, int64_t timeout_ms, int32_t* rank, ccol_gloo_error* err) {
-    return status_entry(err, [&] {
+    return Entry::status(err, [&] {
         auto& b = buffer_of(buffer);
         return wait_one(timeout_ms, rank, err, "receive interrupted at the deadline",
                         [&](int* r, std::chrono::milliseconds t) { return b.waitRecv(r, t); });
@@ -414,7 +383,7 @@ int32_t ccol_gloo_buffer_wait_recv(void* buffer, int64_t timeout_ms, int32_t* ra
 }
 
 int32_t ccol_gloo_buffer_wait_send(void* buffer, int64_t timeout_ms, int32_t* rank, ccol_gloo_error* err) {
-    return status_entry(err, [&] {
+    return Entry::status(err, [&] {
         auto& b = buffer_of(buffer);
         return wait_one(timeout_ms, rank, err, "send interrupted at the deadline",
                         [&](int* r, std::chrono::milliseconds t) { return b.waitSend(r, t); });

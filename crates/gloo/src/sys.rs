@@ -49,13 +49,7 @@ impl RawError {
 
     pub(crate) fn message(&self) -> String {
         // The adapter always NUL-terminates (snprintf); guard anyway.
-        let bytes: Vec<u8> = self
-            .message
-            .iter()
-            .take_while(|&&c| c != 0)
-            .map(|&c| c.to_ne_bytes()[0])
-            .collect();
-        String::from_utf8_lossy(&bytes).into_owned()
+        compiler_collectives_ffi::message_text(&self.message)
     }
 
     pub(crate) fn into_error(self, status: i32, what: &str) -> GlooError {
@@ -67,7 +61,7 @@ impl RawError {
     }
 }
 
-pub(crate) type AppendFn = unsafe extern "C" fn(out: *mut c_void, data: *const u8, len: usize);
+pub(crate) use compiler_collectives_ffi::sys::{append_to_vec, AppendFn};
 
 /// A store's `set` (the vtable's and `ccol_gloo_store_set`): the store, the
 /// key, `len` bytes of value.
@@ -544,31 +538,6 @@ impl StoreHandle {
                 )
             }
         })
-    }
-}
-
-/// Appends `len` bytes at `data` to the `Vec<u8>` at `out` (the adapter's
-/// `ccol_gloo_append_fn`, handed to `ccol_gloo_store_get`). Never unwinds.
-///
-/// # Safety
-/// `out` must be NULL or point to a live `Vec<u8>` that nothing else
-/// accesses during the call; `data` must be NULL or point to `len` readable
-/// bytes that do not overlap it.
-unsafe extern "C" fn append_to_vec(out: *mut c_void, data: *const u8, len: usize) {
-    let result = std::panic::catch_unwind(|| {
-        if out.is_null() || (data.is_null() && len > 0) {
-            return;
-        }
-        // SAFETY: `out` is a live, unaliased `Vec<u8>` (the caller's contract;
-        // `StoreHandle::get` passes its local vector).
-        let v = unsafe { &mut *out.cast::<Vec<u8>>() };
-        if len > 0 {
-            // SAFETY: `data` points to `len` readable bytes (the caller's contract).
-            v.extend_from_slice(unsafe { std::slice::from_raw_parts(data, len) });
-        }
-    });
-    if result.is_err() {
-        tracing::error!("panic while receiving bytes from the Gloo adapter");
     }
 }
 

@@ -23,6 +23,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "ccol_c10d.h"
+#include "ccol_entry.hpp"
 
 namespace {
 
@@ -215,30 +216,7 @@ std::vector<std::string> keys_of(const char* const* keys, size_t n) {
     return ks;
 }
 
-// Runs the body of an entry point that fills a ccol_c10d_error: clears `err`,
-// then returns what `body` returns, or, when it throws, fills `err` from the
-// exception (report) and returns `on_error(status)`. Nothing unwinds out.
-template <typename R, typename Body, typename OnError>
-R guarded(ccol_c10d_error* err, Body body, OnError on_error) {
-    clear_error(err);
-    try {
-        return body();
-    } catch (...) {
-        return on_error(report(err));
-    }
-}
-
-// `guarded` for an entry returning a status: the status of the exception.
-template <typename Body>
-int32_t status_entry(ccol_c10d_error* err, Body body) {
-    return guarded<int32_t>(err, body, [](int32_t status) { return status; });
-}
-
-// `guarded` for an entry returning a new handle: NULL on an exception.
-template <typename Body>
-void* handle_entry(ccol_c10d_error* err, Body body) {
-    return guarded<void*>(err, body, [](int32_t) -> void* { return nullptr; });
-}
+using Entry = ccol::Entry<ccol_c10d_error, clear_error, report>;
 
 // Deletes a handle of type `Handle` (a `_free` entry): swallows every exception.
 template <typename Handle>
@@ -266,7 +244,7 @@ uint32_t ccol_c10d_abi_version(void) { return 2; }
 
 void* ccol_c10d_tcpstore_new(const char* host, uint16_t port, int32_t world_size, int32_t is_server,
                              int32_t wait_workers, int64_t timeout_ms, ccol_c10d_error* err) {
-    return handle_entry(err, [&] {
+    return Entry::handle(err, [&] {
         if (host == nullptr) {
             throw std::invalid_argument("null host");
         }
@@ -286,7 +264,7 @@ void* ccol_c10d_tcpstore_new(const char* host, uint16_t port, int32_t world_size
 // The port a TCPStore listens on or connects to (the bound one for a server
 // asked for port 0); -CCOL_C10D_INVALID for a store that is not a TCPStore.
 int32_t ccol_c10d_tcpstore_port(void* store, ccol_c10d_error* err) {
-    return guarded<int32_t>(
+    return Entry::guarded<int32_t>(
         err,
         [&] {
             auto* tcp = dynamic_cast<c10d::TCPStore*>(&store_of(store));
@@ -299,7 +277,7 @@ int32_t ccol_c10d_tcpstore_port(void* store, ccol_c10d_error* err) {
 }
 
 void* ccol_c10d_prefixstore_new(const char* prefix, void* store, ccol_c10d_error* err) {
-    return handle_entry(err, [&] {
+    return Entry::handle(err, [&] {
         if (prefix == nullptr || store == nullptr) {
             throw std::invalid_argument("null prefix or store");
         }
@@ -310,7 +288,7 @@ void* ccol_c10d_prefixstore_new(const char* prefix, void* store, ccol_c10d_error
 
 int32_t ccol_c10d_store_set(void* store, const char* key, const uint8_t* data, size_t len, int64_t timeout_ms,
                             ccol_c10d_error* err) {
-    return status_entry(err, [&] {
+    return Entry::status(err, [&] {
         if (key == nullptr || (data == nullptr && len > 0)) {
             throw std::invalid_argument("null key or data");
         }
@@ -326,7 +304,7 @@ int32_t ccol_c10d_store_set(void* store, const char* key, const uint8_t* data, s
 
 int32_t ccol_c10d_store_get(void* store, const char* key, int64_t timeout_ms, void* out, ccol_c10d_append_fn append,
                             ccol_c10d_error* err) {
-    return status_entry(err, [&] {
+    return Entry::status(err, [&] {
         if (key == nullptr || append == nullptr) {
             throw std::invalid_argument("null key or sink");
         }
@@ -340,7 +318,7 @@ int32_t ccol_c10d_store_get(void* store, const char* key, int64_t timeout_ms, vo
 
 int32_t ccol_c10d_store_add(void* store, const char* key, int64_t delta, int64_t timeout_ms, int64_t* result,
                             ccol_c10d_error* err) {
-    return status_entry(err, [&] {
+    return Entry::status(err, [&] {
         if (key == nullptr || result == nullptr) {
             throw std::invalid_argument("null key or result");
         }
@@ -352,7 +330,7 @@ int32_t ccol_c10d_store_add(void* store, const char* key, int64_t delta, int64_t
 
 int32_t ccol_c10d_store_wait(void* store, const char* const* keys, size_t n, int64_t timeout_ms,
                              ccol_c10d_error* err) {
-    return status_entry(err, [&] {
+    return Entry::status(err, [&] {
         auto ks = keys_of(keys, n);
         store_of(store).wait(ks, millis(timeout_ms));
         return CCOL_C10D_OK;
@@ -361,7 +339,7 @@ int32_t ccol_c10d_store_wait(void* store, const char* const* keys, size_t n, int
 
 int32_t ccol_c10d_store_check(void* store, const char* const* keys, size_t n, int64_t timeout_ms,
                               ccol_c10d_error* err) {
-    return guarded<int32_t>(
+    return Entry::guarded<int32_t>(
         err,
         [&] {
             auto ks = keys_of(keys, n);
@@ -376,7 +354,7 @@ int32_t ccol_c10d_store_check(void* store, const char* const* keys, size_t n, in
 
 int32_t ccol_c10d_store_delete(void* store, const char* key, int64_t timeout_ms, int32_t* existed,
                                ccol_c10d_error* err) {
-    return status_entry(err, [&] {
+    return Entry::status(err, [&] {
         if (key == nullptr || existed == nullptr) {
             throw std::invalid_argument("null key or result");
         }
@@ -394,7 +372,7 @@ void ccol_c10d_store_free(void* store) { free_handle<StoreHandle>(store); }
 
 void* ccol_c10d_pg_gloo_new(void* store, int32_t rank, int32_t size, const char* hostname, int64_t timeout_ms,
                             ccol_c10d_error* err) {
-    return handle_entry(err, [&] {
+    return Entry::handle(err, [&] {
         if (store == nullptr || hostname == nullptr) {
             throw std::invalid_argument("null store or hostname");
         }
@@ -413,7 +391,7 @@ void ccol_c10d_pg_free(void* pg) { free_handle<GroupHandle>(pg); }
 
 // all_gather of equal-sized tensors (see the header).
 int32_t ccol_c10d_pg_allgather(void* pg, void* input, int64_t timeout_ms, void** outputs, ccol_c10d_error* err) {
-    return status_entry(err, [&] {
+    return Entry::status(err, [&] {
         auto& g = pg_of(pg);
         auto& t = tensor_of(input);
         std::vector<std::vector<at::Tensor>> out(1);
@@ -432,7 +410,7 @@ int32_t ccol_c10d_pg_allgather(void* pg, void* input, int64_t timeout_ms, void**
 
 // op: 0 sum, 1 product, 2 min, 3 max.
 int32_t ccol_c10d_pg_allreduce(void* pg, void* tensor, int32_t op, int64_t timeout_ms, ccol_c10d_error* err) {
-    return status_entry(err, [&] {
+    return Entry::status(err, [&] {
         auto& g = pg_of(pg);
         std::vector<at::Tensor> ts{tensor_of(tensor)};
         c10d::AllreduceOptions opts;
@@ -449,7 +427,7 @@ int32_t ccol_c10d_pg_allreduce(void* pg, void* tensor, int32_t op, int64_t timeo
 }
 
 int32_t ccol_c10d_pg_broadcast(void* pg, void* tensor, int32_t root, int64_t timeout_ms, ccol_c10d_error* err) {
-    return status_entry(err, [&] {
+    return Entry::status(err, [&] {
         auto& g = pg_of(pg);
         std::vector<at::Tensor> ts{tensor_of(tensor)};
         c10d::BroadcastOptions opts;
@@ -460,7 +438,7 @@ int32_t ccol_c10d_pg_broadcast(void* pg, void* tensor, int32_t root, int64_t tim
 }
 
 int32_t ccol_c10d_pg_barrier(void* pg, int64_t timeout_ms, ccol_c10d_error* err) {
-    return status_entry(err, [&] {
+    return Entry::status(err, [&] {
         auto& g = pg_of(pg);
         return run_collective(timeout_ms, c10d::BarrierOptions(),
                               [&](const c10d::BarrierOptions& o) { return g.barrier(o); });
@@ -470,7 +448,7 @@ int32_t ccol_c10d_pg_barrier(void* pg, int64_t timeout_ms, ccol_c10d_error* err)
 // Point-to-point over the group: send/recv of a tensor with a tag.
 int32_t ccol_c10d_pg_send(void* pg, void* tensor, int32_t dst, int32_t tag, int64_t timeout_ms,
                           ccol_c10d_error* err) {
-    return status_entry(err, [&] {
+    return Entry::status(err, [&] {
         std::vector<at::Tensor> ts{tensor_of(tensor)};
         pg_of(pg).send(ts, dst, tag)->wait(millis(timeout_ms));
         return CCOL_C10D_OK;
@@ -479,7 +457,7 @@ int32_t ccol_c10d_pg_send(void* pg, void* tensor, int32_t dst, int32_t tag, int6
 
 int32_t ccol_c10d_pg_recv(void* pg, void* tensor, int32_t src, int32_t tag, int64_t timeout_ms,
                           ccol_c10d_error* err) {
-    return status_entry(err, [&] {
+    return Entry::status(err, [&] {
         std::vector<at::Tensor> ts{tensor_of(tensor)};
         pg_of(pg).recv(ts, src, tag)->wait(millis(timeout_ms));
         return CCOL_C10D_OK;
@@ -489,7 +467,7 @@ int32_t ccol_c10d_pg_recv(void* pg, void* tensor, int32_t src, int32_t tag, int6
 // Starts a send and returns its work handle (NULL on error): the caller polls
 // it with ccol_c10d_work_done, or waits with ccol_c10d_work_wait, then frees it.
 void* ccol_c10d_pg_isend(void* pg, void* tensor, int32_t dst, int32_t tag, ccol_c10d_error* err) {
-    return handle_entry(err, [&] {
+    return Entry::handle(err, [&] {
         std::vector<at::Tensor> ts{tensor_of(tensor).contiguous()};
         auto work = pg_of(pg).send(ts, dst, tag);
         return new WorkHandle{work, ts};
@@ -510,7 +488,7 @@ int32_t ccol_c10d_work_done(void* work) {
 }
 
 int32_t ccol_c10d_work_wait(void* work, int64_t timeout_ms, ccol_c10d_error* err) {
-    return status_entry(err, [&] {
+    return Entry::status(err, [&] {
         if (work == nullptr) {
             throw std::invalid_argument("null work");
         }

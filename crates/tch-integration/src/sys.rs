@@ -28,7 +28,7 @@ struct RawError {
     message: [c_char; MESSAGE_LEN],
 }
 
-type AppendFn = unsafe extern "C" fn(*mut c_void, *const u8, usize);
+use compiler_collectives_ffi::sys::{append_to_vec, AppendFn};
 
 extern "C" {
     fn ccol_c10d_tcpstore_new(
@@ -163,13 +163,7 @@ impl RawError {
 
     /// The message up to its NUL (all of it if the shim wrote none).
     fn text(&self) -> String {
-        let bytes: Vec<u8> = self
-            .message
-            .iter()
-            .take_while(|&&c| c != 0)
-            .map(|&c| c.to_ne_bytes()[0])
-            .collect();
-        String::from_utf8_lossy(&bytes).into_owned()
+        compiler_collectives_ffi::message_text(&self.message)
     }
 
     /// The error of a failed call of `operation`, from the status the shim
@@ -250,28 +244,6 @@ fn ms(d: Duration) -> i64 {
 /// operations) writes the tensor's storage; it never frees it.
 fn tensor_ptr(t: &Tensor) -> *mut c_void {
     t.as_ptr().cast_mut().cast()
-}
-
-/// Appends the bytes the shim hands over to the `Vec<u8>` at `out`. Called
-/// by the shim from C++: catches every panic (nothing unwinds into C++).
-///
-/// # Safety
-/// `out` must be null or point to a live `Vec<u8>` not otherwise borrowed
-/// for the call; `data` must be null or point to `len` readable bytes.
-unsafe extern "C" fn append_to_vec(out: *mut c_void, data: *const u8, len: usize) {
-    let _ = std::panic::catch_unwind(|| {
-        if out.is_null() || (data.is_null() && len > 0) {
-            return;
-        }
-        // SAFETY: `out` is the `&mut Vec<u8>` `StoreHandle::get` passed for
-        // this call, alive and not otherwise borrowed until the call returns.
-        let v = unsafe { &mut *out.cast::<Vec<u8>>() };
-        if len > 0 {
-            // SAFETY: the shim passes `len` readable bytes at `data` (checked
-            // non-null above), valid for this callback.
-            v.extend_from_slice(unsafe { std::slice::from_raw_parts(data, len) });
-        }
-    });
 }
 
 /// `ccol_c10d_store_wait` and `ccol_c10d_store_check`: a store, its keys
