@@ -3,7 +3,8 @@
 //! (DESIGN §4.3, §6).
 //!
 //! Cases are data-driven: `check(options, calls, expect)` runs one call per
-//! element of `calls` on a fresh cache and renders what each call did:
+//! element of `calls` on a fresh cache and renders what each call did; the
+//! tables write a case a line, `[options] call; call => expect`:
 //!
 //! - `C1 x=(s0,10)/(S(1),1)` — compiled entry 1; its guards per source:
 //!   sizes (`s0` = symbol 0, a number = must equal) `/` canonical strides
@@ -23,7 +24,7 @@ use compiler_collectives_core::Error;
 use std::collections::BTreeMap;
 
 mod common;
-use common::observation;
+use common::{cases, observation};
 
 // ---------------------------------------------------------------------------
 // Notation
@@ -145,159 +146,109 @@ fn check(opts: &str, calls: &[&str], expect: &str) {
     );
 }
 
+/// Runs every case of `table` with [`check`], one case a line:
+/// `[OPTIONS] CALL; CALL; ... => OUTCOMES`, where `[OPTIONS] ` may be left
+/// out and the outcomes are `run`'s. Blank lines and `#` comments are passed
+/// over.
+fn check_table(table: &str) {
+    for line in cases(table) {
+        let (calls, expect) = line
+            .split_once(" => ")
+            .unwrap_or_else(|| panic!("bad case {line:?}"));
+        let (opts, calls) = match calls.strip_prefix('[') {
+            Some(rest) => rest
+                .split_once("] ")
+                .unwrap_or_else(|| panic!("bad options in {line:?}")),
+            None => ("", calls),
+        };
+        let calls: Vec<&str> = calls.split(';').map(str::trim).collect();
+        check(opts, &calls, expect);
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Tables
 // ---------------------------------------------------------------------------
 
 #[test]
 fn first_call_compiles_static() {
-    check("", &["x=t(5,10)"], "C0 x=(5,10)/(S(1),1)");
-    check("", &["x=t(5,10)", "x=t(5,10)"], "C0 x=(5,10)/(S(1),1) | H0");
-    check("", &["n=i(3)"], "C0 n=3");
-    check("", &["x=t()"], "C0 x=()/()");
-    check(
-        "",
-        &["x=t(5,10) n=i(3) y=none"],
-        "C0 n=3 x=(5,10)/(S(1),1) y=none",
+    check_table(
+        r"
+        x=t(5,10) => C0 x=(5,10)/(S(1),1)
+        x=t(5,10); x=t(5,10) => C0 x=(5,10)/(S(1),1) | H0
+        n=i(3) => C0 n=3
+        x=t() => C0 x=()/()
+        x=t(5,10) n=i(3) y=none => C0 n=3 x=(5,10)/(S(1),1) y=none
+        x=t(4,4)/(1,4) => C0 x=(4,4)/(1,S(0))
+        ",
     );
-    check("", &["x=t(4,4)/(1,4)"], "C0 x=(4,4)/(1,S(0))");
 }
 
 #[test]
 fn changed_dim_recompiles_dynamic() {
-    check(
-        "",
-        &["x=t(5,10)", "x=t(6,10)", "x=t(7,10)", "x=t(5,10)"],
-        "C0 x=(5,10)/(S(1),1) | C1 x=(s0,10)/(S(1),1) | H1 | H1",
-    );
-    check(
-        "",
-        &["x=t(5,10)", "x=t(5,11)", "x=t(5,12)", "x=t(6,12)"],
-        "C0 x=(5,10)/(S(1),1) | C1 x=(5,s0)/(S(1),1) | H1 | C2 x=(s0,s1)/(S(1),1)",
-    );
-    // ndim changed ⇒ all dims dynamic
-    check(
-        "",
-        &["x=t(5,10)", "x=t(5,10,3)"],
-        "C0 x=(5,10)/(S(1),1) | C1 x=(s0,s1,s2)/(S(1),S(2),1)",
-    );
-    // ints
-    check(
-        "",
-        &["n=i(3)", "n=i(4)", "n=i(5)", "n=i(3)"],
-        "C0 n=3 | C1 n=any | H1 | H1",
-    );
-    // tensor then int ⇒ everything dynamic
-    check("", &["x=t(5)", "x=i(5)"], "C0 x=(5,)/(1,) | C1 x=any");
-    // a source that becomes None
-    check(
-        "",
-        &["x=t(5) y=t(3)", "x=t(5) y=none", "x=t(5)", "x=t(5) y=t(3)"],
-        "C0 x=(5,)/(1,) y=(3,)/(1,) | C1 x=(5,)/(1,) y=none | H1 | H0",
-    );
-    // a new source misses
-    check(
-        "",
-        &["x=t(5)", "x=t(5) y=t(3)"],
-        "C0 x=(5,)/(1,) | C1 x=(5,)/(1,) y=(3,)/(1,)",
+    check_table(
+        r"
+        x=t(5,10); x=t(6,10); x=t(7,10); x=t(5,10) => C0 x=(5,10)/(S(1),1) | C1 x=(s0,10)/(S(1),1) | H1 | H1
+        x=t(5,10); x=t(5,11); x=t(5,12); x=t(6,12) => C0 x=(5,10)/(S(1),1) | C1 x=(5,s0)/(S(1),1) | H1 | C2 x=(s0,s1)/(S(1),1)
+        # ndim changed ⇒ all dims dynamic
+        x=t(5,10); x=t(5,10,3) => C0 x=(5,10)/(S(1),1) | C1 x=(s0,s1,s2)/(S(1),S(2),1)
+        # ints
+        n=i(3); n=i(4); n=i(5); n=i(3) => C0 n=3 | C1 n=any | H1 | H1
+        # tensor then int ⇒ everything dynamic
+        x=t(5); x=i(5) => C0 x=(5,)/(1,) | C1 x=any
+        # a source that becomes None
+        x=t(5) y=t(3); x=t(5) y=none; x=t(5); x=t(5) y=t(3) => C0 x=(5,)/(1,) y=(3,)/(1,) | C1 x=(5,)/(1,) y=none | H1 | H0
+        # a new source misses
+        x=t(5); x=t(5) y=t(3) => C0 x=(5,)/(1,) | C1 x=(5,)/(1,) y=(3,)/(1,)
+        ",
     );
 }
 
 #[test]
 fn zero_one_specialisation() {
-    check(
-        "",
-        &["x=t(5,10)", "x=t(6,10)", "x=t(1,10)", "x=t(0,10)", "x=t(1,10)", "x=t(2,10)", "x=t(0,10)"],
-        "C0 x=(5,10)/(S(1),1) | C1 x=(s0,10)/(S(1),1) | C2 x=(1,10)/(S(1),1) | C3 x=(0,10)/(S(1),1) | H2 | H1 | H3",
-    );
-    // ints are never 0/1-specialised: Dynamo's automatic-dynamic int symbols
-    // are created with do_not_specialize_zero_one (measured, torch 2.13)
-    check(
-        "",
-        &["n=i(3)", "n=i(4)", "n=i(1)", "n=i(0)", "n=i(7)"],
-        "C0 n=3 | C1 n=any | H1 | H1 | H1",
-    );
-    // off: symbols match 0 and 1
-    check(
-        "spec01=0",
-        &["x=t(5,10)", "x=t(6,10)", "x=t(1,10)", "x=t(0,10)"],
-        "C0 x=(5,10)/(S(1),1) | C1 x=(s0,10)/(S(1),1) | H1 | H1",
-    );
-    check(
-        "spec01=0",
-        &["n=i(3)", "n=i(1)", "n=i(0)"],
-        "C0 n=3 | C1 n=any | H1",
-    );
-    check(
-        "spec01=0",
-        &["n=i(0)", "n=i(1)", "n=i(5)"],
-        "C0 n=0 | C1 n=any | H1",
-    );
-    // the first dynamic compile itself seeing 1
-    check(
-        "",
-        &["x=t(5)", "x=t(1)", "x=t(6)"],
-        "C0 x=(5,)/(1,) | C1 x=(1,)/(1,) | C2 x=(s0,)/(1,)",
+    check_table(
+        r"
+        x=t(5,10); x=t(6,10); x=t(1,10); x=t(0,10); x=t(1,10); x=t(2,10); x=t(0,10) => C0 x=(5,10)/(S(1),1) | C1 x=(s0,10)/(S(1),1) | C2 x=(1,10)/(S(1),1) | C3 x=(0,10)/(S(1),1) | H2 | H1 | H3
+        # ints are never 0/1-specialised: Dynamo's automatic-dynamic int symbols
+        # are created with do_not_specialize_zero_one (measured, torch 2.13)
+        n=i(3); n=i(4); n=i(1); n=i(0); n=i(7) => C0 n=3 | C1 n=any | H1 | H1 | H1
+        # off: symbols match 0 and 1
+        [spec01=0] x=t(5,10); x=t(6,10); x=t(1,10); x=t(0,10) => C0 x=(5,10)/(S(1),1) | C1 x=(s0,10)/(S(1),1) | H1 | H1
+        [spec01=0] n=i(3); n=i(1); n=i(0) => C0 n=3 | C1 n=any | H1
+        [spec01=0] n=i(0); n=i(1); n=i(5) => C0 n=0 | C1 n=any | H1
+        # the first dynamic compile itself seeing 1
+        x=t(5); x=t(1); x=t(6) => C0 x=(5,)/(1,) | C1 x=(1,)/(1,) | C2 x=(s0,)/(1,)
+        ",
     );
 }
 
 #[test]
 fn duck_sizing() {
-    // off by default, as for Dynamo's automatic-dynamic dims
-    check(
-        "",
-        &["x=t(5,5)", "x=t(6,6)", "x=t(7,8)"],
-        "C0 x=(5,5)/(S(1),1) | C1 x=(s0,s1)/(S(1),1) | H1",
-    );
-    check(
-        "duck=1",
-        &[
-            "x=t(5,5)", "x=t(6,6)", "x=t(7,7)", "x=t(7,8)", "x=t(9,9)", "x=t(3,4)",
-        ],
-        "C0 x=(5,5)/(S(1),1) | C1 x=(s0,s0)/(S(1),1) | H1 | C2 x=(s0,s1)/(S(1),1) | H2 | H2",
-    );
-    check(
-        "duck=0",
-        &["x=t(5,5)", "x=t(6,6)", "x=t(7,7)", "x=t(7,8)"],
-        "C0 x=(5,5)/(S(1),1) | C1 x=(s0,s1)/(S(1),1) | H1 | H1",
-    );
-    // across sources
-    check(
-        "duck=1",
-        &["x=t(5) y=t(5)", "x=t(6) y=t(6)", "x=t(7) y=t(7)", "x=t(7) y=t(8)"],
-        "C0 x=(5,)/(1,) y=(5,)/(1,) | C1 x=(s0,)/(1,) y=(s0,)/(1,) | H1 | C2 x=(s0,)/(1,) y=(s1,)/(1,)",
-    );
-    check(
-        "duck=0",
-        &["x=t(5) y=t(5)", "x=t(6) y=t(6)", "x=t(7) y=t(8)"],
-        "C0 x=(5,)/(1,) y=(5,)/(1,) | C1 x=(s0,)/(1,) y=(s1,)/(1,) | H1",
-    );
-    // unequal at compile time ⇒ separate symbols, equal later still hits
-    check(
-        "duck=1",
-        &["x=t(5,6)", "x=t(6,7)", "x=t(8,8)"],
-        "C0 x=(5,6)/(S(1),1) | C1 x=(s0,s1)/(S(1),1) | H1",
-    );
-    // an int never shares a size's symbol
-    check(
-        "duck=1",
-        &["n=i(5) x=t(5)", "n=i(6) x=t(6)", "n=i(7) x=t(8)"],
-        "C0 n=5 x=(5,)/(1,) | C1 n=any x=(s0,)/(1,) | H1",
+    check_table(
+        r"
+        # off by default, as for Dynamo's automatic-dynamic dims
+        x=t(5,5); x=t(6,6); x=t(7,8) => C0 x=(5,5)/(S(1),1) | C1 x=(s0,s1)/(S(1),1) | H1
+        [duck=1] x=t(5,5); x=t(6,6); x=t(7,7); x=t(7,8); x=t(9,9); x=t(3,4) => C0 x=(5,5)/(S(1),1) | C1 x=(s0,s0)/(S(1),1) | H1 | C2 x=(s0,s1)/(S(1),1) | H2 | H2
+        [duck=0] x=t(5,5); x=t(6,6); x=t(7,7); x=t(7,8) => C0 x=(5,5)/(S(1),1) | C1 x=(s0,s1)/(S(1),1) | H1 | H1
+        # across sources
+        [duck=1] x=t(5) y=t(5); x=t(6) y=t(6); x=t(7) y=t(7); x=t(7) y=t(8) => C0 x=(5,)/(1,) y=(5,)/(1,) | C1 x=(s0,)/(1,) y=(s0,)/(1,) | H1 | C2 x=(s0,)/(1,) y=(s1,)/(1,)
+        [duck=0] x=t(5) y=t(5); x=t(6) y=t(6); x=t(7) y=t(8) => C0 x=(5,)/(1,) y=(5,)/(1,) | C1 x=(s0,)/(1,) y=(s1,)/(1,) | H1
+        # unequal at compile time ⇒ separate symbols, equal later still hits
+        [duck=1] x=t(5,6); x=t(6,7); x=t(8,8) => C0 x=(5,6)/(S(1),1) | C1 x=(s0,s1)/(S(1),1) | H1
+        # an int never shares a size's symbol
+        [duck=1] n=i(5) x=t(5); n=i(6) x=t(6); n=i(7) x=t(8) => C0 n=5 x=(5,)/(1,) | C1 n=any x=(s0,)/(1,) | H1
+        ",
     );
 }
 
 #[test]
 fn recompile_limit() {
-    check(
-        "limit=2",
-        &["x=t(5)", "x=t(6)", "x=t(1)", "x=t(0)", "x=t(7)", "x=t(5)"],
-        "C0 x=(5,)/(1,) | C1 x=(s0,)/(1,) | U | U | H1 | H1",
-    );
-    check("limit=0", &["x=t(5)", "x=t(5)"], "U | U");
-    check(
-        "limit=1",
-        &["n=i(1)", "n=i(2)", "n=i(1)"],
-        "C0 n=1 | U | H0",
+    check_table(
+        r"
+        [limit=2] x=t(5); x=t(6); x=t(1); x=t(0); x=t(7); x=t(5) => C0 x=(5,)/(1,) | C1 x=(s0,)/(1,) | U | U | H1 | H1
+        [limit=0] x=t(5); x=t(5) => U | U
+        [limit=1] n=i(1); n=i(2); n=i(1) => C0 n=1 | U | H0
+        ",
     );
     // default: 8 compiles
     let mut c = cache("fs:n");
@@ -314,94 +265,53 @@ fn recompile_limit() {
 
 #[test]
 fn mark_dynamic_makes_first_compile_dynamic() {
-    check(
-        "md:x/2/0",
-        &["x=t(5,10)", "x=t(6,10)"],
-        "C0 x=(s0,10)/(S(1),1) | H0",
+    check_table(
+        r"
+        [md:x/2/0] x=t(5,10); x=t(6,10) => C0 x=(s0,10)/(S(1),1) | H0
+        [md:x/2/1] x=t(5,10); x=t(5,11); x=t(6,10) => C0 x=(5,s0)/(S(1),1) | H0 | C1 x=(s0,s1)/(S(1),1)
+        [md:x/2/0 md:x/2/1] x=t(5,10) => C0 x=(s0,s1)/(S(1),1)
+        [md:x/2/0 md:x/2/1] x=t(6,6) => C0 x=(s0,s1)/(S(1),1)
+        # 0/1 still specialise a marked dim
+        [md:x/2/0] x=t(1,10); x=t(5,10) => C0 x=(1,10)/(S(1),1) | C1 x=(s0,10)/(S(1),1)
+        # a hint for another ndim makes the whole size dynamic
+        [md:x/3/0] x=t(5,10) => C0 x=(s0,s1)/(S(1),1)
+        # a hint for a source not passed changes nothing else
+        [md:y/1/0] x=t(5) => C0 x=(5,)/(1,)
+        ",
     );
-    check(
-        "md:x/2/1",
-        &["x=t(5,10)", "x=t(5,11)", "x=t(6,10)"],
-        "C0 x=(5,s0)/(S(1),1) | H0 | C1 x=(s0,s1)/(S(1),1)",
-    );
-    check("md:x/2/0 md:x/2/1", &["x=t(5,10)"], "C0 x=(s0,s1)/(S(1),1)");
-    check("md:x/2/0 md:x/2/1", &["x=t(6,6)"], "C0 x=(s0,s1)/(S(1),1)");
-    // 0/1 still specialise a marked dim
-    check(
-        "md:x/2/0",
-        &["x=t(1,10)", "x=t(5,10)"],
-        "C0 x=(1,10)/(S(1),1) | C1 x=(s0,10)/(S(1),1)",
-    );
-    // a hint for another ndim makes the whole size dynamic
-    check("md:x/3/0", &["x=t(5,10)"], "C0 x=(s0,s1)/(S(1),1)");
-    // a hint for a source not passed changes nothing else
-    check("md:y/1/0", &["x=t(5)"], "C0 x=(5,)/(1,)");
 }
 
 #[test]
 fn overrides_beat_the_merge() {
-    check(
-        "fs:x",
-        &["x=t(5)", "x=t(6)", "x=t(7)", "x=t(6)"],
-        "C0 x=(5,)/(1,) | C1 x=(6,)/(1,) | C2 x=(7,)/(1,) | H1",
-    );
-    check("fs:x md:x/1/0", &["x=t(5)"], "C0 x=(5,)/(1,)");
-    check(
-        "fd:x",
-        &["x=t(5,10)", "x=t(6,11)"],
-        "C0 x=(s0,s1)/(S(1),1) | H0",
-    );
-    check("fd:x", &["x=t(5,5)"], "C0 x=(s0,s1)/(S(1),1)");
-    check("fd:n", &["n=i(3)", "n=i(4)"], "C0 n=any | H0");
-    check(
-        "fs:n",
-        &["n=i(3)", "n=i(4)", "n=i(3)"],
-        "C0 n=3 | C1 n=4 | H0",
-    );
-    // only the named source
-    check(
-        "fs:x",
-        &["x=t(5) y=t(5)", "x=t(6) y=t(6)"],
-        "C0 x=(5,)/(1,) y=(5,)/(1,) | C1 x=(6,)/(1,) y=(s0,)/(1,)",
-    );
-    // force static beats a layout change too
-    check(
-        "fs:x",
-        &["x=t(4,4)/(4,1)", "x=t(4,4)/(1,4)"],
-        "C0 x=(4,4)/(S(1),1) | C1 x=(4,4)/(1,S(0))",
+    check_table(
+        r"
+        [fs:x] x=t(5); x=t(6); x=t(7); x=t(6) => C0 x=(5,)/(1,) | C1 x=(6,)/(1,) | C2 x=(7,)/(1,) | H1
+        [fs:x md:x/1/0] x=t(5) => C0 x=(5,)/(1,)
+        [fd:x] x=t(5,10); x=t(6,11) => C0 x=(s0,s1)/(S(1),1) | H0
+        [fd:x] x=t(5,5) => C0 x=(s0,s1)/(S(1),1)
+        [fd:n] n=i(3); n=i(4) => C0 n=any | H0
+        [fs:n] n=i(3); n=i(4); n=i(3) => C0 n=3 | C1 n=4 | H0
+        # only the named source
+        [fs:x] x=t(5) y=t(5); x=t(6) y=t(6) => C0 x=(5,)/(1,) y=(5,)/(1,) | C1 x=(6,)/(1,) y=(s0,)/(1,)
+        # force static beats a layout change too
+        [fs:x] x=t(4,4)/(4,1); x=t(4,4)/(1,4) => C0 x=(4,4)/(S(1),1) | C1 x=(4,4)/(1,S(0))
+        ",
     );
 }
 
 #[test]
 fn strides() {
-    // contiguous, size changes: strides stay S(1),1 (no dynamic strides)
-    check(
-        "",
-        &["x=t(5,10)", "x=t(6,10)", "x=t(6,11)"],
-        "C0 x=(5,10)/(S(1),1) | C1 x=(s0,10)/(S(1),1) | C2 x=(s0,s1)/(S(1),1)",
-    );
-    // a transposed tensor after a contiguous one changes the guard
-    check(
-        "",
-        &[
-            "x=t(4,4)/(4,1)",
-            "x=t(4,4)/(1,4)",
-            "x=t(4,4)/(4,1)",
-            "x=t(4,4)/(1,4)",
-        ],
-        "C0 x=(4,4)/(S(1),1) | C1 x=(4,4)/(1,*) | H0 | H1",
-    );
-    // a slice: strides that did not follow from sizes
-    check(
-        "",
-        &["x=t(2,3)/(3,1)", "x=t(2,3)/(6,1)", "x=t(2,3)/(9,1)"],
-        "C0 x=(2,3)/(S(1),1) | C1 x=(2,3)/(*,1) | H1",
-    );
-    // a contiguous tensor with size-1 dims
-    check(
-        "",
-        &["x=t(3,1)", "x=t(3,1)/(1,1)", "x=t(4,1)"],
-        "C0 x=(3,1)/(S(1),1) | H0 | C1 x=(s0,1)/(S(1),1)",
+    check_table(
+        r"
+        # contiguous, size changes: strides stay S(1),1 (no dynamic strides)
+        x=t(5,10); x=t(6,10); x=t(6,11) => C0 x=(5,10)/(S(1),1) | C1 x=(s0,10)/(S(1),1) | C2 x=(s0,s1)/(S(1),1)
+        # a transposed tensor after a contiguous one changes the guard
+        x=t(4,4)/(4,1); x=t(4,4)/(1,4); x=t(4,4)/(4,1); x=t(4,4)/(1,4) => C0 x=(4,4)/(S(1),1) | C1 x=(4,4)/(1,*) | H0 | H1
+        # a slice: strides that did not follow from sizes
+        x=t(2,3)/(3,1); x=t(2,3)/(6,1); x=t(2,3)/(9,1) => C0 x=(2,3)/(S(1),1) | C1 x=(2,3)/(*,1) | H1
+        # a contiguous tensor with size-1 dims
+        x=t(3,1); x=t(3,1)/(1,1); x=t(4,1) => C0 x=(3,1)/(S(1),1) | H0 | C1 x=(s0,1)/(S(1),1)
+        ",
     );
 }
 

@@ -24,7 +24,7 @@ use compiler_collectives_core::shapes::{
 use proptest::prelude::*;
 
 mod common;
-use common::observation;
+use common::{cases, observation};
 
 // ---------------------------------------------------------------------------
 // Notation
@@ -153,13 +153,21 @@ fn join_observed(list: &str) -> SizeEntry {
 // §4.1 atom and tuple joins
 // ---------------------------------------------------------------------------
 
-/// Joins each `(a, b, expect)` both ways: `a ⊔ b` and `b ⊔ a` display as `expect`.
+/// Joins each case of `table` both ways, one case a line: `a ⊔ b = expect`
+/// says that `a ⊔ b` and `b ⊔ a` display as `expect`. Blank lines and `#`
+/// comments are passed over.
 fn check_joins<T: std::fmt::Display>(
     parse: impl Fn(&str) -> T,
     join: impl Fn(&T, &T) -> T,
-    cases: &[(&str, &str, &str)],
+    table: &str,
 ) {
-    for &(a, b, expect) in cases {
+    for line in cases(table) {
+        let (a, rest) = line
+            .split_once(" ⊔ ")
+            .unwrap_or_else(|| panic!("bad case {line:?}"));
+        let (b, expect) = rest
+            .split_once(" = ")
+            .unwrap_or_else(|| panic!("bad case {line:?}"));
         let (x, y) = (parse(a), parse(b));
         assert_eq!(join(&x, &y).to_string(), expect, "{a} ⊔ {b}");
         assert_eq!(join(&y, &x).to_string(), expect, "{b} ⊔ {a}");
@@ -171,33 +179,29 @@ fn atom_join() {
     check_joins(
         |s| atom(s, int),
         Atom::join,
-        &[
-            // Unset ⊔ y = y; x ⊔ Unset = x
-            ("?", "?", "?"),
-            ("?", "3", "3"),
-            ("3", "?", "3"),
-            ("?", "Dyn", "Dyn"),
-            ("Dyn", "?", "Dyn"),
-            ("?", "0", "0"),
-            ("?", "-7", "-7"),
-            // Dynamic absorbs
-            ("Dyn", "Dyn", "Dyn"),
-            ("Dyn", "3", "Dyn"),
-            ("3", "Dyn", "Dyn"),
-            // equal ⇒ x (scalar 3 ⊔ 3 = 3)
-            ("3", "3", "3"),
-            ("0", "0", "0"),
-            ("-1", "-1", "-1"),
-            (
-                "9223372036854775807",
-                "9223372036854775807",
-                "9223372036854775807",
-            ),
-            // unequal ⇒ Dynamic (scalar 3 ⊔ 4 = Dyn)
-            ("3", "4", "Dyn"),
-            ("0", "1", "Dyn"),
-            ("-1", "1", "Dyn"),
-        ],
+        r"
+        # Unset ⊔ y = y; x ⊔ Unset = x
+        ? ⊔ ? = ?
+        ? ⊔ 3 = 3
+        3 ⊔ ? = 3
+        ? ⊔ Dyn = Dyn
+        Dyn ⊔ ? = Dyn
+        ? ⊔ 0 = 0
+        ? ⊔ -7 = -7
+        # Dynamic absorbs
+        Dyn ⊔ Dyn = Dyn
+        Dyn ⊔ 3 = Dyn
+        3 ⊔ Dyn = Dyn
+        # equal ⇒ x (scalar 3 ⊔ 3 = 3)
+        3 ⊔ 3 = 3
+        0 ⊔ 0 = 0
+        -1 ⊔ -1 = -1
+        9223372036854775807 ⊔ 9223372036854775807 = 9223372036854775807
+        # unequal ⇒ Dynamic (scalar 3 ⊔ 4 = Dyn)
+        3 ⊔ 4 = Dyn
+        0 ⊔ 1 = Dyn
+        -1 ⊔ 1 = Dyn
+        ",
     );
 }
 
@@ -216,36 +220,36 @@ fn dims_join() {
     check_joins(
         |s| dims(s, num),
         Dims::join,
-        &[
-            // Unset is the identity
-            ("?", "?", "?"),
-            ("?", "(5,10)", "(5,10)"),
-            ("(5,10)", "?", "(5,10)"),
-            ("?", "Dyn", "Dyn"),
-            ("?", "()", "()"),
-            ("?", "(?,Dyn)", "(?,Dyn)"),
-            // Dynamic absorbs
-            ("Dyn", "Dyn", "Dyn"),
-            ("Dyn", "(5,10)", "Dyn"),
-            ("(5,10)", "Dyn", "Dyn"),
-            ("Dyn", "()", "Dyn"),
-            // different lengths ⇒ whole tuple Dynamic ((4,2) ⊔ (3,) = Dyn)
-            ("(4,2)", "(3,)", "Dyn"),
-            ("(4,2)", "(4,2,1)", "Dyn"),
-            ("()", "(1,)", "Dyn"),
-            ("(?,Dyn)", "(?,Dyn,?)", "Dyn"),
-            // element-wise ((5,10) ⊔ (6,10) = (Dyn,10))
-            ("(5,10)", "(6,10)", "(Dyn,10)"),
-            ("(5,10)", "(5,10)", "(5,10)"),
-            ("(5,10)", "(6,11)", "(Dyn,Dyn)"),
-            ("(3,)", "(3,)", "(3,)"),
-            ("(3,)", "(4,)", "(Dyn,)"),
-            ("()", "()", "()"),
-            ("(?,10)", "(5,?)", "(5,10)"),
-            ("(?,Dyn)", "(5,10)", "(5,Dyn)"),
-            ("(Dyn,?)", "(?,Dyn)", "(Dyn,Dyn)"),
-            ("(1,2,3,4)", "(1,0,3,5)", "(1,Dyn,3,Dyn)"),
-        ],
+        r"
+        # Unset is the identity
+        ? ⊔ ? = ?
+        ? ⊔ (5,10) = (5,10)
+        (5,10) ⊔ ? = (5,10)
+        ? ⊔ Dyn = Dyn
+        ? ⊔ () = ()
+        ? ⊔ (?,Dyn) = (?,Dyn)
+        # Dynamic absorbs
+        Dyn ⊔ Dyn = Dyn
+        Dyn ⊔ (5,10) = Dyn
+        (5,10) ⊔ Dyn = Dyn
+        Dyn ⊔ () = Dyn
+        # different lengths ⇒ whole tuple Dynamic ((4,2) ⊔ (3,) = Dyn)
+        (4,2) ⊔ (3,) = Dyn
+        (4,2) ⊔ (4,2,1) = Dyn
+        () ⊔ (1,) = Dyn
+        (?,Dyn) ⊔ (?,Dyn,?) = Dyn
+        # element-wise ((5,10) ⊔ (6,10) = (Dyn,10))
+        (5,10) ⊔ (6,10) = (Dyn,10)
+        (5,10) ⊔ (5,10) = (5,10)
+        (5,10) ⊔ (6,11) = (Dyn,Dyn)
+        (3,) ⊔ (3,) = (3,)
+        (3,) ⊔ (4,) = (Dyn,)
+        () ⊔ () = ()
+        (?,10) ⊔ (5,?) = (5,10)
+        (?,Dyn) ⊔ (5,10) = (5,Dyn)
+        (Dyn,?) ⊔ (?,Dyn) = (Dyn,Dyn)
+        (1,2,3,4) ⊔ (1,0,3,5) = (1,Dyn,3,Dyn)
+        ",
     );
 }
 
@@ -254,19 +258,19 @@ fn stride_dims_join() {
     check_joins(
         |s| dims(s, stride),
         Dims::join,
-        &[
-            // InferStride(j) equals only InferStride(j)
-            ("(S(1),1)", "(S(1),1)", "(S(1),1)"),
-            ("(S(1),1)", "(S(2),1)", "(Dyn,1)"),
-            ("(S(1),1)", "(3,1)", "(Dyn,1)"),
-            ("(S(1),1)", "(1,1)", "(Dyn,1)"),
-            ("(S(0),1)", "(0,1)", "(Dyn,1)"),
-            ("(S(1),1)", "(1,S(0))", "(Dyn,Dyn)"),
-            ("(6,1)", "(S(1),1)", "(Dyn,1)"),
-            ("(S(1),1)", "?", "(S(1),1)"),
-            ("(S(1),1)", "Dyn", "Dyn"),
-            ("(S(1),1)", "(1,)", "Dyn"),
-        ],
+        r"
+        # InferStride(j) equals only InferStride(j)
+        (S(1),1) ⊔ (S(1),1) = (S(1),1)
+        (S(1),1) ⊔ (S(2),1) = (Dyn,1)
+        (S(1),1) ⊔ (3,1) = (Dyn,1)
+        (S(1),1) ⊔ (1,1) = (Dyn,1)
+        (S(0),1) ⊔ (0,1) = (Dyn,1)
+        (S(1),1) ⊔ (1,S(0)) = (Dyn,Dyn)
+        (6,1) ⊔ (S(1),1) = (Dyn,1)
+        (S(1),1) ⊔ ? = (S(1),1)
+        (S(1),1) ⊔ Dyn = Dyn
+        (S(1),1) ⊔ (1,) = Dyn
+        ",
     );
 }
 

@@ -9,9 +9,12 @@ use compiler_collectives_core::profile::{
     PROFILE_HEADER_LEN,
 };
 use compiler_collectives_core::shapes::{FrameState, Observation};
-use compiler_collectives_core::{Channel, DecodeError, InProcessGroup, Join, Transport};
+use compiler_collectives_core::{Channel, DecodeError, Join, Transport};
 use proptest::prelude::*;
 use std::time::{Duration, Instant};
+
+mod each_rank;
+use each_rank::on_threads;
 
 fn state(source: &str, sizes: &[u64]) -> FrameState {
     let mut s = FrameState::new();
@@ -246,35 +249,24 @@ fn inputs(sizes: &[u64]) -> Inputs {
 /// Runs one compile per rank, rank r starting from `persisted[r]`, and
 /// returns each rank's resulting state and dynamic dims.
 fn compile_once(persisted: Vec<FrameState>, seen: &[u64]) -> Vec<(FrameState, Vec<usize>)> {
-    let ranks =
-        InProcessGroup::create(u32::try_from(persisted.len()).expect("few ranks")).expect("group");
-    let handles: Vec<_> = ranks
-        .into_iter()
-        .zip(persisted)
-        .map(|(t, p)| {
-            let seen = seen.to_vec();
-            std::thread::spawn(move || {
-                let r = t.rank() as usize;
-                let mut ch = Channel::new(t).expect("channel");
-                let mut cache: CompileCache<()> =
-                    CompileCache::new("f", CacheOptions::default()).with_state(p);
-                let out = cache
-                    .call(&inputs(&[seen[r], 10]), Some(&mut ch), |_| ())
-                    .expect("call");
-                assert_eq!(out, Outcome::Compiled(0));
-                let dims = cache.frames()[0]
-                    .dynamic_dims
-                    .get("x")
-                    .cloned()
-                    .unwrap_or_default();
-                (cache.state().clone(), dims)
-            })
-        })
-        .collect();
-    handles
-        .into_iter()
-        .map(|h| h.join().expect("rank"))
-        .collect()
+    let world = u32::try_from(persisted.len()).expect("few ranks");
+    let seen = seen.to_vec();
+    on_threads(world, move |t| {
+        let r = t.rank() as usize;
+        let mut ch = Channel::new(t).expect("channel");
+        let mut cache: CompileCache<()> =
+            CompileCache::new("f", CacheOptions::default()).with_state(persisted[r].clone());
+        let out = cache
+            .call(&inputs(&[seen[r], 10]), Some(&mut ch), |_| ())
+            .expect("call");
+        assert_eq!(out, Outcome::Compiled(0));
+        let dims = cache.frames()[0]
+            .dynamic_dims
+            .get("x")
+            .cloned()
+            .unwrap_or_default();
+        (cache.state().clone(), dims)
+    })
 }
 
 #[test]
@@ -304,24 +296,14 @@ fn ranks_with_different_persisted_states_end_with_the_same_one() {
 
 #[test]
 fn exchange_profile_gives_every_rank_every_key() {
-    let ranks = InProcessGroup::create(3).expect("group");
-    let handles: Vec<_> = ranks
-        .into_iter()
-        .map(|t| {
-            std::thread::spawn(move || {
-                let r = t.rank();
-                let mut ch = Channel::new(t).expect("channel");
-                let mut mine = Profile::new();
-                mine.record_shapes(&format!("only-rank-{r}"), &state("x", &[u64::from(r) + 2]));
-                mine.record_shapes("shared", &state("x", &[u64::from(r) + 2]));
-                exchange_profile(&mut ch, &mine).expect("exchange")
-            })
-        })
-        .collect();
-    let results: Vec<Profile> = handles
-        .into_iter()
-        .map(|h| h.join().expect("rank"))
-        .collect();
+    let results: Vec<Profile> = on_threads(3, |t| {
+        let r = t.rank();
+        let mut ch = Channel::new(t).expect("channel");
+        let mut mine = Profile::new();
+        mine.record_shapes(&format!("only-rank-{r}"), &state("x", &[u64::from(r) + 2]));
+        mine.record_shapes("shared", &state("x", &[u64::from(r) + 2]));
+        exchange_profile(&mut ch, &mine).expect("exchange")
+    });
     for p in &results {
         assert_eq!(p, &results[0]);
         assert_eq!(p.len(), 4);

@@ -33,3 +33,12 @@ pub(crate) fn observation(s: &str) -> Observation {
         None => Observation::tensor(tuple(t)),
     }
 }
+
+/// The cases of a text table, one a line, trimmed; blank lines and `#`
+/// comments are passed over.
+pub(crate) fn cases(table: &str) -> impl Iterator<Item = &str> {
+    table
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+}
