@@ -5,6 +5,9 @@ use serde_json::Value;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+mod common;
+use common::assert_summary;
+
 /// The most one `ccol` command of these tests may run before it is stopped
 /// and the test fails with its output (no test waits on a process without
 /// a bound).
@@ -179,14 +182,7 @@ fn check_runs_the_built_in_corpus() {
     let out = ccol(&["scenario", "check"]);
     let text = String::from_utf8(out.stdout).expect("utf-8");
     assert!(out.status.success(), "{text}");
-    let last = text.lines().last().unwrap_or_default();
-    let passed: u32 = last
-        .split_whitespace()
-        .next()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
-    assert!(passed >= 22, "{last}");
-    assert!(last.ends_with(", 0 failed"), "{last}");
+    assert_summary(&text, |l| l.split_whitespace().next(), 22, ", 0 failed");
 }
 
 #[test]
@@ -437,15 +433,18 @@ fn small_bench(cwd: &std::path::Path, env: &[(&str, &std::path::Path)], extra: &
     c.output_within(LIMIT).expect("ccol runs")
 }
 
-#[test]
-fn bench_writes_into_the_cache_directory_by_default_and_says_where() {
+/// [`small_bench`] in a fresh working directory with a fresh `CCOL_CACHE`:
+/// the two directories and the output.
+fn small_bench_in_temp_dirs(extra: &[&str]) -> (tempfile::TempDir, tempfile::TempDir, Output) {
     let cwd = tempfile::tempdir().expect("tempdir");
     let cache = tempfile::tempdir().expect("tempdir");
-    let out = small_bench(
-        cwd.path(),
-        &[("CCOL_CACHE", cache.path())],
-        &["--no-pytorch"],
-    );
+    let out = small_bench(cwd.path(), &[("CCOL_CACHE", cache.path())], extra);
+    (cwd, cache, out)
+}
+
+#[test]
+fn bench_writes_into_the_cache_directory_by_default_and_says_where() {
+    let (cwd, cache, out) = small_bench_in_temp_dirs(&["--no-pytorch"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let dir = cache.path().join("bench");
     assert!(dir.join("bench.json").is_file() && dir.join("latency.svg").is_file());
@@ -476,13 +475,7 @@ fn bench_writes_into_the_cache_directory_by_default_and_says_where() {
 
 #[test]
 fn bench_with_a_python_without_torch_is_one_clear_error() {
-    let cwd = tempfile::tempdir().expect("tempdir");
-    let cache = tempfile::tempdir().expect("tempdir");
-    let out = small_bench(
-        cwd.path(),
-        &[("CCOL_CACHE", cache.path())],
-        &["--python", "/bin/false"],
-    );
+    let (cwd, cache, out) = small_bench_in_temp_dirs(&["--python", "/bin/false"]);
     assert_eq!(out.status.code(), Some(2));
     let err = text(&out.stderr);
     assert!(

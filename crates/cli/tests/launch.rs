@@ -33,12 +33,24 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// Asserts that the launcher exited with `code` within 5 s; its stderr.
-fn exited_within_5s(out: &Output, took: Duration, code: i32) -> String {
+/// Runs `script` on `nproc` ranks as [`ccol_sh`] does; asserts that the
+/// launcher exited with `code` within 5 s and that its stderr says each of
+/// `says`; how long it took.
+fn fails_within_5s(
+    nproc: &str,
+    options: &[&str],
+    script: &str,
+    code: i32,
+    says: &[&str],
+) -> Duration {
+    let (out, took) = ccol_sh(nproc, options, script);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(code), "{stderr}");
     assert!(took < Duration::from_secs(5), "took {took:?}: {stderr}");
-    stderr
+    for said in says {
+        assert!(stderr.contains(said), "{stderr}");
+    }
+    took
 }
 
 /// `rank -> fields` of every stdout line `[rank R] env F1 F2 ...`.
@@ -148,41 +160,38 @@ fn output_lines_are_prefixed_per_stream() {
 
 #[test]
 fn a_failing_rank_stops_the_others_and_sets_the_exit_code() {
-    let (out, took) = ccol_sh(
+    fails_within_5s(
         "3",
         &[],
         r#"if [ "$RANK" = 1 ]; then sleep 0.2; exit 7; fi; sleep 30"#,
+        7,
+        &[
+            "rank 1 failed first: it exited with code 7",
+            "stopped ranks [0, 2]",
+        ],
     );
-    let stderr = exited_within_5s(&out, took, 7);
-    assert!(
-        stderr.contains("rank 1 failed first: it exited with code 7"),
-        "{stderr}"
-    );
-    assert!(stderr.contains("stopped ranks [0, 2]"), "{stderr}");
 }
 
 #[test]
 fn a_rank_killed_by_a_signal_exits_1_and_names_the_signal() {
-    let (out, took) = ccol_sh(
+    fails_within_5s(
         "2",
         &[],
         r#"if [ "$RANK" = 0 ]; then kill -KILL $$; fi; sleep 30"#,
-    );
-    let stderr = exited_within_5s(&out, took, 1);
-    assert!(
-        stderr.contains("rank 0 failed first: it was killed by signal 9 (SIGKILL)"),
-        "{stderr}"
+        1,
+        &["rank 0 failed first: it was killed by signal 9 (SIGKILL)"],
     );
 }
 
 #[test]
 fn a_rank_that_ignores_sigterm_gets_sigkill_after_the_grace_period() {
-    let (out, took) = ccol_sh(
+    let took = fails_within_5s(
         "2",
         &["--grace-period", "0.5"],
         r#"if [ "$RANK" = 1 ]; then sleep 0.2; exit 3; fi; trap '' TERM; sleep 30"#,
+        3,
+        &[],
     );
-    exited_within_5s(&out, took, 3);
     assert!(took >= Duration::from_millis(500), "took {took:?}");
 }
 
@@ -193,13 +202,16 @@ fn the_failed_ranks_error_file_is_printed() {
   exit 1
 fi
 sleep 30"#;
-    let (out, took) = ccol_sh("2", &[], script);
-    let stderr = exited_within_5s(&out, took, 1);
-    assert!(
-        stderr.contains("rank 1 error: RuntimeError: shapes disagree"),
-        "{stderr}"
+    fails_within_5s(
+        "2",
+        &[],
+        script,
+        1,
+        &[
+            "rank 1 error: RuntimeError: shapes disagree",
+            "    File \"train.py\", line 3",
+        ],
     );
-    assert!(stderr.contains("    File \"train.py\", line 3"), "{stderr}");
 }
 
 #[test]

@@ -15,6 +15,9 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+mod common;
+use common::assert_summary;
+
 /// The most any one command of these tests may run before it is stopped and
 /// the test fails with its output (no test waits on a process without a bound).
 const LIMIT: std::time::Duration = std::time::Duration::from_secs(1200);
@@ -203,15 +206,12 @@ fn randomized_lattice_differential_finds_no_difference() {
         out.status.code(),
         String::from_utf8_lossy(&out.stderr)
     );
-    let last = stdout.lines().last().unwrap_or_default();
-    let cases: u64 = last
-        .split(": ")
-        .nth(2)
-        .and_then(|s| s.split(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
-    assert!(cases >= 10_000, "at least 10,000 cases: {last}");
-    assert!(last.ends_with(" 0 differences"), "{last}");
+    assert_summary(
+        &stdout,
+        |l| l.split(": ").nth(2).and_then(|s| s.split(' ').next()),
+        10_000,
+        " 0 differences",
+    );
 }
 
 #[test]

@@ -1,11 +1,13 @@
 //! Gloo's rendezvous stores through the adapter: FileStore, HashStore, and a
 //! core `Store` written in Rust seen by Gloo through C function pointers.
 
-use compiler_collectives_core::shapes::{FrameState, Observation};
-use compiler_collectives_core::{Channel, ChannelOptions, InProcessStore, Store};
+use compiler_collectives_core::{InProcessStore, Store};
 use compiler_collectives_gloo::{EnvConfig, GlooOptions, GlooStore, GlooTransport, StoreKind};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+mod common;
+use common::exchange_x;
 
 fn round_trip(store: &GlooStore, empty_values: bool) {
     store.set("k", b"value").expect("set");
@@ -81,20 +83,13 @@ fn exchange_over(store: GlooStore, world: u32) {
             let store = store.clone();
             std::thread::spawn(move || {
                 let opts = GlooOptions::default().with_connect_timeout(Duration::from_secs(30));
-                let t = GlooTransport::connect(&store, rank, world, &opts).expect("connect");
-                let mut ch = Channel::with_options(
-                    Arc::new(t),
-                    ChannelOptions::default().with_timeout(Duration::from_secs(30)),
+                exchange_x(
+                    &store,
+                    (rank, world),
+                    &opts,
+                    "stores",
+                    [3 + u64::from(rank), 7],
                 )
-                .expect("channel");
-                let mut s = FrameState::new();
-                s.record("x", &Observation::tensor([3 + u64::from(rank), 7]));
-                let merged = ch
-                    .exchange("stores", "", &s)
-                    .expect("exchange")
-                    .into_merged();
-                ch.shutdown().expect("shutdown");
-                merged.get("x").size.to_string()
             })
         })
         .collect();

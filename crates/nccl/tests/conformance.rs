@@ -35,11 +35,8 @@ fn backend(worlds: Vec<u32>) -> Backend {
 }
 
 fn main() -> ExitCode {
-    match process::role().as_deref() {
-        Some("behaviour") => std::process::exit(process::rank_behaviour(connect())),
-        Some("kill_loop") => std::process::exit(process::rank_kill_loop(connect(), KILL_DEADLINE)),
-        _ => driver(),
-    }
+    process::exit_if_rank(connect, KILL_DEADLINE);
+    driver()
 }
 
 /// One GPU per rank (device = rank), rendezvous in the case's directory.

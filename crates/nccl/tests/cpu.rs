@@ -31,6 +31,42 @@ fn lib_or_skip(test: &str) -> Option<Arc<compiler_collectives_nccl::NcclLib>> {
     }
 }
 
+/// The library for a test of what happens without a GPU: `None` after the
+/// skip rule, or (printing why, with `note`) on a machine with GPUs.
+fn lib_without_a_gpu(test: &str, note: &str) -> Option<Arc<compiler_collectives_nccl::NcclLib>> {
+    let lib = lib_or_skip(test)?;
+    if let Ok(n) = device_count() {
+        println!("skipped: this machine has {n} GPU(s){note}");
+        return None;
+    }
+    Some(lib)
+}
+
+/// Runs this test binary again as the child of `test` (only that test, its
+/// output shown), with the variable `child` set to 1 and what `env` adds to
+/// its environment; its output.
+fn run_as_child(
+    test: &str,
+    child: &str,
+    env: impl FnOnce(&mut std::process::Command) -> &mut std::process::Command,
+) -> std::process::Output {
+    let mut c = std::process::Command::new(std::env::current_exe().unwrap());
+    c.args(["--exact", test, "--nocapture"]).env(child, "1");
+    env(&mut c)
+        .output_within(std::time::Duration::from_secs(120))
+        .unwrap()
+}
+
+/// Asserts that the child's run succeeded and printed `ok`.
+fn assert_child_ok(out: &std::process::Output, ok: &str) {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains(ok),
+        "child: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The library's error behind a core error.
 fn nccl_error(e: &Error) -> Option<&NcclError> {
     match e {
@@ -58,11 +94,9 @@ fn probe_without_library_says_not_found_and_what_to_do() {
     assert!(tried[0].starts_with("libccol-no-such-nccl.so.2 (dynamic linker)"));
     assert!(tried[1].contains("(absent)"));
     let text = err.to_string();
-    assert!(
-        text.contains("pip install nvidia-nccl-cu13==2.29.7"),
-        "{text}"
-    );
-    assert!(text.contains("CCOL_NCCL_LIB"), "{text}");
+    for needle in ["pip install nvidia-nccl-cu13==2.29.7", "CCOL_NCCL_LIB"] {
+        assert!(text.contains(needle), "{text}");
+    }
 }
 
 #[test]
@@ -197,13 +231,12 @@ fn fetch_rejects_bytes_that_are_not_an_id() {
 
 #[test]
 fn communicator_without_a_gpu_is_a_typed_nccl_error() {
-    let Some(lib) = lib_or_skip("communicator_without_a_gpu_is_a_typed_nccl_error") else {
+    let Some(lib) = lib_without_a_gpu(
+        "communicator_without_a_gpu_is_a_typed_nccl_error",
+        "; the GPU suite covers communicators",
+    ) else {
         return;
     };
-    if let Ok(n) = device_count() {
-        println!("skipped: this machine has {n} GPU(s); the GPU suite covers communicators");
-        return;
-    }
     let id = lib.unique_id().unwrap();
     for blocking in [true, false] {
         let start = Instant::now();
@@ -241,13 +274,10 @@ fn communicator_without_a_gpu_is_a_typed_nccl_error() {
 
 #[test]
 fn transport_without_a_gpu_fails_with_the_probe_error() {
-    let Some(lib) = lib_or_skip("transport_without_a_gpu_fails_with_the_probe_error") else {
+    let Some(lib) = lib_without_a_gpu("transport_without_a_gpu_fails_with_the_probe_error", "")
+    else {
         return;
     };
-    if let Ok(n) = device_count() {
-        println!("skipped: this machine has {n} GPU(s)");
-        return;
-    }
     let store: Arc<dyn Store> = Arc::new(InProcessStore::new());
     let err =
         NcclTransport::connect(store, 0, 1, &NcclOptions::default().with_lib(lib)).unwrap_err();
@@ -283,32 +313,16 @@ fn cudarc_result_level_init_without_a_gpu() {
         println!("CUDARC-CHILD-OK");
         return;
     }
-    let Some(lib) = lib_or_skip("cudarc_result_level_init_without_a_gpu") else {
+    let Some(lib) = lib_without_a_gpu("cudarc_result_level_init_without_a_gpu", "") else {
         return;
     };
-    if let Ok(n) = device_count() {
-        println!("skipped: this machine has {n} GPU(s)");
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let target = std::fs::canonicalize(lib.path()).unwrap();
     std::os::unix::fs::symlink(&target, dir.path().join("libnccl.so")).unwrap();
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "cudarc_result_level_init_without_a_gpu",
-            "--nocapture",
-        ])
-        .env(CHILD, "1")
-        .env("LD_LIBRARY_PATH", dir.path())
-        .output_within(std::time::Duration::from_secs(120))
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains("CUDARC-CHILD-OK"),
-        "child: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = run_as_child("cudarc_result_level_init_without_a_gpu", CHILD, |c| {
+        c.env("LD_LIBRARY_PATH", dir.path())
+    });
+    assert_child_ok(&out, "CUDARC-CHILD-OK");
 }
 
 /// The default probe in an environment that names no NCCL anywhere (no
@@ -347,31 +361,28 @@ fn default_probe_without_any_nccl_says_not_found() {
         return;
     }
     let empty = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "default_probe_without_any_nccl_says_not_found",
-            "--nocapture",
-        ])
-        .env(CHILD, "1")
-        .env_remove("CCOL_NCCL_LIB")
-        .env_remove("VIRTUAL_ENV")
-        .env_remove("CONDA_PREFIX")
-        .env_remove("CCOL_TORCH_PYTHON")
-        .env_remove("LD_LIBRARY_PATH")
-        .env("CCOL_CACHE", empty.path())
-        .env("HOME", empty.path())
-        .env("CCOL_PYTHON", empty.path().join("no-python"))
-        .output_within(std::time::Duration::from_secs(120))
-        .unwrap();
+    let out = run_as_child(
+        "default_probe_without_any_nccl_says_not_found",
+        CHILD,
+        |c| {
+            for var in [
+                "CCOL_NCCL_LIB",
+                "VIRTUAL_ENV",
+                "CONDA_PREFIX",
+                "CCOL_TORCH_PYTHON",
+                "LD_LIBRARY_PATH",
+            ] {
+                c.env_remove(var);
+            }
+            c.env("CCOL_CACHE", empty.path())
+                .env("HOME", empty.path())
+                .env("CCOL_PYTHON", empty.path().join("no-python"))
+        },
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     if let Some(line) = stdout.lines().find(|l| l.starts_with("PROBE-CHILD-SKIP")) {
         println!("skipped: {}", &line["PROBE-CHILD-SKIP ".len()..]);
         return;
     }
-    assert!(
-        out.status.success() && stdout.contains("PROBE-CHILD-OK"),
-        "child: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_child_ok(&out, "PROBE-CHILD-OK");
 }

@@ -30,11 +30,7 @@ fn backend() -> Backend {
 }
 
 fn main() -> ExitCode {
-    match process::role().as_deref() {
-        Some("behaviour") => std::process::exit(process::rank_behaviour(connect())),
-        Some("kill_loop") => std::process::exit(process::rank_kill_loop(connect(), KILL_DEADLINE)),
-        _ => {}
-    }
+    process::exit_if_rank(connect, KILL_DEADLINE);
     let b = backend();
     let mut trials = process::behaviour_trials(&b, Vec::new);
     trials.extend(process::harness_trials(&b, Vec::new));

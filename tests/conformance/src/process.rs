@@ -756,3 +756,15 @@ pub fn fetch(name: &str, limit: Duration) -> Result<String, String> {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// The roles a conformance file's rank processes take: a `behaviour` or
+/// `kill_loop` rank runs it over `connect()` and exits with its code; any
+/// other process (the driver, or a role of the file's own) returns.
+pub fn exit_if_rank(connect: fn() -> Arc<dyn Transport>, kill_deadline: Duration) {
+    let code = match role().as_deref() {
+        Some("behaviour") => rank_behaviour(connect()),
+        Some("kill_loop") => rank_kill_loop(connect(), kill_deadline),
+        _ => return,
+    };
+    std::process::exit(code);
+}

@@ -1,10 +1,11 @@
 //! What both orders of the one-process tests run (`mod common;`).
 
-use compiler_collectives_core::shapes::{FrameState, Observation};
-use compiler_collectives_core::{Channel, ChannelOptions};
-use compiler_collectives_gloo::{GlooOptions, GlooStore, GlooTransport};
-use std::sync::Arc;
+use compiler_collectives_gloo::{GlooOptions, GlooStore};
 use std::time::Duration;
+
+/// The Gloo crate's shared test helpers.
+#[path = "../../../../crates/gloo/tests/common/mod.rs"]
+mod gloo;
 
 /// `world` ranks of our Gloo transport as threads on a Gloo HashStore (with
 /// the store key `prefix`, or the default one); rank r records `x` with the
@@ -25,17 +26,7 @@ pub(crate) fn debian_gloo_exchange(
                 opts = opts.with_prefix(p);
             }
             std::thread::spawn(move || {
-                let t = GlooTransport::connect(&store, rank, world, &opts).expect("connect");
-                let mut ch = Channel::with_options(
-                    Arc::new(t),
-                    ChannelOptions::default().with_timeout(Duration::from_secs(30)),
-                )
-                .expect("channel");
-                let mut s = FrameState::new();
-                s.record("x", &Observation::tensor(shape(u64::from(rank))));
-                let merged = ch.exchange(name, "", &s).expect("exchange").into_merged();
-                ch.shutdown().expect("shutdown");
-                merged.get("x").size.to_string()
+                gloo::exchange_x(&store, (rank, world), &opts, name, shape(u64::from(rank)))
             })
         })
         .collect();
