@@ -30,6 +30,10 @@ pub fn message_text(buf: &[std::ffi::c_char]) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
+/// The directory holding `ccol_entry.hpp`, to pass to the C++ compiler as
+/// an include directory (an absolute path inside this crate's source).
+pub const INCLUDE_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/include");
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -44,7 +48,3 @@ mod tests {
         assert_eq!(super::message_text(&[]), "");
     }
 }
-
-/// The directory holding `ccol_entry.hpp`, to pass to the C++ compiler as
-/// an include directory (an absolute path inside this crate's source).
-pub const INCLUDE_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/include");
