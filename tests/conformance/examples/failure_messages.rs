@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 type Odd = fn(&mut Channel) -> Option<compiler_collectives_core::Error>;
+type Role = fn(u32, &mut Channel) -> Option<compiler_collectives_core::Error>;
 
 fn state(batch: u64) -> FrameState {
     let mut s = FrameState::new();
@@ -16,9 +17,25 @@ fn state(batch: u64) -> FrameState {
     s
 }
 
+/// Rank 0's second exchange, as in every case.
+fn second(rank: u32, ch: &mut Channel) -> Option<compiler_collectives_core::Error> {
+    ch.exchange("train_step@model.rs:88", "", &state(8 + u64::from(rank)))
+        .err()
+}
+
 /// Runs one case: ranks 0 and 1 exchange under `train_step@model.rs:88`;
-/// rank 2 does `odd`. Prints rank 0's error.
+/// rank 2 does `odd`. Prints every rank's error.
 fn case(title: &str, odd: Odd) {
+    roles(
+        title,
+        |rank, ch| if rank == 2 { None } else { second(rank, ch) },
+        odd,
+    );
+}
+
+/// Runs one case where every rank's second step is `role` (rank 2's is
+/// `odd`) after a first exchange together. Prints every rank's error.
+fn roles(title: &str, role: Role, odd: Odd) {
     let ranks = InProcessGroup::create(3).expect("group");
     let handles: Vec<_> = ranks
         .into_iter()
@@ -38,8 +55,7 @@ fn case(title: &str, odd: Odd) {
                 if rank == 2 {
                     odd(&mut ch)
                 } else {
-                    ch.exchange("train_step@model.rs:88", "", &state(8 + u64::from(rank)))
-                        .err()
+                    role(rank, &mut ch)
                 }
             })
         })
@@ -121,4 +137,38 @@ fn main() {
         ch.abort();
         None
     });
+    roles(
+        "two ranks leave at different times (rank 2 at once, rank 1 after 300 ms)",
+        |rank, ch| {
+            if rank == 1 {
+                std::thread::sleep(Duration::from_millis(300));
+                return ch.shutdown().err();
+            }
+            second(rank, ch)
+        },
+        |ch| ch.shutdown().err(),
+    );
+    roles(
+        "one rank left, one silent (rank 1 sleeps past the 2 s deadline)",
+        |rank, ch| {
+            if rank == 1 {
+                std::thread::sleep(Duration::from_millis(2500));
+                ch.abort();
+                return None;
+            }
+            second(rank, ch)
+        },
+        |ch| ch.shutdown().err(),
+    );
+    roles(
+        "use after shutdown (every rank shuts down, then exchanges)",
+        |rank, ch| match ch.shutdown() {
+            Ok(()) => second(rank, ch),
+            Err(e) => Some(e),
+        },
+        |ch| match ch.shutdown() {
+            Ok(()) => second(2, ch),
+            Err(e) => Some(e),
+        },
+    );
 }
