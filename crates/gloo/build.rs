@@ -1,7 +1,7 @@
 //! Compiles the C++ adapter (`adapter/ccol_gloo.cpp`) into a shared object
 //! that links Debian's libgloo. The crate embeds the object and loads it at
 //! run time with `RTLD_DEEPBIND`, so the Rust binary itself never links
-//! libgloo (see DESIGN §3: libgloo and libtorch collide in one process).
+//! libgloo (see docs/environment.md: libgloo and libtorch collide in one process).
 //!
 //! Honoured variables: `GLOO_ROOT` (a prefix with `include/gloo` and `lib`),
 //! `GLOO_INCLUDE_DIR`, `GLOO_LIB_DIR`, `HIREDIS_INCLUDE_DIR`, and the `cc`

@@ -1,6 +1,6 @@
 //! Compiles the c10d shim (`shim/ccol_c10d.cpp`) against the libtorch that
 //! tch builds with (`LIBTORCH`, from `scripts/setup-torch.sh`), with the flags
-//! of DESIGN §9, and links it with an rpath to libtorch's libraries.
+//! of docs/environment.md, and links it with an rpath to libtorch's libraries.
 //!
 //! It also generates `$OUT_DIR/status.rs` from the shim's header
 //! (`shim/ccol_c10d.h`): one `Status` variant per `#define CCOL_C10D_<NAME>

@@ -2,7 +2,7 @@
 //! `torchrun --standalone --nproc-per-node N --no-python CMD ARGS...`.
 //!
 //! Each rank is one process of `CMD ARGS...` with torchrun's environment
-//! (DESIGN §9): `RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`,
+//! (docs/environment.md, torchrun): `RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`,
 //! `GROUP_RANK=0`, `GROUP_WORLD_SIZE=1`, `ROLE_RANK`, `ROLE_WORLD_SIZE`,
 //! `ROLE_NAME=default`, `MASTER_ADDR=127.0.0.1`, `MASTER_PORT` (free port
 //! unless `--master-port`), `TORCHELASTIC_RUN_ID` (`--run-id` or a fresh id),

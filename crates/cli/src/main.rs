@@ -59,7 +59,7 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Scenario files: one multi-rank job each (DESIGN §7).
+    /// Scenario files: one multi-rank job each (docs/scenarios.md).
     #[command(subcommand)]
     Scenario(ScenarioCmd),
     /// Start N local ranks of a command, like `torchrun --standalone

@@ -1,4 +1,4 @@
-//! Must-agree values (DESIGN §4.4): compiler version, configuration hash,
+//! Must-agree values (docs/semantics.md, Other decision kinds): compiler version, configuration hash,
 //! code fingerprint — anything every rank must hold identically before their
 //! compilers may trust each other's decisions.
 //!

@@ -1,4 +1,5 @@
-//! A persistent artifact cache and cache-hit agreement (DESIGN §4.4).
+//! A persistent artifact cache and cache-hit agreement (docs/semantics.md,
+//! Other decision kinds).
 //!
 //! Compilers keep compiled artifacts on disk between runs (PyTorch's FX graph
 //! and AOTAutograd caches): a later run that finds the artifact skips the

@@ -1,4 +1,5 @@
-//! Best-choice and sharded autotuning (DESIGN §4.4): every rank adopts the
+//! Best-choice and sharded autotuning (docs/semantics.md, Other decision
+//! kinds): every rank adopts the
 //! same winner per op, whatever its own timings were.
 //!
 //! A compiler that picks among candidate implementations of an op (GEMM tile

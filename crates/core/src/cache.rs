@@ -1,4 +1,4 @@
-//! The reference compile cache (DESIGN §6): a small driver a JIT front-end
+//! The reference compile cache (docs/semantics.md): a small driver a JIT front-end
 //! can use as is.
 //!
 //! A [`CompileCache`] stands for one compiled function (one frame). It holds
@@ -404,7 +404,7 @@ impl<A> CompileCache<A> {
         local.join(&self.hints);
         // The persisted state (a loaded profile, earlier compiles) is sent too,
         // so every rank ends with persisted ⊔ every rank's observations even
-        // when ranks loaded different profiles (DESIGN §5).
+        // when ranks loaded different profiles (docs/protocol.md, One exchange per frame compile).
         local.join(&self.state);
         let mut fast_path = None;
         let merged = if self.options.collectives {

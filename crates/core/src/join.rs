@@ -7,7 +7,7 @@
 //! arrival order, and identical contributions need not be sent at all (the
 //! digest fast path).
 //!
-//! Decision kinds (DESIGN §4.4 — one framework, not one mechanism each):
+//! Decision kinds (docs/semantics.md — one framework, not one mechanism each):
 //!
 //! | kind | join | used by |
 //! |---|---|---|

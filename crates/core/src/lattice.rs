@@ -168,7 +168,7 @@ impl fmt::Display for Stride {
 }
 
 /// Rewrites the strides of a tensor so that a stride that follows from a
-/// size change does not look like a new value (DESIGN §4.2; PyTorch's stride
+/// size change does not look like a new value (docs/semantics.md, Stride canonicalisation; PyTorch's stride
 /// recording in `torch/_dynamo/pgo.py`).
 ///
 /// Dimensions are visited by (stride, −index) ascending. A stride equal to
@@ -308,13 +308,13 @@ impl SizeEntry {
         }
     }
 
-    /// Whether size dimension `i` is dynamic (DESIGN §4.3).
+    /// Whether size dimension `i` is dynamic (docs/semantics.md).
     pub fn is_size_dynamic(&self, i: usize) -> bool {
         self.size.is_dynamic_at(i)
     }
 
     /// Whether stride dimension `i` is dynamic: only when every size atom is
-    /// concrete and the stride tuple (or its atom `i`) is dynamic (DESIGN §4.3).
+    /// concrete and the stride tuple (or its atom `i`) is dynamic (docs/semantics.md).
     pub fn is_stride_dynamic(&self, i: usize) -> bool {
         self.size.all_static() && self.stride.is_dynamic_at(i)
     }

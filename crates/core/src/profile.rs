@@ -10,7 +10,7 @@
 //! map of automatic dynamic, stored per job id); the file format, locking and
 //! cross-rank rule here are this project's own.
 //!
-//! # How ranks keep identical profiles (DESIGN §5)
+//! # How ranks keep identical profiles (docs/protocol.md)
 //! In a frame compile every rank contributes (persisted state ⊔ its
 //! observation) to the one exchange ([`crate::cache::CompileCache`] does it),
 //! so every rank ends the compile holding the same join and saves the same
@@ -79,7 +79,7 @@ const TEMP_PREFIX: &str = ".profile.ccol.tmp-";
 pub const PROFILE_DIR_ENV: &str = "CCOL_PROFILE_DIR";
 /// Environment variable naming the job id (else `TORCHELASTIC_RUN_ID`).
 pub const JOB_ID_ENV: &str = "CCOL_JOB_ID";
-/// The job id torchrun exports (DESIGN §9), used when [`JOB_ID_ENV`] is unset.
+/// The job id torchrun exports (docs/environment.md), used when [`JOB_ID_ENV`] is unset.
 pub const TORCHELASTIC_RUN_ID_ENV: &str = "TORCHELASTIC_RUN_ID";
 
 /// Default wait for the lock: 10 s (PyTorch's PGO uses the same lock timeout).

@@ -1,5 +1,5 @@
 //! Scenario files: one multi-rank job each, shared by `ccol scenario run`,
-//! the PyTorch oracle and the tests (DESIGN §7). The JSON Schema is
+//! the PyTorch oracle and the tests (docs/scenarios.md). The JSON Schema is
 //! `tests/scenarios/scenario.schema.json`.
 //!
 //! ```json
@@ -54,7 +54,7 @@ pub use setup::{ArtifactSteps, RankSetup};
 /// Most ranks [`run_in_process`] starts (one thread each).
 pub const MAX_IN_PROCESS_RANKS: u32 = 4096;
 
-/// The scenario runner's default exchange deadline (DESIGN §7): 10 s.
+/// The scenario runner's default exchange deadline (docs/scenarios.md): 10 s.
 pub const RUNNER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Bounds on what a scenario file may ask for. Configurable.
@@ -567,7 +567,8 @@ pub struct RankReport {
     /// The group's decisions of the entry compiled last, before 0/1
     /// specialisation: per source, its dynamic size dims as text (`"[0, 1]"`)
     /// or `"scalar"`. Equal on every rank with collectives on, even where a
-    /// rank compiled a size-1 dim static. Not part of the §7 output.
+    /// rank compiled a size-1 dim static. Not part of the output of
+    /// docs/scenarios.md.
     pub decided: BTreeMap<String, String>,
     /// The error that stopped this rank, if any.
     pub error: Option<RankError>,
@@ -629,7 +630,7 @@ impl RankReport {
         }
     }
 
-    /// The JSON object of DESIGN §7 for this rank.
+    /// The JSON object of docs/scenarios.md (Output) for this rank.
     pub fn to_json(&self) -> Value {
         let mut dynamic = Map::new();
         for (s, dims) in &self.dynamic_dims {
@@ -822,7 +823,7 @@ pub struct RunReport {
 }
 
 impl RunReport {
-    /// `{"name": ..., "ranks": [...]}` (DESIGN §7).
+    /// `{"name": ..., "ranks": [...]}` (docs/scenarios.md, Output).
     pub fn to_json(&self) -> Value {
         json!({
             "name": self.name,

@@ -244,7 +244,7 @@ pub enum SourceDecision {
     None,
 }
 
-/// Decides each dimension of `obs` from the merged `entry` (DESIGN §4.3);
+/// Decides each dimension of `obs` from the merged `entry` (docs/semantics.md);
 /// `ov` beats the merge.
 ///
 /// - size dim `i` is dynamic iff the size tuple is `Dynamic` or its atom `i` is;

@@ -1,7 +1,7 @@
 //! What every backend needs beyond moving bytes, written once: argument
 //! checks with the same messages on every engine, and the variable-length
 //! all_gather for engines that only gather equal-sized contributions
-//! (NCCL, c10d) — DESIGN §5: "gather lengths, pad, gather" — and the store
+//! (NCCL, c10d) — docs/protocol.md: gather lengths, pad, gather — and the store
 //! post-mortem ([`PostMortem`]) that names the ranks missing from a failed
 //! operation on engines that cannot tell (one key scheme, one set of
 //! limits).

@@ -3,9 +3,8 @@
 //! `torchrun` (and `ccol run`) give every rank a path in
 //! `TORCHELASTIC_ERROR_FILE`. A rank that fails writes its error there as JSON;
 //! when the rank exits non-zero the launcher reads the file and shows the
-//! message as the root cause instead of a bare exit code (DESIGN §5: after a
-//! fatal exchange error "the error is also written as JSON to
-//! TORCHELASTIC_ERROR_FILE so the launcher reports it").
+//! message as the root cause instead of a bare exit code (docs/failures.md,
+//! Under torchrun).
 //!
 //! The shape is the one PyTorch's `ErrorHandler.record_exception` writes
 //! (`torch/distributed/elastic/multiprocessing/errors/error_handler.py`) and

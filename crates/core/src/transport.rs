@@ -28,7 +28,7 @@
 //!
 //! The ranks an error names are the exact set not in the operation: a rank
 //! reports once every peer is accounted for (arrived, left or dead) or at
-//! its deadline, never the first departure it noticed (DESIGN §5). A rank
+//! its deadline, never the first departure it noticed (docs/failures.md). A rank
 //! that failed in the same operation because of another (it was held up)
 //! counts as present.
 

@@ -1,6 +1,6 @@
 //! The reference compile cache on one rank, without a channel
 //! (`collectives = false`): guards, recompiles and PyTorch's guard knobs
-//! (DESIGN §4.3, §6).
+//! (docs/semantics.md).
 //!
 //! Cases are data-driven: `check(options, calls, expect)` runs one call per
 //! element of `calls` on a fresh cache and renders what each call did; the

@@ -1,4 +1,4 @@
-//! Decision kinds beyond shapes (issue 9, DESIGN §4.4): votes, must-agree
+//! Decision kinds beyond shapes (issue 9, docs/semantics.md): votes, must-agree
 //! values, best-choice and sharded autotuning, and the persistent artifact
 //! store behind cache-hit agreement — over in-process ranks (threads), with
 //! the join laws of the new kinds property-tested.

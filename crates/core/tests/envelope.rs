@@ -1,4 +1,4 @@
-//! The wire format (DESIGN §5): envelope round trips, strict and bounded
+//! The wire format (docs/protocol.md): envelope round trips, strict and bounded
 //! decoding, and decoders that never panic on garbage.
 
 use compiler_collectives_core::envelope::{

@@ -1,5 +1,5 @@
 //! The size-entry lattice, stride canonicalisation and per-dimension
-//! decisions (DESIGN §4.1–§4.3).
+//! decisions (docs/semantics.md).
 //!
 //! Table tests are data-driven, rust-analyzer style: one `check_*` helper per
 //! table, one line per case. Values use the lattice's own `Display` notation:
@@ -150,7 +150,7 @@ fn join_observed(list: &str) -> SizeEntry {
 }
 
 // ---------------------------------------------------------------------------
-// §4.1 atom and tuple joins
+// The size-entry lattice: atom and tuple joins
 // ---------------------------------------------------------------------------
 
 /// Joins each case of `table` both ways, one case a line: `a ⊔ b = expect`
@@ -307,7 +307,7 @@ fn dims_queries() {
 }
 
 // ---------------------------------------------------------------------------
-// §4.1 constructors
+// The size-entry lattice: constructors
 // ---------------------------------------------------------------------------
 
 fn check_entry(e: SizeEntry, expect: &str) {
@@ -362,7 +362,7 @@ fn constructors() {
 }
 
 // ---------------------------------------------------------------------------
-// §4.1 consequences: joins of observations
+// The size-entry lattice, consequences: joins of observations
 // ---------------------------------------------------------------------------
 
 fn check_obs(list: &str, expect: &str) {
@@ -412,7 +412,7 @@ fn observation_joins() {
 }
 
 // ---------------------------------------------------------------------------
-// §4.1 FrameState: a source absent on some ranks contributes nothing
+// The size-entry lattice, FrameState: a source absent on some ranks contributes nothing
 // ---------------------------------------------------------------------------
 
 /// One rank's state from `x=t(5,10) n=i(3)`; `x=md(2,0)` records a hint.
@@ -501,7 +501,7 @@ fn frame_state_basics() {
 }
 
 // ---------------------------------------------------------------------------
-// §4.2 stride canonicalisation
+// Stride canonicalisation
 // ---------------------------------------------------------------------------
 
 /// `sizes/strides` → canonical strides, e.g. `(2,3)/(3,1)` → `[S(1),1]`.
@@ -516,7 +516,7 @@ fn check_canon(input: &str, expect: &str) {
 
 #[test]
 fn canonical_stride_examples() {
-    // DESIGN §4.2 examples
+    // docs/semantics.md, Stride canonicalisation: the examples
     check_canon("(2,3)/(3,1)", "[S(1),1]");
     check_canon("(2,4)/(4,1)", "[S(1),1]");
     check_canon("(4,4)/(1,4)", "[1,S(0)]"); // transposed
@@ -549,7 +549,7 @@ fn contiguous_stride_examples() {
 }
 
 // ---------------------------------------------------------------------------
-// §4.3 decisions
+// From merged entry to decisions
 // ---------------------------------------------------------------------------
 
 /// `size:<S|D per dim> stride:<S|D per dim>`, `int:S|D` or `none`.

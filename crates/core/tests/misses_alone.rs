@@ -1,4 +1,4 @@
-//! DESIGN §5, exact reports: one rank misses alone (its artifact cache is
+//! docs/failures.md, exact missing-rank reports: one rank misses alone (its artifact cache is
 //! cold) while two or three others finish and shut down at different
 //! moments. 20 runs of each scenario file, collectives on and no guard
 //! votes: the waiting rank's error names exactly the set of other ranks

@@ -1,6 +1,6 @@
 //! The store post-mortem (`toolkit::PostMortem`): a failed rank names every
 //! rank not in the operation, grouped by how each went missing, the same set
-//! whatever the order in which they went (DESIGN §5).
+//! whatever the order in which they went (docs/failures.md).
 
 use compiler_collectives_core::toolkit::{Absent, PostMortem};
 use compiler_collectives_core::{Error, InProcessStore, PeerLoss, Store};

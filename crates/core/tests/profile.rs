@@ -1,7 +1,7 @@
 //! Profiles (persisted decisions): the file format's strict decoding, the
 //! join, the store's save protocol (merge under a lock, stale temp files,
 //! lock timeout), and the cache starting from a profile so that ranks with
-//! different persisted states still end with the same one (DESIGN §5).
+//! different persisted states still end with the same one (docs/protocol.md).
 
 use compiler_collectives_core::cache::{CacheOptions, CompileCache, Inputs, Outcome};
 use compiler_collectives_core::profile::{

@@ -1,4 +1,4 @@
-//! The scenario corpus (`tests/scenarios/*.json`, DESIGN §7) run over
+//! The scenario corpus (`tests/scenarios/*.json`, docs/scenarios.md) run over
 //! in-process ranks in every mode each file has an expectation for, and
 //! data-driven checks that malformed scenario files are rejected with the
 //! right field named.
@@ -8,7 +8,7 @@ use compiler_collectives_core::scenario::{
 };
 use std::path::{Path, PathBuf};
 
-/// Scenarios DESIGN §7 lists (eight PyTorch scenarios, three issue-derived
+/// Scenarios docs/scenarios.md lists (eight PyTorch scenarios, three issue-derived
 /// cases) and issue 9's four (cache-hit agreement with and without, mark-dynamic,
 /// overrides) and issue 13's two exact-report files (a rank misses alone while
 /// two or three others finish).
@@ -84,7 +84,7 @@ fn corpus_is_complete() {
     let files = scenario_files();
     assert!(
         files.len() >= MIN_SCENARIOS,
-        "{} holds {} scenario files, DESIGN §7 needs at least {MIN_SCENARIOS}",
+        "{} holds {} scenario files, docs/scenarios.md needs at least {MIN_SCENARIOS}",
         scenario_dir().display(),
         files.len()
     );

@@ -1,6 +1,6 @@
 //! For build scripts that compile a shim against libtorch's c10d (the
 //! `build` feature): where torch 2.13 is, and the compiler and linker
-//! settings DESIGN §9 measured for it.
+//! settings measured for it (docs/environment.md).
 
 use std::path::{Path, PathBuf};
 
@@ -43,7 +43,7 @@ pub fn libtorch() -> Result<Libtorch, String> {
 }
 
 /// A C++20 `cc::Build` of `file` against `torch`'s c10d with the flags
-/// DESIGN §9 measured (`_GLIBCXX_USE_CXX11_ABI=1`, `USE_C10D_GLOO`), libtorch's
+/// docs/environment.md gives (`_GLIBCXX_USE_CXX11_ABI=1`, `USE_C10D_GLOO`), libtorch's
 /// two include directories, the system's, and [`crate::INCLUDE_DIR`];
 /// warnings off (libtorch's headers are noisy). Prints its
 /// `rerun-if-changed` line.

@@ -8,7 +8,7 @@
 //!   the shim's status and text, never unwind into Rust);
 //! - with the `build` feature, for build scripts: [`build::libtorch`] (where
 //!   torch 2.13's headers and libraries are) and [`build::c10d_shim`] (a
-//!   `cc::Build` with the flags DESIGN §9 measured).
+//!   `cc::Build` with the flags of docs/environment.md).
 //!
 //! Unsafe code lives only in [`sys`], as in every backend crate.
 

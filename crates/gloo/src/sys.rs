@@ -4,7 +4,7 @@
 //! - Loading: the embedded shared object is written to a cache file once and
 //!   opened with `dlopen(RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND)`, so its Gloo
 //!   symbols resolve against Debian's libgloo even in a process that also
-//!   holds libtorch's copy of Gloo (DESIGN §3).
+//!   holds libtorch's copy of Gloo (docs/environment.md).
 //! - Handles: [`StoreHandle`], [`Context`], [`Buffer`] own one adapter object
 //!   each (`NonNull` inside, freed once by a Drop that never panics) and
 //!   expose safe methods over slices, `&CStr` and durations;

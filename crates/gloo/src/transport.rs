@@ -524,7 +524,7 @@ impl GlooTransport {
     }
 
     /// After the header wait failed with `e`: which of `recv_from` are not
-    /// in operation `k`, and how each went missing (DESIGN §5: every one of
+    /// in operation `k`, and how each went missing (docs/failures.md: every one of
     /// them, the same set whatever the order in which they went).
     ///
     /// A rank whose header says it shut down or aborted left that way; a

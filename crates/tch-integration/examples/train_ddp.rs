@@ -290,7 +290,7 @@ fn main() -> Result<()> {
     compiler_collectives_cli::logging::init();
     let started = Instant::now();
     tch::set_num_threads(1);
-    // Two communicators, as DESIGN §1 asks: the gradients' all-reduces on
+    // Two communicators, as docs/torch-compile.md describes: the gradients' all-reduces on
     // one, the compile decisions' exchanges on one of their own (so neither
     // waits behind the other's lock or operations).
     let job = C10dJob::from_env().context("joining the job's store")?;

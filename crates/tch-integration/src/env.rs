@@ -11,7 +11,7 @@ use std::time::Duration;
 /// TCPStore every group rendezvouses through, the address peers reach this
 /// rank at, and the deadline. One job holds any number of process groups,
 /// each under a name of its own in the store, so compile exchanges get a
-/// communicator of their own (DESIGN §1: a dedicated communicator) beside
+/// communicator of their own (docs/torch-compile.md: a dedicated communicator) beside
 /// the training's gradient all-reduces:
 ///
 /// ```no_run

@@ -10,7 +10,7 @@
 //! Operations are numbered from 1 per group, in the order every rank calls
 //! them; 0 stands for the group's set-up (any departure counts there).
 //!
-//! The rule is DESIGN §5's: a failed rank reports once every other rank is
+//! The rule is docs/failures.md's (Exact missing-rank reports): a failed rank reports once every other rank is
 //! accounted for (present, or left before the operation), or when its wait
 //! ends, naming every rank not accounted for — the same set in every run,
 //! not the first one it noticed.
