@@ -1,5 +1,5 @@
 //! Compiles the c10d shim against the libtorch of `scripts/setup-torch.sh`
-//! (`LIBTORCH`, a torch install's package directory) with DESIGN §9's flags,
+//! (`LIBTORCH`, a torch install's package directory) with the flags of docs/environment.md,
 //! and links libtorch normally — the situation in which a process also holds
 //! libtorch's copy of Gloo's symbols.
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The PyTorch oracle: runs a scenario file (DESIGN §7) on real PyTorch Dynamo.
+"""The PyTorch oracle: runs a scenario file (docs/scenarios.md) on real PyTorch Dynamo.
 
 Each rank is a CPU process joined to the others by a Gloo process group
 (``init_process_group("cpu:gloo")`` over a FileStore on loopback). Every rank

@@ -40,7 +40,7 @@ pub struct Ctx {
     /// The short deadline used by behaviours that wait for a timeout.
     pub short_timeout: Duration,
     /// The slack allowed past a deadline before an error must have come
-    /// (DESIGN: within the deadline plus a small margin; 1 s).
+    /// (docs/failures.md: within the deadline plus a small margin; 1 s).
     pub margin: Duration,
 }
 
@@ -1153,7 +1153,7 @@ fn shutdown_fails_peers_fast(ctx: &Ctx) -> Result<(), String> {
 
 /// The last rank shuts down at once, the one before it 400 ms later; the
 /// others wait in an exchange. Their error names both, as shut down — the
-/// exact set not in the exchange, not the first to go (DESIGN §5) — by the
+/// exact set not in the exchange, not the first to go (docs/failures.md) — by the
 /// deadline + margin, and soon after the second leaves on a backend that
 /// tells peers it left.
 fn two_ranks_leave_at_different_times(ctx: &Ctx) -> Result<(), String> {

@@ -487,7 +487,7 @@ const READY_LIMIT: Duration = Duration::from_secs(60);
 ///
 /// With `exact`, each survivor must name the victim alone — or, as aborted,
 /// survivors that had already failed on the victim when it reached its
-/// exchange (DESIGN §5: every rank not in it), whose own errors name the
+/// exchange (docs/failures.md: every rank not in it), whose own errors name the
 /// victim. Without it — a
 /// fault no survivor can see, like a cut link: a rank that got the victim's
 /// last message moves on to the next exchange while another did not, and a
