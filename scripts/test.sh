@@ -40,6 +40,18 @@ if grep -Ei '^(compiler-collectives-(gloo|nccl|tch)|cudarc|tch|torch-sys|libload
     exit 1
 fi
 grep -q '^#!\[forbid(unsafe_code)\]' crates/core/src/lib.rs || { echo "core must forbid unsafe code" >&2; exit 1; }
+step "the repository cites only itself"
+# README, ARCHITECTURE, help texts and code comments cite docs/ (the design a
+# clone needs), never a file outside the checkout. (The bracket keeps this
+# line from matching itself; fuzz/corpus holds fuzzer inputs, not prose.)
+if git rev-parse --git-dir >/dev/null 2>&1; then
+    outside=$(git grep -n -e '\.\./share[d]/' -e 'DESIG[N] §' -- ':!fuzz/corpus' || true)
+    if [ -n "$outside" ]; then
+        echo "citations of files outside the repository (cite docs/ instead):" >&2
+        echo "$outside" >&2
+        exit 1
+    fi
+fi
 step "backends keep unsafe code in their sys/ffi modules"
 # Every `unsafe` keyword outside a sys.rs/ffi.rs file (or a sys/, ffi/ directory),
 # with // comments stripped; and each backend root denies unsafe code.

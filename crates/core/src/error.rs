@@ -216,7 +216,8 @@ pub enum Error {
     #[error("lost {} {}: {}{}{}; the channel is unusable: abort it", if ranks.len() == 1 { "rank" } else { "ranks" }, RankList(ranks), Departures(left, false), if detail.is_empty() { String::new() } else { format!(" ({detail})") }, fmt_during(during))]
     PeerLost {
         /// Every rank not in the exchange, ascending: all of them left or
-        /// died (a rank reports once every peer is accounted for, DESIGN §5).
+        /// died (a rank reports once every peer is accounted for:
+        /// docs/failures.md, "Exact missing-rank reports").
         ranks: Vec<u32>,
         /// How the lowest of `ranks` left (all of them, when they left the
         /// same way; `left` has each one's).
