@@ -216,13 +216,12 @@ impl Default for CorpusOptions {
 #[non_exhaustive]
 pub enum CorpusError {
     /// The directory does not exist or cannot be listed.
-    #[error("corpus directory {}: cannot read it: {source}; pass a directory of text files with --corpus DIR", dir.display())]
+    #[error("corpus directory {}: cannot read it: {error}; pass a directory of text files with --corpus DIR", dir.display())]
     Unreadable {
         /// The directory.
         dir: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
+        /// Why (part of this error's message).
+        error: std::io::Error,
     },
     /// The path exists but is not a directory.
     #[error("corpus directory {}: not a directory; pass a directory of text files with --corpus DIR", dir.display())]
@@ -556,16 +555,16 @@ impl Corpus {
     pub fn load(opts: &CorpusOptions) -> Result<Corpus, CorpusError> {
         validate(opts)?;
         let dir = &opts.dir;
-        let meta = std::fs::metadata(dir).map_err(|source| CorpusError::Unreadable {
+        let meta = std::fs::metadata(dir).map_err(|error| CorpusError::Unreadable {
             dir: dir.clone(),
-            source,
+            error,
         })?;
         if !meta.is_dir() {
             return Err(CorpusError::NotADirectory { dir: dir.clone() });
         }
-        let listing = std::fs::read_dir(dir).map_err(|source| CorpusError::Unreadable {
+        let listing = std::fs::read_dir(dir).map_err(|error| CorpusError::Unreadable {
             dir: dir.clone(),
-            source,
+            error,
         })?;
         let mut skipped = Vec::new();
         let mut entries = Vec::new();

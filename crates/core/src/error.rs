@@ -197,7 +197,7 @@ pub enum DecodeError {
 #[non_exhaustive]
 pub enum Error {
     /// Some ranks did not arrive before the deadline. Fatal.
-    #[error("timed out after {} ms {}{}{}; the channel is unusable: abort it", waited.as_millis(), Missing(missing_ranks), Departures(left, true), fmt_during(during))]
+    #[error("timed out after {} ms {}{}{}", waited.as_millis(), Missing(missing_ranks), Departures(left, true), fmt_during(during))]
     Timeout {
         /// Every rank not in the exchange at the deadline, ascending: the
         /// silent ones and those in `left`. Empty when the engine cannot
@@ -213,7 +213,7 @@ pub enum Error {
         during: Option<Box<ExchangeInfo>>,
     },
     /// A peer left: it shut its channel down or its connection dropped. Fatal.
-    #[error("lost {} {}: {}{}{}; the channel is unusable: abort it", if ranks.len() == 1 { "rank" } else { "ranks" }, RankList(ranks), Departures(left, false), if detail.is_empty() { String::new() } else { format!(" ({detail})") }, fmt_during(during))]
+    #[error("lost {} {}: {}{}{}", if ranks.len() == 1 { "rank" } else { "ranks" }, RankList(ranks), Departures(left, false), if detail.is_empty() { String::new() } else { format!(" ({detail})") }, fmt_during(during))]
     PeerLost {
         /// Every rank not in the exchange, ascending: all of them left or
         /// died (a rank reports once every peer is accounted for:
@@ -263,24 +263,26 @@ pub enum Error {
     },
     /// A message (from `rank`, when known) or a file failed strict decoding.
     /// Fatal when it came from a peer.
-    #[error("cannot decode {}: {source}{}", match rank { Some(r) => format!("the message from rank {r}"), None => "input".to_string() }, if rank.is_some() { "; the channel is unusable: abort it" } else { "" })]
+    #[error("cannot decode {}: {reason}{}", match rank { Some(r) => format!("the message from rank {r}"), None => "input".to_string() }, if rank.is_some() { "; the channel is unusable: abort it" } else { "" })]
     Decode {
         /// The rank that sent the bytes, if they came from a peer.
         rank: Option<u32>,
-        /// What is wrong with them.
-        #[source]
-        source: DecodeError,
+        /// What is wrong with them (its text is part of this error's
+        /// message, so it is not also this error's `source()`).
+        reason: DecodeError,
     },
-    /// The engine (Gloo, NCCL, c10d, …) reported an error. Fatal.
-    #[error("{backend} error: {message}; the channel is unusable: abort it")]
+    /// The engine (Gloo, NCCL, c10d, a store, …) reported an error. Fatal
+    /// to a channel it happens in (its next exchange says so).
+    #[error("{backend} error: {message}")]
     Backend {
-        /// Which backend, e.g. `"gloo"`.
+        /// Which backend, e.g. `"gloo"`, `"file-store"`.
         backend: &'static str,
         /// The engine's own code and text.
         message: String,
-        /// The backend's typed error, when it has one.
-        #[source]
-        source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+        /// The backend's typed error, when it has one (its text is
+        /// `message`, so it is not also this error's `source()`): downcast
+        /// it for the engine's own fields.
+        engine: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
     },
     /// An argument (or a file, or a variable) is out of range. Nothing was sent.
     #[error("invalid argument: {0}")]
@@ -293,8 +295,13 @@ pub enum Error {
     Profile(#[from] crate::profile::ProfileError),
     /// The channel or transport can no longer be used: it failed earlier,
     /// or this rank shut it down (nothing was sent). Fatal.
-    #[error("the channel is unusable ({cause}); abort it and rebuild the process group")]
+    #[error(
+        "the channel is unusable after {first} ({cause}); abort it and rebuild the process group"
+    )]
     ChannelUnusable {
+        /// The first error's [`Error::kind`] (`"timeout"`, `"peer_lost"`,
+        /// …), or `"shutdown"` / `"abort"` when this rank ended it.
+        first: &'static str,
         /// The first error's message.
         cause: String,
     },
@@ -361,9 +368,12 @@ impl fmt::Display for DisplayGroups<'_> {
     }
 }
 
+/// ` in exchange #… ; the channel is unusable: abort it` when the error
+/// happened in an exchange; nothing for a transport, store or rendezvous
+/// call outside one (the policy applies to channels only).
 fn fmt_during(during: &Option<Box<ExchangeInfo>>) -> String {
     match during {
-        Some(info) => format!(" in {info}"),
+        Some(info) => format!(" in {info}; the channel is unusable: abort it"),
         None => String::new(),
     }
 }
@@ -474,11 +484,26 @@ impl Error {
     pub fn message_too_large(rank: u32, len: usize, limit: usize) -> Self {
         Error::Decode {
             rank: Some(rank),
-            source: DecodeError::TooLarge {
+            reason: DecodeError::TooLarge {
                 field: "message",
                 len: len as u64,
                 limit: limit as u64,
             },
+        }
+    }
+
+    /// What every later call gets once `first` made a channel or transport
+    /// unusable: [`Error::ChannelUnusable`] keeping its kind and message.
+    pub fn unusable_after(first: &Error) -> Self {
+        Error::unusable(first.kind(), first.to_string())
+    }
+
+    /// [`Error::ChannelUnusable`] after a first failure of kind `first`
+    /// (an [`Error::kind`], or `"shutdown"` / `"abort"`) with message `cause`.
+    pub fn unusable(first: &'static str, cause: impl Into<String>) -> Self {
+        Error::ChannelUnusable {
+            first,
+            cause: cause.into(),
         }
     }
 
@@ -490,7 +515,7 @@ impl Error {
         Error::Backend {
             backend,
             message: err.to_string(),
-            source: Some(Box::new(err)),
+            engine: Some(Box::new(err)),
         }
     }
 }

@@ -23,7 +23,7 @@ fn io(what: &str, path: &Path, e: std::io::Error) -> Error {
     Error::Backend {
         backend: "file-store",
         message: format!("file store: {what} {}: {e}", path.display()),
-        source: Some(Box::new(e)),
+        engine: Some(Box::new(e)),
     }
 }
 
@@ -83,7 +83,7 @@ impl FileStore {
                     path.display(),
                     self.max_value_bytes
                 ),
-                source: None,
+                engine: None,
             }));
         }
         Ok(Ok(value))

@@ -304,7 +304,7 @@ fn verdict<J: Join>(meta: &Meta, merged: Option<J>) -> Result<J> {
     if let Some((rank, why)) = &meta.failure {
         return Err(Error::Decode {
             rank: Some(*rank),
-            source: DecodeError::Invalid {
+            reason: DecodeError::Invalid {
                 field: "tree summary",
                 detail: why.clone(),
             },
@@ -334,7 +334,7 @@ fn verdict<J: Join>(meta: &Meta, merged: Option<J>) -> Result<J> {
     }
     merged.ok_or_else(|| Error::Decode {
         rank: Some(0),
-        source: DecodeError::Invalid {
+        reason: DecodeError::Invalid {
             field: "tree summary",
             detail: "the world's summary holds no value".into(),
         },

@@ -148,7 +148,7 @@ impl InProcessTransport {
                 message: format!(
                     "collective #{index} mismatch: rank {me} called {op:?}, another rank called {other:?}"
                 ),
-                source: None,
+                engine: None,
             });
         }
         slot.parts[me] = Some(Arc::from(data));
@@ -157,7 +157,7 @@ impl InProcessTransport {
             let slot = st.slots.get(&index).ok_or_else(|| Error::Backend {
                 backend: BACKEND,
                 message: format!("collective #{index} vanished"),
-                source: None,
+                engine: None,
             })?;
             let missing: Vec<u32> = (0..self.shared.world_size)
                 .filter(|&r| slot.parts[r as usize].is_none())
@@ -167,7 +167,7 @@ impl InProcessTransport {
                 let slot = st.slots.get_mut(&index).ok_or_else(|| Error::Backend {
                     backend: BACKEND,
                     message: format!("collective #{index} vanished"),
-                    source: None,
+                    engine: None,
                 })?;
                 slot.readers += 1;
                 if slot.readers == self.shared.world_size {

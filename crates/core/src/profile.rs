@@ -435,25 +435,24 @@ pub fn exchange_profile(channel: &mut Channel, local: &Profile) -> Result<Profil
 #[non_exhaustive]
 pub enum ProfileError {
     /// A file-system operation failed.
-    #[error("profile {}: cannot {op}: {source}", path.display())]
+    #[error("profile {}: cannot {op}: {error}", path.display())]
     Io {
         /// The file or directory.
         path: PathBuf,
         /// What was being done, e.g. `"rename the temp file over"`.
         op: &'static str,
-        /// The system's error.
-        #[source]
-        source: std::io::Error,
+        /// The system's error (its text is part of this error's message,
+        /// so it is not also this error's `source()`).
+        error: std::io::Error,
     },
     /// The profile file exists but does not decode. Saving refuses to
     /// overwrite it: move it aside (`ccol profile show` says what is wrong).
-    #[error("profile {}: corrupt: {source}; move it aside to start a new profile", path.display())]
+    #[error("profile {}: corrupt: {reason}; move it aside to start a new profile", path.display())]
     Corrupt {
         /// The file.
         path: PathBuf,
-        /// What is wrong.
-        #[source]
-        source: DecodeError,
+        /// What is wrong (part of this error's message).
+        reason: DecodeError,
     },
     /// Another process held the lock for longer than the timeout.
     #[error("profile {}: lock still held by another process after {} ms", path.display(), waited.as_millis())]
@@ -472,10 +471,10 @@ fn io_err<'a>(
     path: &'a Path,
     op: &'static str,
 ) -> impl FnOnce(std::io::Error) -> ProfileError + 'a {
-    move |source| ProfileError::Io {
+    move |error| ProfileError::Io {
         path: path.to_owned(),
         op,
-        source,
+        error,
     }
 }
 
@@ -507,7 +506,7 @@ pub fn read_profile(path: &Path, limits: &ProfileLimits) -> Result<Profile, Prof
     if len > max {
         return Err(ProfileError::Corrupt {
             path: path.to_owned(),
-            source: DecodeError::TooLarge {
+            reason: DecodeError::TooLarge {
                 field: "profile file",
                 len,
                 limit: max,
@@ -517,9 +516,9 @@ pub fn read_profile(path: &Path, limits: &ProfileLimits) -> Result<Profile, Prof
     let mut bytes = Vec::new();
     std::io::Read::read_to_end(&mut std::io::Read::take(file, max + 1), &mut bytes)
         .map_err(io_err(path, "read"))?;
-    Profile::decode(&bytes, limits).map_err(|source| ProfileError::Corrupt {
+    Profile::decode(&bytes, limits).map_err(|reason| ProfileError::Corrupt {
         path: path.to_owned(),
-        source,
+        reason,
     })
 }
 

@@ -268,7 +268,8 @@ pub struct Channel {
     topology: Topology,
     seq: u64,
     last_completed: Option<u64>,
-    failed: Option<String>,
+    /// The first fatal error's kind and message.
+    failed: Option<(&'static str, String)>,
     trace: Option<crate::trace::TraceFile>,
 }
 
@@ -361,7 +362,7 @@ impl Channel {
 
     /// The first fatal error's message, once the channel is unusable.
     pub fn failure(&self) -> Option<&str> {
-        self.failed.as_deref()
+        self.failed.as_ref().map(|(_, cause)| cause.as_str())
     }
 
     /// Exchanges `local` with every rank under compile key `key` and returns
@@ -396,10 +397,8 @@ impl Channel {
         local: &J,
         options: &ExchangeOptions,
     ) -> Result<Gathered<J>> {
-        if let Some(cause) = &self.failed {
-            return Err(Error::ChannelUnusable {
-                cause: cause.clone(),
-            });
+        if let Some((first, cause)) = &self.failed {
+            return Err(Error::unusable(first, cause.clone()));
         }
         let payload = postcard::to_allocvec(local).map_err(|e| {
             Error::InvalidArgument(format!("cannot encode the value of kind {}: {e}", J::KIND))
@@ -465,7 +464,7 @@ impl Channel {
                     last_completed: self.last_completed,
                 });
                 if e.is_fatal() {
-                    self.failed = Some(e.to_string());
+                    self.failed = Some((e.kind(), e.to_string()));
                 }
                 Err(e)
             }
@@ -503,9 +502,9 @@ impl Channel {
             let mut same = true;
             let mut versions = Vec::with_capacity(t.world_size() as usize);
             for (rank, chunk) in (0u32..).zip(all.chunks(DIGEST_MSG_LEN)) {
-                let msg = envelope::decode_digest_msg(chunk).map_err(|source| Error::Decode {
+                let msg = envelope::decode_digest_msg(chunk).map_err(|reason| Error::Decode {
                     rank: Some(rank),
-                    source,
+                    reason,
                 })?;
                 versions.push((rank, msg.version));
                 same &= msg.version == WIRE_VERSION && chunk == mine.as_slice();
@@ -519,9 +518,9 @@ impl Channel {
         traffic.add(encoded.len(), all.iter().map(Vec::len).sum());
         let mut versions = Vec::with_capacity(all.len());
         for (rank, bytes) in (0u32..).zip(&all) {
-            let (version, _) = envelope::peek_header(bytes).map_err(|source| Error::Decode {
+            let (version, _) = envelope::peek_header(bytes).map_err(|reason| Error::Decode {
                 rank: Some(rank),
-                source,
+                reason,
             })?;
             versions.push((rank, version));
         }
@@ -529,9 +528,9 @@ impl Channel {
         let mut envs = Vec::with_capacity(all.len());
         for (rank, bytes) in (0u32..).zip(&all) {
             envs.push(
-                Envelope::decode(bytes, &self.limits).map_err(|source| Error::Decode {
+                Envelope::decode(bytes, &self.limits).map_err(|reason| Error::Decode {
                     rank: Some(rank),
-                    source,
+                    reason,
                 })?,
             );
         }
@@ -553,10 +552,10 @@ impl Channel {
         let mut values = Vec::with_capacity(envs.len());
         for (rank, e) in (0u32..).zip(&envs) {
             values.push(
-                envelope::decode_payload::<J>(&e.kind, &e.payload).map_err(|source| {
+                envelope::decode_payload::<J>(&e.kind, &e.payload).map_err(|reason| {
                     Error::Decode {
                         rank: Some(rank),
-                        source,
+                        reason,
                     }
                 })?,
             );
@@ -572,7 +571,7 @@ impl Channel {
     /// The transport's error if the notice could not be sent.
     pub fn shutdown(&mut self) -> Result<()> {
         if self.failed.is_none() {
-            self.failed = Some("this rank shut the channel down".into());
+            self.failed = Some(("shutdown", "this rank shut the channel down".into()));
         }
         self.transport.shutdown()
     }
@@ -582,7 +581,7 @@ impl Channel {
     /// the same values, so every rank finds the same error).
     pub(crate) fn fail(&mut self, error: &Error) {
         if self.failed.is_none() {
-            self.failed = Some(error.to_string());
+            self.failed = Some((error.kind(), error.to_string()));
         }
     }
 
@@ -590,7 +589,7 @@ impl Channel {
     /// peers (as [`Channel::shutdown`]), ignoring transport errors.
     pub fn abort(&mut self) {
         if self.failed.is_none() {
-            self.failed = Some("this rank aborted the channel".into());
+            self.failed = Some(("abort", "this rank aborted the channel".into()));
         }
         if let Err(e) = self.transport.abort() {
             tracing::warn!(error = %e, "abort: could not notify peers");
@@ -685,5 +684,5 @@ pub fn encode_payload<J: Join>(value: &J) -> Result<Vec<u8>> {
 /// [`Error::Decode`] with no rank.
 pub fn decode_payload<J: Join>(bytes: &[u8]) -> Result<J> {
     envelope::decode_payload(J::KIND, bytes)
-        .map_err(|source: DecodeError| Error::Decode { rank: None, source })
+        .map_err(|reason: DecodeError| Error::Decode { rank: None, reason })
 }

@@ -35,9 +35,7 @@ pub fn check_peer(peer: u32, rank: u32, world: u32) -> Result<()> {
 /// aborted: [`Error::ChannelUnusable`] naming the rank, the same on every
 /// backend (nothing is sent).
 pub fn shut_down(rank: u32) -> Error {
-    Error::ChannelUnusable {
-        cause: format!("rank {rank} shut its transport down"),
-    }
+    Error::unusable("shutdown", format!("rank {rank} shut its transport down"))
 }
 
 /// `Err(InvalidArgument)` unless `max_bytes` allows this rank's own `len`
@@ -148,7 +146,7 @@ pub fn all_gather_varlen(
 fn engine_fault(detail: String) -> Error {
     Error::Decode {
         rank: None,
-        source: crate::DecodeError::Invalid {
+        reason: crate::DecodeError::Invalid {
             field: "gathered buffer",
             detail,
         },

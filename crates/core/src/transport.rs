@@ -199,7 +199,7 @@ pub trait Transport: Send + Sync + Debug {
             if p.len() != data.len() {
                 return Err(crate::Error::Decode {
                     rank: u32::try_from(rank).ok(),
-                    source: crate::DecodeError::Invalid {
+                    reason: crate::DecodeError::Invalid {
                         field: "fixed-size contribution",
                         detail: format!(
                             "{}, expected {}",
@@ -245,7 +245,7 @@ pub trait Transport: Send + Sync + Debug {
         if root as usize >= world {
             return Err(crate::Error::Decode {
                 rank: None,
-                source: crate::DecodeError::Invalid {
+                reason: crate::DecodeError::Invalid {
                     field: "gathered buffers",
                     detail: format!("{world} buffers, no root {root}"),
                 },

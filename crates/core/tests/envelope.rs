@@ -423,7 +423,7 @@ fn decode_payload_round_trip_and_rejects_trailing_bytes() {
     match decode_payload::<FrameState>(&bytes) {
         Err(Error::Decode {
             rank: None,
-            source: DecodeError::Payload { kind, detail },
+            reason: DecodeError::Payload { kind, detail },
         }) => {
             assert_eq!(kind, FrameState::KIND);
             assert!(detail.contains("trailing"), "{detail}");

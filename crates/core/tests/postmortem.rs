@@ -94,8 +94,7 @@ fn a_rank_that_leaves_late_is_still_named() {
     );
     assert_eq!(
         err.to_string(),
-        "lost ranks [0,1,3]: shut their channels down (they have no more exchanges); \
-         the channel is unusable: abort it"
+        "lost ranks [0,1,3]: shut their channels down (they have no more exchanges)"
     );
 }
 
@@ -168,7 +167,7 @@ fn silent_and_departed_ranks_are_grouped_in_a_timeout() {
     assert_eq!(
         err.to_string(),
         "timed out after 1500 ms waiting for ranks [1,2,3] (of them rank [1] shut its channel \
-         down (it has no more exchanges); rank [2] disconnected); the channel is unusable: abort it"
+         down (it has no more exchanges); rank [2] disconnected)"
     );
     assert!(Absent::default()
         .into_error(false, Duration::ZERO, "")
@@ -191,7 +190,7 @@ fn mixed_departures_are_grouped_in_a_lost_peer() {
     assert_eq!(
         err.to_string(),
         "lost ranks [0,2,3]: ranks [0,2] shut their channels down (they have no more exchanges); \
-         rank [3] disconnected; the channel is unusable: abort it"
+         rank [3] disconnected"
     );
 }
 
@@ -219,5 +218,69 @@ fn while_ranks_leave_a_quiet_rank_is_waited_for_not_named_dead() {
     assert_eq!(
         absent.left,
         vec![(1, PeerLoss::Shutdown), (3, PeerLoss::Shutdown)]
+    );
+}
+
+#[test]
+fn policy_text_only_in_an_exchange_and_the_poisoned_channel_keeps_the_first_kind() {
+    use compiler_collectives_core::ExchangeInfo;
+    let bare = Error::timeout(vec![], vec![], Duration::from_millis(1500));
+    assert_eq!(
+        bare.to_string(),
+        "timed out after 1500 ms waiting for peers (the engine cannot tell which)"
+    );
+    let in_exchange =
+        Error::timeout(vec![2], vec![], Duration::from_millis(1500)).during(ExchangeInfo {
+            seq: 4,
+            key: "step".into(),
+            last_completed: Some(3),
+        });
+    assert_eq!(
+        in_exchange.to_string(),
+        "timed out after 1500 ms waiting for rank [2] in exchange #4 'step' (last exchange \
+         completed with every rank: #3); the channel is unusable: abort it"
+    );
+    let poisoned = Error::unusable_after(&in_exchange);
+    assert!(
+        matches!(&poisoned, Error::ChannelUnusable { first: "timeout", cause } if cause == &in_exchange.to_string()),
+        "{poisoned:?}"
+    );
+    assert!(poisoned
+        .to_string()
+        .starts_with("the channel is unusable after timeout (timed out"));
+}
+
+#[test]
+fn an_error_prints_its_cause_once_even_through_a_source_chain() {
+    use compiler_collectives_core::DecodeError;
+    use std::error::Error as _;
+    let e = Error::message_too_large(2, 10_000, 4096);
+    assert!(
+        e.source().is_none(),
+        "the reason is in the message, not also a source"
+    );
+    let mut chain = e.to_string();
+    let mut s = e.source();
+    while let Some(c) = s {
+        chain.push_str(&format!(": {c}"));
+        s = c.source();
+    }
+    assert_eq!(
+        chain.matches("over the limit of 4096 bytes").count(),
+        1,
+        "{chain}"
+    );
+    assert!(matches!(
+        e,
+        Error::Decode {
+            reason: DecodeError::TooLarge { limit: 4096, .. },
+            ..
+        }
+    ));
+    let io = Error::backend("file-store", std::io::Error::other("disk full"));
+    assert!(io.source().is_none());
+    assert_eq!(io.to_string(), "file-store error: disk full");
+    assert!(
+        matches!(&io, Error::Backend { engine: Some(e), .. } if e.downcast_ref::<std::io::Error>().is_some())
     );
 }

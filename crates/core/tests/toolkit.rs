@@ -44,7 +44,7 @@ fn check(rows: &[(u64, u64)], want: Option<(u32, u64, u64)>) {
         (
             Err(Error::Decode {
                 rank: Some(r),
-                source: DecodeError::TooLarge { len, limit, .. },
+                reason: DecodeError::TooLarge { len, limit, .. },
             }),
             Some(w),
         ) => assert_eq!((r, len, limit), w, "{rows:?}"),

@@ -272,7 +272,8 @@ struct State {
 }
 
 /// The first fatal error, shared with the reaper thread.
-type Failure = Arc<Mutex<Option<String>>>;
+/// The first failure's kind ([`Error::kind`]) and message.
+type Failure = Arc<Mutex<Option<(&'static str, String)>>>;
 
 /// Waits, on its own thread, for point-to-point sends to be taken by their
 /// receivers, then frees their buffers; `send` itself never blocks on the
@@ -307,11 +308,13 @@ impl Reaper {
                                 // taken by its deadline fails the transport here.
                                 let mut f = failed.lock().unwrap_or_else(|e| e.into_inner());
                                 if f.is_none() && e.status() == Some(sys::TIMEOUT) {
-                                    *f =
-                                        Some(format!(
-                                        "a message to {} {:?} was not taken by its deadline: {e}",
-                                        if out.receivers.len() == 1 { "rank" } else { "ranks" },
-                                        out.receivers
+                                    *f = Some((
+                                        "timeout",
+                                        format!(
+                                            "a message to {} {:?} was not taken by its deadline: {e}",
+                                            if out.receivers.len() == 1 { "rank" } else { "ranks" },
+                                            out.receivers
+                                        ),
                                     ));
                                 }
                                 ok = false;
@@ -451,14 +454,14 @@ impl GlooTransport {
             return Err(toolkit::shut_down(self.rank));
         }
         if let Some(cause) = self.failure() {
-            return Err(Error::ChannelUnusable { cause });
+            return Err(Error::unusable(cause.0, cause.1));
         }
         let k = st.op;
         st.op += 1;
         Ok(k)
     }
 
-    fn failure(&self) -> Option<String> {
+    fn failure(&self) -> Option<(&'static str, String)> {
         self.failed
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -505,7 +508,7 @@ impl GlooTransport {
         };
         let mut failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
         if failed.is_none() {
-            *failed = Some(e.to_string());
+            *failed = Some((e.kind(), e.to_string()));
             self.tell_peers_it_failed(st.op);
         }
         e
@@ -616,9 +619,11 @@ impl GlooTransport {
         let mut st = self.lock();
         let k = self.begin(&mut st)?;
         let Some(mut inbox) = st.inbox.take() else {
-            return Err(Error::ChannelUnusable {
-                cause: "the Gloo transport lost its inbox after an earlier error".into(),
-            });
+            let (first, cause) = self.failure().unwrap_or((
+                "backend",
+                "the Gloo transport lost its inbox after an earlier error".into(),
+            ));
+            return Err(Error::unusable(first, cause));
         };
         let r = self.collective_inner(&mut inbox, k, data, send_to, recv_from, max_bytes, deadline);
         match r {
@@ -702,7 +707,7 @@ impl GlooTransport {
                 other => {
                     return Err(Fail::Core(Error::Decode {
                         rank: Some(p),
-                        source: DecodeError::Invalid {
+                        reason: DecodeError::Invalid {
                             field: "gloo header",
                             detail: format!("{other:?}"),
                         },
@@ -780,7 +785,7 @@ impl From<GlooError> for Error {
             other => Error::Backend {
                 backend: BACKEND,
                 message: other.to_string(),
-                source: Some(Box::new(other)),
+                engine: Some(Box::new(other)),
             },
         }
     }
@@ -892,7 +897,7 @@ impl Transport for GlooTransport {
                 other => {
                     return Err(Fail::Core(Error::Decode {
                         rank: Some(peer),
-                        source: DecodeError::Invalid {
+                        reason: DecodeError::Invalid {
                             field: "gloo header",
                             detail: format!("{other:?}"),
                         },

@@ -97,7 +97,7 @@ pub fn fetch_unique_id(
     })?;
     UniqueId::from_bytes(&bytes).map_err(|e| Error::Decode {
         rank: Some(0),
-        source: compiler_collectives_core::DecodeError::Invalid {
+        reason: compiler_collectives_core::DecodeError::Invalid {
             field: "NCCL unique id",
             detail: e.to_string(),
         },

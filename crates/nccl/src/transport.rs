@@ -163,9 +163,7 @@ impl Communicator {
             WaitFail::Deadline => Error::timeout(Vec::new(), Vec::new(), start.elapsed()),
             WaitFail::Nccl(code) => match self.handle() {
                 Some(c) => c.error(code, operation).into(),
-                None => Error::ChannelUnusable {
-                    cause: "the NCCL communicator was released".into(),
-                },
+                None => Error::unusable("backend", "the NCCL communicator was released"),
             },
             WaitFail::Cuda(e) => NcclError::cuda(operation, &e).into(),
             WaitFail::PeerLeft => Error::peer_lost(Vec::new(), "a peer left the group"),
@@ -268,23 +266,21 @@ struct Inner {
     /// Collective operations completed so far (published when leaving).
     done: u64,
     /// Why the transport can no longer be used.
-    dead: Option<String>,
+    /// The first failure's kind ([`Error::kind`], or `"shutdown"` /
+    /// `"abort"`) and message.
+    dead: Option<(&'static str, String)>,
 }
 
 impl Inner {
     /// The communicator, unless the transport failed or was shut down.
     fn usable(&self) -> Result<&Comm, Error> {
         if let Some(cause) = &self.dead {
-            return Err(Error::ChannelUnusable {
-                cause: cause.clone(),
-            });
+            return Err(Error::unusable(cause.0, cause.1.clone()));
         }
         self.comm
             .as_ref()
             .and_then(Communicator::handle)
-            .ok_or_else(|| Error::ChannelUnusable {
-                cause: "the NCCL communicator was released".into(),
-            })
+            .ok_or_else(|| Error::unusable("backend", "the NCCL communicator was released"))
     }
 }
 
@@ -449,14 +445,14 @@ impl NcclTransport {
         let inner = &mut *inner;
         inner.usable()?;
         if let Err(e) = inner.cuda.stage_in(input, out_len) {
-            inner.dead = Some(e.to_string());
+            inner.dead = Some(("backend", e.to_string()));
             return Err(e.into());
         }
         self.run_op(inner, what, (start, deadline), enqueue)?;
         let mut out = vec![0u8; out_len];
         // The stream is idle: the copy blocks only for itself.
         inner.cuda.copy_out(&mut out).map_err(|e| {
-            inner.dead = Some(e.to_string());
+            inner.dead = Some(("backend", e.to_string()));
             Error::from(e)
         })?;
         Ok(out)
@@ -476,9 +472,10 @@ impl NcclTransport {
         inner.op += 1;
         let op = inner.op;
         let Some(comm) = inner.comm.as_ref().and_then(Communicator::handle) else {
-            return Err(Error::ChannelUnusable {
-                cause: "the NCCL communicator was released".into(),
-            });
+            return Err(Error::unusable(
+                "backend",
+                "the NCCL communicator was released",
+            ));
         };
         let rc = enqueue(comm, &inner.cuda);
         let waited = if rc == SUCCESS || rc == IN_PROGRESS {
@@ -540,7 +537,7 @@ impl NcclTransport {
             }
             (None, None) => Error::timeout(Vec::new(), Vec::new(), start.elapsed()),
         };
-        inner.dead = Some(err.to_string());
+        inner.dead = Some((err.kind(), err.to_string()));
         err
     }
 
@@ -608,9 +605,7 @@ impl NcclTransport {
     fn check_usable_peer(&self, peer: u32) -> Result<(), Error> {
         compiler_collectives_core::toolkit::check_peer(peer, self.rank, self.world)?;
         match &self.lock().dead {
-            Some(cause) => Err(Error::ChannelUnusable {
-                cause: cause.clone(),
-            }),
+            Some((first, cause)) => Err(Error::unusable(first, cause.clone())),
             None => Ok(()),
         }
     }
@@ -704,7 +699,10 @@ impl compiler_collectives_core::Transport for NcclTransport {
     fn shutdown(&self) -> Result<(), Error> {
         let mut inner = self.lock();
         if inner.dead.is_none() {
-            inner.dead = Some(format!("rank {} shut its transport down", self.rank));
+            inner.dead = Some((
+                "shutdown",
+                format!("rank {} shut its transport down", self.rank),
+            ));
             self.post_mortem.leave(PeerLoss::Shutdown, inner.done);
         }
         if let Some(c) = inner.comm.take() {
@@ -720,7 +718,7 @@ impl compiler_collectives_core::Transport for NcclTransport {
     fn abort(&self) -> Result<(), Error> {
         let mut inner = self.lock();
         self.post_mortem.leave(PeerLoss::Aborted, inner.done);
-        inner.dead = Some(format!("rank {} aborted its transport", self.rank));
+        inner.dead = Some(("abort", format!("rank {} aborted its transport", self.rank)));
         if let Some(c) = inner.comm.take() {
             let _ = inner.cuda.make_current();
             c.abort();

@@ -71,7 +71,7 @@ fn assert_child_ok(out: &std::process::Output, ok: &str) {
 fn nccl_error(e: &Error) -> Option<&NcclError> {
     match e {
         Error::Backend {
-            source: Some(s), ..
+            engine: Some(s), ..
         } => s.downcast_ref::<NcclError>(),
         _ => None,
     }

@@ -106,7 +106,7 @@ impl C10dError {
             other => Error::Backend {
                 backend: "c10d",
                 message: other.to_string(),
-                source: Some(Box::new(other)),
+                engine: Some(Box::new(other)),
             },
         }
     }
