@@ -461,7 +461,8 @@ fn worker_inner(args: &WorkerArgs) -> anyhow::Result<ExitCode> {
     let channel = if collectives || votes {
         Some(Channel::with_options(
             std::sync::Arc::new(transport),
-            ChannelOptions::default().with_timeout(timeout),
+            // CCOL_TRACE_DIR as the other `ccol` commands; the timeout above.
+            ChannelOptions::from_env()?.with_timeout(timeout),
         )?)
     } else {
         None

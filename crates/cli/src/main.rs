@@ -270,7 +270,10 @@ fn run(args: &RunArgs) -> ExitCode {
             return ExitCode::from(EXIT_MALFORMED);
         }
     }
-    options.trace_dir.clone_from(&args.trace);
+    options.trace_dir = args
+        .trace
+        .clone()
+        .or_else(compiler_collectives::trace::trace_dir_from_env);
     let report = match run_in_process_with(&scenario, mode, timeout, &options) {
         Ok(r) => r,
         Err(e) => {

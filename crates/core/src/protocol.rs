@@ -18,10 +18,11 @@
 //! whatever compile key each rank passes (the key is checked, not used to
 //! pair).
 //!
-//! Deadlines: [`DEFAULT_TIMEOUT`] (300 s), replaced by the `CCOL_TIMEOUT_S`
-//! environment variable (seconds, fractions allowed), replaced by
-//! [`ChannelOptions::timeout`], replaced by a per-call
-//! [`ExchangeOptions::timeout`]. One deadline covers both rounds of an
+//! Deadlines: [`DEFAULT_TIMEOUT`] (300 s), replaced by
+//! [`ChannelOptions::timeout`] (which [`ChannelOptions::from_env`] takes from
+//! the `CCOL_TIMEOUT_S` environment variable: seconds, fractions allowed),
+//! replaced by a per-call [`ExchangeOptions::timeout`]. A channel reads no
+//! environment variable itself. One deadline covers both rounds of an
 //! exchange.
 //!
 //! After a fatal error ([`Error::is_fatal`]) the channel refuses further
@@ -81,14 +82,14 @@ pub fn timeout_from_env() -> Result<Option<Duration>> {
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct ChannelOptions {
-    /// Deadline of each exchange; `None` = `CCOL_TIMEOUT_S`, else 300 s.
+    /// Deadline of each exchange; `None` = [`DEFAULT_TIMEOUT`] (300 s).
     pub timeout: Option<Duration>,
     /// Bounds on what peers may send.
     pub limits: Limits,
     /// Use the identical-envelope fast path (default on).
     pub fast_path: bool,
     /// Directory of per-rank JSON-lines trace files (`<dir>/rank-<r>.jsonl`,
-    /// see [`crate::trace`]); `None` = `CCOL_TRACE_DIR`, else no file.
+    /// see [`crate::trace`]); `None` = no file.
     pub trace_dir: Option<std::path::PathBuf>,
     /// Smallest world size that uses the hierarchical (tree) exchange of
     /// [`crate::hier`] (default [`crate::hier::DEFAULT_HIERARCHICAL_FROM`],
@@ -112,6 +113,23 @@ impl Default for ChannelOptions {
 }
 
 impl ChannelOptions {
+    /// The defaults with what the environment sets — the one place the
+    /// library reads `CCOL_*` for a channel: `CCOL_TIMEOUT_S` (seconds) as
+    /// [`timeout`](Self::timeout), `CCOL_TRACE_DIR` as
+    /// [`trace_dir`](Self::trace_dir). Unset or empty variables leave the
+    /// defaults; later `with_…` calls replace what it read.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming `CCOL_TIMEOUT_S` when it is set but
+    /// not a finite, positive number of seconds.
+    pub fn from_env() -> Result<Self> {
+        Ok(ChannelOptions {
+            timeout: timeout_from_env()?,
+            trace_dir: crate::trace::trace_dir_from_env(),
+            ..ChannelOptions::default()
+        })
+    }
+
     /// Sets the exchange deadline.
     #[must_use]
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
@@ -274,24 +292,23 @@ pub struct Channel {
 }
 
 impl Channel {
-    /// A channel over `transport` with default options.
+    /// A channel over `transport` with default options (no environment is
+    /// read: pass [`ChannelOptions::from_env`] to [`Channel::with_options`]
+    /// for that).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] if `CCOL_TIMEOUT_S` is set but invalid.
+    /// None today; kept fallible as [`Channel::with_options`].
     pub fn new<T: Transport + 'static>(transport: T) -> Result<Self> {
         Self::with_options(Arc::new(transport), ChannelOptions::default())
     }
 
-    /// A channel over a shared transport.
+    /// A channel over a shared transport with `options` (it reads no
+    /// environment variable: see [`ChannelOptions::from_env`]).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] if `CCOL_TIMEOUT_S` is read (no timeout in
-    /// `options`) and invalid, or the trace file cannot be created.
+    /// [`Error::InvalidArgument`] if the trace file cannot be created.
     pub fn with_options(transport: Arc<dyn Transport>, options: ChannelOptions) -> Result<Self> {
-        let timeout = match options.timeout {
-            Some(t) => t,
-            None => timeout_from_env()?.unwrap_or(DEFAULT_TIMEOUT),
-        };
+        let timeout = options.timeout.unwrap_or(DEFAULT_TIMEOUT);
         let trace =
             crate::trace::TraceFile::for_channel(options.trace_dir.as_deref(), transport.rank())?;
         let world = transport.world_size();

@@ -9,8 +9,9 @@
 //! Install any `tracing` subscriber to see them.
 //!
 //! # Trace files
-//! With [`crate::ChannelOptions::trace_dir`] set, or the [`TRACE_DIR_ENV`]
-//! variable (`CCOL_TRACE_DIR`), each channel writes `<dir>/rank-<r>.jsonl`:
+//! With [`crate::ChannelOptions::trace_dir`] set (by hand, or from the
+//! [`TRACE_DIR_ENV`] variable `CCOL_TRACE_DIR` through
+//! [`crate::ChannelOptions::from_env`]), each channel writes `<dir>/rank-<r>.jsonl`:
 //! one [`TraceRecord`] per exchange, one JSON object per line, written with
 //! one `write` call per line (a killed rank leaves whole lines; a line cut
 //! short by a full disk is skipped by [`read_trace`]). Opening a
@@ -34,6 +35,14 @@ use std::time::Duration;
 
 /// Environment variable naming the directory of per-rank trace files.
 pub const TRACE_DIR_ENV: &str = "CCOL_TRACE_DIR";
+
+/// `CCOL_TRACE_DIR`, when set and not empty (read by
+/// [`ChannelOptions::from_env`](crate::ChannelOptions::from_env)).
+pub fn trace_dir_from_env() -> Option<std::path::PathBuf> {
+    std::env::var_os(TRACE_DIR_ENV)
+        .filter(|d| !d.is_empty())
+        .map(std::path::PathBuf::from)
+}
 /// Largest trace file written, in bytes (64 MiB).
 pub const TRACE_MAX_BYTES: u64 = 64 << 20;
 /// Outcome of the last record of a trace that reached [`TRACE_MAX_BYTES`].
@@ -120,16 +129,9 @@ impl TraceFile {
         })
     }
 
-    /// The trace file of a new channel: `dir` if given, else
-    /// `CCOL_TRACE_DIR` if set, else none.
+    /// The trace file of a new channel in `dir`, none without one.
     pub(crate) fn for_channel(dir: Option<&Path>, rank: u32) -> Result<Option<Self>> {
-        match dir {
-            Some(d) => Self::create(d, rank).map(Some),
-            None => match std::env::var_os(TRACE_DIR_ENV) {
-                Some(d) if !d.is_empty() => Self::create(Path::new(&d), rank).map(Some),
-                _ => Ok(None),
-            },
-        }
+        dir.map(|d| Self::create(d, rank)).transpose()
     }
 
     /// The file's path.

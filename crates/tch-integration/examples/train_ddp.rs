@@ -303,7 +303,7 @@ fn main() -> Result<()> {
     let (rank, world) = (pg.rank(), pg.world_size());
     let mut channel = Channel::with_options(
         transport.clone() as Arc<dyn Transport>,
-        ChannelOptions::default().with_timeout(TIMEOUT),
+        ChannelOptions::from_env()?.with_timeout(TIMEOUT),
     )?;
 
     // Data: the demo corpus, characters as tokens.

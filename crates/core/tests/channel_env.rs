@@ -1,0 +1,50 @@
+//! A channel reads no environment variable; `ChannelOptions::from_env` is
+//! the one place `CCOL_TIMEOUT_S` and `CCOL_TRACE_DIR` are read. One test:
+//! it sets process-wide variables.
+
+use compiler_collectives_core::{Channel, ChannelOptions, Error, InProcessGroup};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[test]
+fn only_from_env_reads_the_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    std::env::set_var("CCOL_TIMEOUT_S", "7.5");
+    std::env::set_var("CCOL_TRACE_DIR", dir.path());
+    let t = InProcessGroup::create(1).unwrap().pop().unwrap();
+    let plain = Channel::new(t).unwrap();
+    assert_eq!(plain.timeout(), Duration::from_secs(300));
+    assert!(
+        std::fs::read_dir(dir.path()).unwrap().next().is_none(),
+        "no trace file"
+    );
+
+    let opts = ChannelOptions::from_env().unwrap();
+    assert_eq!(opts.timeout, Some(Duration::from_millis(7500)));
+    assert_eq!(opts.trace_dir.as_deref(), Some(dir.path()));
+    let t = InProcessGroup::create(1).unwrap().pop().unwrap();
+    let from_env =
+        Channel::with_options(Arc::new(t), opts.with_timeout(Duration::from_secs(2))).unwrap();
+    assert_eq!(
+        from_env.timeout(),
+        Duration::from_secs(2),
+        "later with_… wins"
+    );
+    assert!(dir.path().join("rank-0.jsonl").exists());
+
+    std::env::set_var("CCOL_TIMEOUT_S", "abc");
+    let err = ChannelOptions::from_env().unwrap_err();
+    assert!(
+        matches!(&err, Error::InvalidArgument(m) if m.contains("CCOL_TIMEOUT_S") && m.contains("abc")),
+        "{err}"
+    );
+    let t = InProcessGroup::create(1).unwrap().pop().unwrap();
+    assert!(
+        Channel::new(t).is_ok(),
+        "a channel ignores the bad variable"
+    );
+    std::env::remove_var("CCOL_TIMEOUT_S");
+    std::env::set_var("CCOL_TRACE_DIR", "");
+    assert_eq!(ChannelOptions::from_env().unwrap().trace_dir, None);
+    std::env::remove_var("CCOL_TRACE_DIR");
+}
