@@ -13,8 +13,8 @@
 //! ```
 //! use compiler_collectives::{Channel, InProcessGroup, join::AnyVote};
 //! let t = InProcessGroup::create(1)?.pop().unwrap();
-//! let mut ch = Channel::new(t)?;
-//! assert!(ch.exchange("f", "", &AnyVote(true))?.merged().0);
+//! let mut ch = Channel::new(std::sync::Arc::new(t))?;
+//! assert!(ch.exchange("f", &AnyVote(true))?.any());
 //! # Ok::<(), compiler_collectives::Error>(())
 //! ```
 #![forbid(unsafe_code)]

@@ -21,7 +21,7 @@
 //! let handles: Vec<_> = ranks.into_iter().map(|t| std::thread::spawn(move || {
 //!     // Rank 2 was built from other sources.
 //!     let code = if t.rank() == 2 { "9f1c" } else { "4be0" };
-//!     let mut channel = Channel::new(t)?;
+//!     let mut channel = Channel::new(std::sync::Arc::new(t))?;
 //!     MustAgree::new()
 //!         .value("compiler", "ccol 0.1.0")
 //!         .value("code", code)
@@ -119,7 +119,7 @@ impl MustAgree {
                 .map(|(n, v)| (n.clone(), BTreeSet::from([v.clone()])))
                 .collect(),
         );
-        let gathered = channel.exchange(key, "", &local)?;
+        let gathered = channel.exchange(key, &local)?;
         let Some(per_rank) = gathered.per_rank() else {
             return Ok(());
         };

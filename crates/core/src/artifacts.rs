@@ -48,7 +48,7 @@
 //!     let (dir, inputs) = (dirs[t.rank() as usize].path().to_owned(), inputs.clone());
 //!     std::thread::spawn(move || {
 //!         let store = DiskArtifacts::open(dir).unwrap();
-//!         let mut channel = Channel::new(t)?;
+//!         let mut channel = Channel::new(std::sync::Arc::new(t))?;
 //!         let mut cache: CompileCache<String> = CompileCache::new("step", CacheOptions::default());
 //!         let call = cache.call_persistent(&inputs, Some(&mut channel), &store, |_, _| {
 //!             Ok("kernel".to_string())   // a real compile would autotune on the channel here
@@ -335,7 +335,13 @@ impl<A: Serialize + DeserializeOwned> CompileCache<A> {
             };
             let local_hit = local.is_some();
             let keep = match (agree, channel.as_deref_mut()) {
-                (true, Some(ch)) => ch.exchange(&key, &config, &AllVote(local_hit))?.merged().0,
+                (true, Some(ch)) => ch
+                    .exchange_with(
+                        &key,
+                        &AllVote(local_hit),
+                        &crate::ExchangeOptions::default().with_config(&config),
+                    )?
+                    .all(),
                 _ => local_hit,
             };
             if let (true, Some(artifact)) = (keep, local) {

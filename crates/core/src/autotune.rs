@@ -50,7 +50,7 @@
 //!     let candidates = candidates.clone();
 //!     std::thread::spawn(move || {
 //!         let rank = u64::from(t.rank());
-//!         let mut channel = Channel::new(t)?;
+//!         let mut channel = Channel::new(std::sync::Arc::new(t))?;
 //!         let choice = autotune(&mut channel, "mm@model.rs:12", &candidates, Strategy::Sharded,
 //!             |cand: &str| {
 //!                 // A fake benchmark: tile 07 is fastest; each rank adds its own noise.
@@ -294,7 +294,11 @@ where
         }
     }
     let gathered = channel
-        .exchange(key, &config, &local)
+        .exchange_with(
+            key,
+            &local,
+            &crate::ExchangeOptions::default().with_config(&config),
+        )
         .map_err(|e| match e {
             Error::Disagreement { groups, .. } => Error::Disagreement {
                 what: format!("the candidate lists of autotuning '{key}'"),

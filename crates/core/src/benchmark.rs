@@ -139,12 +139,12 @@ pub fn measure_exchange(
             })?;
             let mut fast_path = true;
             let ours = timed(t, deadline, || {
-                fast_path = channel.exchange(BENCH_KEY, "", &state)?.fast_path();
+                fast_path = channel.exchange(BENCH_KEY, &state)?.fast_path();
                 Ok(())
             })?;
             let mut fast_ok = false;
             let fast = timed(t, deadline, || {
-                fast_ok = channel.exchange(BENCH_KEY, "", &same)?.fast_path();
+                fast_ok = channel.exchange(BENCH_KEY, &same)?.fast_path();
                 Ok(())
             })?;
             let floor16 = timed(t, deadline, || {
@@ -214,11 +214,11 @@ pub fn simulate(
                 let counts = t.counts();
                 let transport: Arc<dyn Transport> = Arc::new(t);
                 let mut ch = Channel::with_options(Arc::clone(&transport), opts)?;
-                ch.exchange(BENCH_KEY, "", &state)?;
+                ch.exchange(BENCH_KEY, &state)?;
                 transport.barrier(Deadline::after(timeout))?;
                 counts.reset();
                 let released = Instant::now();
-                ch.exchange(BENCH_KEY, "", &state)?;
+                ch.exchange(BENCH_KEY, &state)?;
                 Ok((released, Instant::now(), counts.received()))
             })
             .map_err(|e| Error::InvalidArgument(format!("cannot start a rank thread: {e}")))?;

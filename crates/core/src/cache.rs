@@ -387,8 +387,12 @@ impl<A> CompileCache<A> {
         let mut hit = self.lookup(inputs);
         if self.options.guard_collectives && !self.frames.is_empty() {
             if let Some(ch) = channel.as_deref_mut() {
-                let vote = ch.exchange(&self.key, &config, &AnyVote(hit.is_none()))?;
-                if vote.merged().0 {
+                let vote = ch.exchange_with(
+                    &self.key,
+                    &AnyVote(hit.is_none()),
+                    &crate::ExchangeOptions::default().with_config(&config),
+                )?;
+                if vote.any() {
                     hit = None;
                 }
             }
@@ -410,7 +414,11 @@ impl<A> CompileCache<A> {
         let merged = if self.options.collectives {
             match channel.as_deref_mut() {
                 Some(ch) => {
-                    let g = ch.exchange(&self.key, &config, &local)?;
+                    let g = ch.exchange_with(
+                        &self.key,
+                        &local,
+                        &crate::ExchangeOptions::default().with_config(&config),
+                    )?;
                     fast_path = Some(g.fast_path());
                     g.into_merged()
                 }

@@ -28,12 +28,12 @@
 //! let ranks = InProcessGroup::create(3)?;
 //! let handles: Vec<_> = ranks.into_iter().map(|t| std::thread::spawn(move || {
 //!     let rank = t.rank();
-//!     let mut channel = Channel::new(t)?;
+//!     let mut channel = Channel::new(std::sync::Arc::new(t))?;
 //!     // Rank 1's guards failed: everybody recompiles.
-//!     let recompile = channel.exchange("step", "", &AnyVote(rank == 1))?.merged().0;
+//!     let recompile = channel.exchange("step", &AnyVote(rank == 1))?.any();
 //!     // Rank 2's disk cache is cold: nobody keeps a hit.
-//!     let keep_hits = channel.exchange("step", "", &AllVote(rank != 2))?.merged().0;
-//!     let longest = channel.exchange("step", "", &Max(100 + i64::from(rank)))?.merged().0;
+//!     let keep_hits = channel.exchange("step", &AllVote(rank != 2))?.all();
+//!     let longest = channel.exchange("step", &Max(100 + i64::from(rank)))?.merged().0;
 //!     Ok::<_, compiler_collectives_core::Error>((recompile, keep_hits, longest))
 //! })).collect();
 //! for h in handles {

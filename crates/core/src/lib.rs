@@ -45,10 +45,10 @@
 //! let ranks = InProcessGroup::create(2)?;
 //! let handles: Vec<_> = ranks.into_iter().map(|t| std::thread::spawn(move || {
 //!     let batch = if t.rank() == 0 { 5 } else { 6 };
-//!     let mut channel = Channel::new(t)?;
+//!     let mut channel = Channel::new(std::sync::Arc::new(t))?;
 //!     let mut seen = FrameState::new();
 //!     seen.record("x", &Observation::tensor([batch, 10]));
-//!     let merged = channel.exchange("train_step", "", &seen)?.into_merged();
+//!     let merged = channel.exchange("train_step", &seen)?.into_merged();
 //!     Ok::<_, compiler_collectives_core::Error>(merged.get("x").size.to_string())
 //! })).collect();
 //! for h in handles {

@@ -427,7 +427,7 @@ pub fn persisted_decision(e: &crate::lattice::SizeEntry) -> Value {
 /// # Errors
 /// The channel's errors ([`Error::Timeout`], [`Error::Desync`], …).
 pub fn exchange_profile(channel: &mut Channel, local: &Profile) -> Result<Profile, Error> {
-    Ok(channel.exchange("ccol.profile", "", local)?.into_merged())
+    Ok(channel.exchange("ccol.profile", local)?.into_merged())
 }
 
 /// Why a profile could not be loaded or saved.

@@ -223,9 +223,21 @@ impl std::fmt::Display for FlatReason {
 pub struct ExchangeOptions {
     /// Replaces the channel's deadline for this exchange.
     pub timeout: Option<Duration>,
+    /// The canonical text of whatever configuration shapes this decision
+    /// (per-source overrides, options; default empty). It must be equal on
+    /// every rank: ranks that differ get [`Error::Disagreement`] naming the
+    /// values.
+    pub config: String,
 }
 
 impl ExchangeOptions {
+    /// With the configuration text this decision depends on.
+    #[must_use]
+    pub fn with_config(mut self, config: impl Into<String>) -> Self {
+        self.config = config.into();
+        self
+    }
+
     /// With a deadline for this exchange.
     #[must_use]
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
@@ -241,6 +253,22 @@ pub struct Gathered<J> {
     per_rank: Option<Vec<J>>,
     seq: u64,
     fast: bool,
+}
+
+impl Gathered<crate::join::AnyVote> {
+    /// Whether any rank voted yes: the vote's outcome, the same on every
+    /// rank.
+    pub fn any(&self) -> bool {
+        self.merged.0
+    }
+}
+
+impl Gathered<crate::join::AllVote> {
+    /// Whether every rank voted yes: the vote's outcome, the same on every
+    /// rank.
+    pub fn all(&self) -> bool {
+        self.merged.0
+    }
 }
 
 impl<J> Gathered<J> {
@@ -298,8 +326,8 @@ impl Channel {
     ///
     /// # Errors
     /// None today; kept fallible as [`Channel::with_options`].
-    pub fn new<T: Transport + 'static>(transport: T) -> Result<Self> {
-        Self::with_options(Arc::new(transport), ChannelOptions::default())
+    pub fn new(transport: Arc<dyn Transport>) -> Result<Self> {
+        Self::with_options(transport, ChannelOptions::default())
     }
 
     /// A channel over a shared transport with `options` (it reads no
@@ -383,9 +411,9 @@ impl Channel {
     }
 
     /// Exchanges `local` with every rank under compile key `key` and returns
-    /// the join of every rank's value. `config` is the canonical text of
-    /// whatever configuration shapes this decision and must be equal on every
-    /// rank (per-source overrides, options).
+    /// the join of every rank's value. Configuration that shapes the
+    /// decision travels in [`ExchangeOptions::config`]
+    /// ([`Channel::exchange_with`]).
     ///
     /// Cost: one all_gather of 32 bytes per rank when every rank's envelope
     /// is identical; otherwise that plus one variable-length all_gather of
@@ -399,8 +427,8 @@ impl Channel {
     /// - [`Error::Desync`], [`Error::VersionMismatch`], [`Error::Disagreement`],
     ///   [`Error::Decode`] — the same on every rank;
     /// - [`Error::ChannelUnusable`] after an earlier fatal error.
-    pub fn exchange<J: Join>(&mut self, key: &str, config: &str, local: &J) -> Result<Gathered<J>> {
-        self.exchange_with(key, config, local, &ExchangeOptions::default())
+    pub fn exchange<J: Join>(&mut self, key: &str, local: &J) -> Result<Gathered<J>> {
+        self.exchange_with(key, local, &ExchangeOptions::default())
     }
 
     /// [`Channel::exchange`] with per-call options.
@@ -410,10 +438,10 @@ impl Channel {
     pub fn exchange_with<J: Join>(
         &mut self,
         key: &str,
-        config: &str,
         local: &J,
         options: &ExchangeOptions,
     ) -> Result<Gathered<J>> {
+        let config = options.config.as_str();
         if let Some((first, cause)) = &self.failed {
             return Err(Error::unusable(first, cause.clone()));
         }

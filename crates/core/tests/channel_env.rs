@@ -12,7 +12,7 @@ fn only_from_env_reads_the_environment() {
     std::env::set_var("CCOL_TIMEOUT_S", "7.5");
     std::env::set_var("CCOL_TRACE_DIR", dir.path());
     let t = InProcessGroup::create(1).unwrap().pop().unwrap();
-    let plain = Channel::new(t).unwrap();
+    let plain = Channel::new(std::sync::Arc::new(t)).unwrap();
     assert_eq!(plain.timeout(), Duration::from_secs(300));
     assert!(
         std::fs::read_dir(dir.path()).unwrap().next().is_none(),
@@ -40,7 +40,7 @@ fn only_from_env_reads_the_environment() {
     );
     let t = InProcessGroup::create(1).unwrap().pop().unwrap();
     assert!(
-        Channel::new(t).is_ok(),
+        Channel::new(std::sync::Arc::new(t)).is_ok(),
         "a channel ignores the bad variable"
     );
     std::env::remove_var("CCOL_TIMEOUT_S");

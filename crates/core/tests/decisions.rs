@@ -73,21 +73,17 @@ fn groups(err: &Error) -> Vec<(Vec<u32>, String)> {
 #[test]
 fn votes_join_every_ranks_value() {
     let out = ranks(4, |rank, mut ch| {
-        let any = ch.exchange("v", "", &AnyVote(rank == 2)).unwrap();
-        let all = ch.exchange("v", "", &AllVote(rank != 3)).unwrap();
-        let max = ch
-            .exchange("v", "", &Max(i64::from(rank) * 10 - 7))
-            .unwrap();
-        let min = ch
-            .exchange("v", "", &Min(i64::from(rank) * 10 - 7))
-            .unwrap();
-        let all_yes = ch.exchange("v", "", &AllVote(true)).unwrap();
+        let any = ch.exchange("v", &AnyVote(rank == 2)).unwrap();
+        let all = ch.exchange("v", &AllVote(rank != 3)).unwrap();
+        let max = ch.exchange("v", &Max(i64::from(rank) * 10 - 7)).unwrap();
+        let min = ch.exchange("v", &Min(i64::from(rank) * 10 - 7)).unwrap();
+        let all_yes = ch.exchange("v", &AllVote(true)).unwrap();
         (
-            any.merged().0,
-            all.merged().0,
+            any.any(),
+            all.all(),
             max.merged().0,
             min.merged().0,
-            all_yes.merged().0,
+            all_yes.all(),
             all_yes.fast_path(),
         )
     });
@@ -120,9 +116,13 @@ fn the_reference_caches_guard_vote_is_an_any_vote() {
         } else {
             // The first call takes no vote (nothing to check); the second does.
             let v = ch
-                .exchange("f", &config, &AnyVote(true))
+                .exchange_with(
+                    "f",
+                    &AnyVote(true),
+                    &compiler_collectives_core::ExchangeOptions::default().with_config(&config),
+                )
                 .map_err(|e| e.to_string())?;
-            Ok::<_, String>(format!("vote {}", v.merged().0))
+            Ok::<_, String>(format!("vote {}", v.any()))
         }
     });
     assert_eq!(out[0].as_deref(), Ok("Compiled(0) Compiled(1)"));
@@ -141,7 +141,7 @@ fn agreeing_values_take_the_fast_path() {
             .value("config", "a1b2")
             .check(&mut ch, "startup");
         // The channel stays usable and in step.
-        let next = ch.exchange("next", "", &Max(1)).map(|g| g.seq());
+        let next = ch.exchange("next", &Max(1)).map(|g| g.seq());
         (
             r.map_err(|e| e.to_string()),
             next.map_err(|e| e.to_string()),
@@ -161,7 +161,7 @@ fn disagreement_names_each_value_with_its_ranks_on_every_rank() {
             _ => "2.14.0",
         };
         let err = must_agree(&mut ch, "startup", "compiler", version).unwrap_err();
-        let after = ch.exchange("next", "", &Max(1)).unwrap_err();
+        let after = ch.exchange("next", &Max(1)).unwrap_err();
         (err.to_string(), groups(&err), after.kind())
     });
     let want = vec![
@@ -493,7 +493,7 @@ fn cache_hit_agreement_keeps_a_hit_only_if_every_rank_hit() {
                 .call_persistent(&x, Some(&mut ch), &store, |_, ch| {
                     // The compile's own collective: every rank must be here.
                     let ch = ch.expect("a channel");
-                    ch.exchange("step/compile", "", &AllVote(true))?;
+                    ch.exchange("step/compile", &AllVote(true))?;
                     Ok::<_, Error>("k".to_string())
                 })
                 .unwrap();

@@ -45,7 +45,12 @@ fn run<J: Join + 'static>(
                     let t = CountingTransport::new(t);
                     let counts: Arc<ByteCounts> = t.counts();
                     let mut ch = Channel::with_options(Arc::new(t), opts).unwrap();
-                    let out = ch.exchange(&call.key, &call.config, &call.value);
+                    let out = ch.exchange_with(
+                        &call.key,
+                        &call.value,
+                        &compiler_collectives_core::ExchangeOptions::default()
+                            .with_config(&call.config),
+                    );
                     let (text, fast) = match out {
                         Ok(g) => (format!("{:?}", g.merged()), g.fast_path()),
                         Err(e) => (format!("error: {e}"), false),
@@ -187,9 +192,9 @@ fn kinds_differ_is_a_desync_like_flat() {
             let r = t.rank();
             let mut ch = Channel::with_options(Arc::new(t), opts.clone()).unwrap();
             let e = if r == 3 {
-                ch.exchange("f", "", &AnyVote(true)).map(|_| ())
+                ch.exchange("f", &AnyVote(true)).map(|_| ())
             } else {
-                ch.exchange("f", "", &bench_state(2, 0)).map(|_| ())
+                ch.exchange("f", &bench_state(2, 0)).map(|_| ())
             };
             e.unwrap_err().to_string()
         });
@@ -376,7 +381,7 @@ fn the_tree_runs_only_over_cheap_point_to_point() {
                 let topology = ch.topology().clone();
                 let mut s = FrameState::new();
                 s.record("x", &Observation::tensor([4 + u64::from(rank), 2]));
-                let merged = ch.exchange("f", "", &s).expect("exchange").into_merged();
+                let merged = ch.exchange("f", &s).expect("exchange").into_merged();
                 (topology, merged.get("x").size.to_string())
             })
         })

@@ -253,7 +253,7 @@ fn compile_once(persisted: Vec<FrameState>, seen: &[u64]) -> Vec<(FrameState, Ve
     let seen = seen.to_vec();
     on_threads(world, move |t| {
         let r = t.rank() as usize;
-        let mut ch = Channel::new(t).expect("channel");
+        let mut ch = Channel::new(std::sync::Arc::new(t)).expect("channel");
         let mut cache: CompileCache<()> =
             CompileCache::new("f", CacheOptions::default()).with_state(persisted[r].clone());
         let out = cache
@@ -298,7 +298,7 @@ fn ranks_with_different_persisted_states_end_with_the_same_one() {
 fn exchange_profile_gives_every_rank_every_key() {
     let results: Vec<Profile> = on_threads(3, |t| {
         let r = t.rank();
-        let mut ch = Channel::new(t).expect("channel");
+        let mut ch = Channel::new(std::sync::Arc::new(t)).expect("channel");
         let mut mine = Profile::new();
         mine.record_shapes(&format!("only-rank-{r}"), &state("x", &[u64::from(r) + 2]));
         mine.record_shapes("shared", &state("x", &[u64::from(r) + 2]));

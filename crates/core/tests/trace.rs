@@ -23,7 +23,7 @@ fn run(dir: &Path, keys: [&'static [&'static str]; 2]) -> Vec<(u32, Vec<TraceRec
         for key in keys[r as usize] {
             let mut seen = FrameState::new();
             seen.record("x", &Observation::tensor([u64::from(r) + 4, 10]));
-            if ch.exchange(key, "", &seen).is_err() {
+            if ch.exchange(key, &seen).is_err() {
                 break;
             }
         }
@@ -191,7 +191,7 @@ fn the_tree_exchange_records_its_bytes_too() {
                 for size in [4, u64::from(r) + 4] {
                     let mut seen = FrameState::new();
                     seen.record("x", &Observation::tensor([size, 10]));
-                    ch.exchange("k", "", &seen).expect("exchange");
+                    ch.exchange("k", &seen).expect("exchange");
                 }
                 ch.shutdown().expect("shutdown");
             })

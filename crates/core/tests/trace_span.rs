@@ -61,10 +61,10 @@ fn every_exchange_has_a_span_and_an_event_with_its_figures() {
     let dispatch = tracing::Dispatch::new(capture.clone());
     on_threads(2, move |t| {
         tracing::dispatcher::with_default(&dispatch, || {
-            let mut ch = Channel::new(t).expect("channel");
+            let mut ch = Channel::new(std::sync::Arc::new(t)).expect("channel");
             let mut seen = FrameState::new();
             seen.record("x", &Observation::tensor([4, 10]));
-            ch.exchange("step", "", &seen).expect("exchange");
+            ch.exchange("step", &seen).expect("exchange");
         })
     });
     let seen = capture.seen.lock().expect("lock").clone();

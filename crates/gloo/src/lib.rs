@@ -24,7 +24,7 @@
 //! use compiler_collectives_gloo::from_env;
 //! // Under `ccol run --nproc-per-node 2 -- prog` or `torchrun --standalone --no-python prog`:
 //! let transport = from_env()?;
-//! let mut channel = Channel::new(transport)?;
+//! let mut channel = Channel::new(std::sync::Arc::new(transport))?;
 //! # Ok::<(), compiler_collectives_core::Error>(())
 //! ```
 //!

@@ -69,7 +69,7 @@ fn rank_env_exchange() -> i32 {
         .map_err(|e| e.to_string())?;
         let mut s = FrameState::new();
         s.record("x", &Observation::tensor([16 + u64::from(rank), 4]));
-        let g = ch.exchange("env", "", &s).map_err(|e| e.to_string())?;
+        let g = ch.exchange("env", &s).map_err(|e| e.to_string())?;
         let x = g.merged().get("x").size.to_string();
         let want = if world > 1 { "(Dyn,4)" } else { "(16,4)" };
         if x != want {

@@ -177,13 +177,13 @@ fn rank_main(args: &Args, rank: u32) -> Result<()> {
         "exchange_fast",
         compiler_collectives_core::envelope::DIGEST_MSG_LEN,
         time(args.iters, || {
-            Ok(ch.exchange("bench", "", &same).map(|_| ())?)
+            Ok(ch.exchange("bench", &same).map(|_| ())?)
         })?,
     ));
     let mut differ = FrameState::new();
     differ.record("x", &Observation::tensor([16 + u64::from(rank), 10]));
     let full = time(args.iters, || {
-        Ok(ch.exchange("bench", "", &differ).map(|_| ())?)
+        Ok(ch.exchange("bench", &differ).map(|_| ())?)
     })?;
     // One process of a world of 1 always takes the fast path.
     let envelope = usize::try_from(counts.last_gather_longest()).unwrap_or(usize::MAX);

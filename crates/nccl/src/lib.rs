@@ -55,7 +55,7 @@
 //! // Under `torchrun --standalone --nproc-per-node 2 --no-python prog` (a
 //! // fresh run id per launch), or with CCOL_NCCL_STORE=/shared/fresh-dir:
 //! let transport = compiler_collectives_nccl::from_env()?;
-//! let mut channel = Channel::new(transport)?;
+//! let mut channel = Channel::new(std::sync::Arc::new(transport))?;
 //! # Ok::<(), compiler_collectives_core::Error>(())
 //! ```
 //!

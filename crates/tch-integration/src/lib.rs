@@ -29,7 +29,7 @@
 //! use compiler_collectives_core::{Channel, Transport};
 //! // Under `ccol run --nproc-per-node 2 -- prog` or `torchrun --no-python prog`:
 //! let transport = compiler_collectives_tch::from_env()?;
-//! let mut channel = Channel::new(transport)?;
+//! let mut channel = Channel::new(std::sync::Arc::new(transport))?;
 //! # Ok::<(), compiler_collectives_core::Error>(())
 //! ```
 

@@ -19,7 +19,7 @@ fn state(batch: u64) -> FrameState {
 
 /// Rank 0's second exchange, as in every case.
 fn second(rank: u32, ch: &mut Channel) -> Option<compiler_collectives_core::Error> {
-    ch.exchange("train_step@model.rs:88", "", &state(8 + u64::from(rank)))
+    ch.exchange("train_step@model.rs:88", &state(8 + u64::from(rank)))
         .err()
 }
 
@@ -50,7 +50,7 @@ fn roles(title: &str, role: Role, odd: Odd) {
                     .with_timeout(Duration::from_secs(2))
                     .with_limits(limits);
                 let mut ch = Channel::with_options(Arc::new(t), opts).expect("channel");
-                ch.exchange("train_step@model.rs:88", "", &state(8))
+                ch.exchange("train_step@model.rs:88", &state(8))
                     .expect("first exchange");
                 if rank == 2 {
                     odd(&mut ch)
@@ -96,20 +96,19 @@ fn main() {
     // RUST_LOG, CCOL_LOG_FORMAT: the library's `tracing` events on stderr.
     compiler_collectives_cli::logging::init();
     case("desync: another compile key", |ch| {
-        ch.exchange("eval_step@model.rs:120", "", &state(8)).err()
+        ch.exchange("eval_step@model.rs:120", &state(8)).err()
     });
     case("desync: another sequence number (a second channel)", |ch| {
         let opts = ChannelOptions::default().with_timeout(Duration::from_secs(2));
         let mut fresh = Channel::with_options(Arc::clone(ch.transport()), opts).expect("channel");
-        fresh
-            .exchange("train_step@model.rs:88", "", &state(8))
-            .err()
+        fresh.exchange("train_step@model.rs:88", &state(8)).err()
     });
     case("configuration disagreement", |ch| {
-        ch.exchange(
+        ch.exchange_with(
             "train_step@model.rs:88",
-            "overrides={x=force_static}",
             &state(8),
+            &compiler_collectives_core::ExchangeOptions::default()
+                .with_config("overrides={x=force_static}"),
         )
         .err()
     });

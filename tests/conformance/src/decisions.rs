@@ -112,7 +112,7 @@ pub(crate) fn cache_hit_agreement(ctx: &Ctx) -> Result<(), String> {
     let x: Inputs = [("x".to_string(), Observation::tensor([8, 16]))].into();
     let kernel = |_: &_, ch: Option<&mut compiler_collectives_core::Channel>| {
         ch.ok_or_else(|| Error::InvalidArgument("no channel".into()))?
-            .exchange("step/compile", "", &AllVote(true))?;
+            .exchange("step/compile", &AllVote(true))?;
         Ok("kernel".to_string())
     };
     if ctx.rank() == 0 {

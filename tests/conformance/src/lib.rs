@@ -356,7 +356,7 @@ fn hung_rank(ctx: &Ctx) -> Result<(), String> {
         }
     }
     let mut ch = ctx.channel(ctx.timeout)?;
-    ch.exchange("f", "", &AnyVote(false))
+    ch.exchange("f", &AnyVote(false))
         .map(|_| ())
         .map_err(|e| e.to_string())
 }
@@ -699,7 +699,11 @@ fn exchange_identical_fast_path(ctx: &Ctx) -> Result<(), String> {
     let mut ch = ctx.channel(ctx.timeout)?;
     let local = state(16);
     let g = ch
-        .exchange("step", "cfg", &local)
+        .exchange_with(
+            "step",
+            &local,
+            &compiler_collectives_core::ExchangeOptions::default().with_config("cfg"),
+        )
         .map_err(|e| e.to_string())?;
     ensure(g.fast_path(), || {
         "identical states did not take the fast path".into()
@@ -712,7 +716,11 @@ fn exchange_merges_differences(ctx: &Ctx) -> Result<(), String> {
     let mut ch = ctx.channel(ctx.timeout)?;
     let local = state(5 + u64::from(ctx.rank()));
     let g = ch
-        .exchange("step", "cfg", &local)
+        .exchange_with(
+            "step",
+            &local,
+            &compiler_collectives_core::ExchangeOptions::default().with_config("cfg"),
+        )
         .map_err(|e| e.to_string())?;
     ensure(!g.fast_path(), || {
         "different states took the fast path".into()
@@ -737,9 +745,9 @@ fn exchange_sequence_advances(ctx: &Ctx) -> Result<(), String> {
     let mut ch = ctx.channel(ctx.timeout)?;
     for i in 0..4u64 {
         let vote = AnyVote(ctx.rank() == 0 && i == 2);
-        let g = ch.exchange("vote", "", &vote).map_err(|e| e.to_string())?;
+        let g = ch.exchange("vote", &vote).map_err(|e| e.to_string())?;
         ensure(g.seq() == i, || format!("seq {} at exchange {i}", g.seq()))?;
-        ensure(g.merged().0 == (i == 2), || {
+        ensure(g.any() == (i == 2), || {
             format!("vote {i}: {:?}", g.merged())
         })?;
         ensure(ch.last_completed() == Some(i), || {
@@ -781,7 +789,7 @@ fn desync_compile_keys(ctx: &Ctx) -> Result<(), String> {
         "eval_step@model.rs:120"
     };
     let mut ch = ctx.channel(ctx.timeout)?;
-    let err = match ch.exchange(key, "", &state(8)) {
+    let err = match ch.exchange(key, &state(8)) {
         Ok(_) => return Err("exchange under different compile keys succeeded".into()),
         Err(e) => e,
     };
@@ -806,13 +814,13 @@ fn desync_sequence_numbers(ctx: &Ctx) -> Result<(), String> {
     // over the same communicator for their second exchange (a misuse that
     // puts the ranks at different sequence numbers).
     let mut ch = ctx.channel(ctx.timeout)?;
-    ch.exchange("f", "", &AnyVote(false))
+    ch.exchange("f", &AnyVote(false))
         .map_err(|e| e.to_string())?;
     let res = if ctx.rank() == 0 {
-        ch.exchange("f", "", &AnyVote(false))
+        ch.exchange("f", &AnyVote(false))
     } else {
         let mut fresh = ctx.channel(ctx.timeout)?;
-        fresh.exchange("f", "", &AnyVote(false))
+        fresh.exchange("f", &AnyVote(false))
     };
     let err = res
         .err()
@@ -824,9 +832,9 @@ fn desync_sequence_numbers(ctx: &Ctx) -> Result<(), String> {
 fn desync_decision_kinds(ctx: &Ctx) -> Result<(), String> {
     let mut ch = ctx.channel(ctx.timeout)?;
     let res = if ctx.rank() == 0 {
-        ch.exchange("f", "", &AnyVote(true)).map(|_| ())
+        ch.exchange("f", &AnyVote(true)).map(|_| ())
     } else {
-        ch.exchange("f", "", &state(4)).map(|_| ())
+        ch.exchange("f", &state(4)).map(|_| ())
     };
     let err = res.err().ok_or("exchange of different kinds succeeded")?;
     let others: Vec<u32> = (1..ctx.world()).collect();
@@ -841,7 +849,11 @@ fn config_disagreement(ctx: &Ctx) -> Result<(), String> {
     };
     let mut ch = ctx.channel(ctx.timeout)?;
     let err = ch
-        .exchange("f", cfg, &state(4))
+        .exchange_with(
+            "f",
+            &state(4),
+            &compiler_collectives_core::ExchangeOptions::default().with_config(cfg),
+        )
         .err()
         .ok_or("differing configuration accepted")?;
     let others: Vec<u32> = (1..ctx.world()).collect();
@@ -866,7 +878,7 @@ fn version_mismatch_named(ctx: &Ctx) -> Result<(), String> {
     } else {
         let mut ch = ctx.channel(ctx.timeout)?;
         let err = ch
-            .exchange("f", "", &state(4))
+            .exchange("f", &state(4))
             .err()
             .ok_or("a v99 peer was accepted")?;
         ensure(matches!(err, Error::VersionMismatch { .. }), || {
@@ -934,7 +946,7 @@ fn corrupt_payload_named(ctx: &Ctx) -> Result<(), String> {
         return Ok(());
     }
     let mut ch = ctx.channel(ctx.timeout)?;
-    match ch.exchange("f", "", &state(4)) {
+    match ch.exchange("f", &state(4)) {
         Err(Error::Decode { rank: Some(r), .. }) if r == odd => Ok(()),
         other => Err(format!(
             "expected a decode error naming rank {odd}, got {other:?}"
@@ -973,7 +985,7 @@ fn version_mismatch_full_path(ctx: &Ctx) -> Result<(), String> {
     )
     .map_err(|e| e.to_string())?;
     let err = ch
-        .exchange("f", "", &state(4))
+        .exchange("f", &state(4))
         .err()
         .ok_or("a v99 envelope was accepted")?;
     let others: Vec<u32> = (0..odd).collect();
@@ -1017,16 +1029,15 @@ fn corrupt_payload_every_rank(ctx: &Ctx) -> Result<(), String> {
     let odd = ctx.world() - 1;
     let mut ch = ctx.channel(ctx.timeout)?;
     let res = if ctx.rank() == odd {
-        ch.exchange("f", "", &GarbledFrameState(state(4)))
-            .map(|_| ())
+        ch.exchange("f", &GarbledFrameState(state(4))).map(|_| ())
     } else {
-        ch.exchange("f", "", &state(4)).map(|_| ())
+        ch.exchange("f", &state(4)).map(|_| ())
     };
     match res {
         Err(e @ Error::Decode { rank: Some(r), .. }) if r == odd => {
             let text = e.to_string();
             ensure(text.contains(&format!("rank {odd}")), || text.clone())?;
-            let next = ch.exchange("f", "", &state(4));
+            let next = ch.exchange("f", &state(4));
             ensure(matches!(next, Err(Error::ChannelUnusable { .. })), || {
                 format!("after a decode error: {next:?}")
             })
@@ -1043,14 +1054,14 @@ fn corrupt_payload_every_rank(ctx: &Ctx) -> Result<(), String> {
 fn slow_rank_within_deadline(ctx: &Ctx) -> Result<(), String> {
     let odd = ctx.world() - 1;
     let mut ch = ctx.channel(ctx.short_timeout)?;
-    ch.exchange("f", "", &state(4)).map_err(|e| e.to_string())?;
+    ch.exchange("f", &state(4)).map_err(|e| e.to_string())?;
     let delay = ctx.short_timeout * 2 / 3;
     if ctx.rank() == odd {
         std::thread::sleep(delay);
     }
     let start = Instant::now();
     let g = ch
-        .exchange("f", "", &state(4 + u64::from(ctx.rank())))
+        .exchange("f", &state(4 + u64::from(ctx.rank())))
         .map_err(|e| {
             format!(
                 "a rank {delay:?} late inside a {:?} deadline: {e}",
@@ -1075,11 +1086,11 @@ fn slow_rank_within_deadline(ctx: &Ctx) -> Result<(), String> {
 fn unusable_after_error(ctx: &Ctx) -> Result<(), String> {
     let key = if ctx.rank() == 0 { "a" } else { "b" };
     let mut ch = ctx.channel(ctx.timeout)?;
-    let first = ch.exchange(key, "", &AnyVote(false));
+    let first = ch.exchange(key, &AnyVote(false));
     ensure(matches!(first, Err(Error::Desync { .. })), || {
         format!("{first:?}")
     })?;
-    let second = ch.exchange("a", "", &AnyVote(false));
+    let second = ch.exchange("a", &AnyVote(false));
     ensure(matches!(second, Err(Error::ChannelUnusable { .. })), || {
         format!("{second:?}")
     })
@@ -1090,7 +1101,7 @@ fn unusable_after_error(ctx: &Ctx) -> Result<(), String> {
 fn missing_rank_times_out(ctx: &Ctx) -> Result<(), String> {
     let odd = ctx.world() - 1;
     let mut ch = ctx.channel(ctx.short_timeout)?;
-    ch.exchange("f", "", &AnyVote(false))
+    ch.exchange("f", &AnyVote(false))
         .map_err(|e| e.to_string())?;
     if ctx.rank() == odd {
         std::thread::sleep(ctx.short_timeout + ctx.margin + Duration::from_millis(500));
@@ -1098,7 +1109,7 @@ fn missing_rank_times_out(ctx: &Ctx) -> Result<(), String> {
         return Ok(());
     }
     let start = Instant::now();
-    let res = ch.exchange("f", "", &AnyVote(false));
+    let res = ch.exchange("f", &AnyVote(false));
     let took = start.elapsed();
     match res {
         Err(Error::Timeout {
@@ -1133,7 +1144,7 @@ fn shutdown_fails_peers_fast(ctx: &Ctx) -> Result<(), String> {
         return Ok(());
     }
     let start = Instant::now();
-    let res = ch.exchange("f", "", &AnyVote(false));
+    let res = ch.exchange("f", &AnyVote(false));
     let took = start.elapsed();
     match res {
         Err(Error::PeerLost { ranks, reason, .. }) => {
@@ -1168,7 +1179,7 @@ fn two_ranks_leave_at_different_times(ctx: &Ctx) -> Result<(), String> {
         return ch.shutdown().map_err(|e| e.to_string());
     }
     let start = Instant::now();
-    let res = ch.exchange("f", "", &AnyVote(false));
+    let res = ch.exchange("f", &AnyVote(false));
     let took = start.elapsed();
     let want = vec![second, first];
     match res {
@@ -1231,7 +1242,7 @@ fn abort_is_not_a_shutdown(ctx: &Ctx) -> Result<(), String> {
         return Ok(());
     }
     let start = Instant::now();
-    match ch.exchange("f", "", &AnyVote(false)) {
+    match ch.exchange("f", &AnyVote(false)) {
         Err(Error::PeerLost { ranks, reason, .. }) => {
             ensure(ranks == vec![odd], || {
                 format!("lost {ranks:?}, want [{odd}]")
@@ -1282,7 +1293,11 @@ fn tree_exchange_matches_flat(ctx: &Ctx) -> Result<(), String> {
     let local = state(5 + u64::from(ctx.rank()));
     for (ch, what) in [(&mut tree, "tree"), (&mut flat, "flat")] {
         let g = ch
-            .exchange("step", "cfg", &local)
+            .exchange_with(
+                "step",
+                &local,
+                &compiler_collectives_core::ExchangeOptions::default().with_config("cfg"),
+            )
             .map_err(|e| format!("{what}: {e}"))?;
         ensure(!g.fast_path(), || {
             format!("{what}: fast path on differing states")
@@ -1291,7 +1306,11 @@ fn tree_exchange_matches_flat(ctx: &Ctx) -> Result<(), String> {
             format!("{what}: merged {:?}", g.merged())
         })?;
         let same = ch
-            .exchange("step", "cfg", &state(8))
+            .exchange_with(
+                "step",
+                &state(8),
+                &compiler_collectives_core::ExchangeOptions::default().with_config("cfg"),
+            )
             .map_err(|e| format!("{what}: {e}"))?;
         ensure(same.fast_path() && *same.merged() == state(8), || {
             format!("{what}: identical states gave {:?}", same.merged())
@@ -1302,7 +1321,7 @@ fn tree_exchange_matches_flat(ctx: &Ctx) -> Result<(), String> {
     } else {
         "train"
     };
-    let text = |ch: &mut Channel| match ch.exchange(key, "", &local) {
+    let text = |ch: &mut Channel| match ch.exchange(key, &local) {
         Ok(_) => Err("exchange under different compile keys succeeded".to_string()),
         Err(e) => Ok(e.to_string()),
     };

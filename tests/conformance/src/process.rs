@@ -147,7 +147,7 @@ pub fn rank_kill_loop(transport: Arc<dyn Transport>, deadline: Duration) -> i32 
             "x",
             &Observation::tensor([u64::from(rank) + 2 + (i % 3), 8]),
         );
-        if let Err(e) = ch.exchange("loop", "", &s) {
+        if let Err(e) = ch.exchange("loop", &s) {
             let ranks: Vec<String> = e.missing_ranks().iter().map(u32::to_string).collect();
             println!(
                 "ERROR {} [{}] {} {}",
@@ -201,11 +201,10 @@ pub fn soak_exchange(ch: &mut Channel, i: u64) -> Result<(), String> {
         let g = ch
             .exchange(
                 "soak_vote",
-                "",
                 &compiler_collectives_core::join::AnyVote(rank == 0),
             )
             .map_err(|e| format!("exchange {i}: {e}"))?;
-        return if g.merged().0 {
+        return if g.any() {
             Ok(())
         } else {
             Err(format!("vote {i} lost rank 0's yes"))
@@ -216,7 +215,7 @@ pub fn soak_exchange(ch: &mut Channel, i: u64) -> Result<(), String> {
     s.record("x", &Observation::tensor([batch, 8]));
     s.record("n", &Observation::Int(7));
     let g = ch
-        .exchange("soak", "", &s)
+        .exchange("soak", &s)
         .map_err(|e| format!("exchange {i}: {e}"))?;
     let x = g.merged().get("x").size.to_string();
     let want = if i % 2 == 1 && ch.world_size() > 1 {
@@ -261,12 +260,8 @@ pub fn rank_soak(transport: Arc<dyn Transport>, warmup: u64, n: u64) -> i32 {
         let files_before = count_files(&dir);
         let (_, after) = soak(&mut ch, 0, n)?;
         // Every rank has finished its last exchange before anyone counts.
-        ch.exchange(
-            "soak_end",
-            "",
-            &compiler_collectives_core::join::AnyVote(false),
-        )
-        .map_err(|e| e.to_string())?;
+        ch.exchange("soak_end", &compiler_collectives_core::join::AnyVote(false))
+            .map_err(|e| e.to_string())?;
         let files_after = count_files(&dir);
         Ok(format!(
             "SOAK {before} {after} {files_before} {files_after}"

@@ -25,7 +25,7 @@ pub(crate) fn exchange_x(
     .expect("channel");
     let mut s = FrameState::new();
     s.record("x", &Observation::tensor(shape));
-    let merged = ch.exchange(name, "", &s).expect("exchange").into_merged();
+    let merged = ch.exchange(name, &s).expect("exchange").into_merged();
     ch.shutdown().expect("shutdown");
     merged.get("x").size.to_string()
 }
