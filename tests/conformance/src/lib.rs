@@ -698,13 +698,7 @@ fn state(batch: u64) -> FrameState {
 fn exchange_identical_fast_path(ctx: &Ctx) -> Result<(), String> {
     let mut ch = ctx.channel(ctx.timeout)?;
     let local = state(16);
-    let g = ch
-        .exchange_with(
-            "step",
-            &local,
-            &compiler_collectives_core::ExchangeOptions::default().with_config("cfg"),
-        )
-        .map_err(|e| e.to_string())?;
+    let g = exchange_with_cfg(&mut ch, &local)?;
     ensure(g.fast_path(), || {
         "identical states did not take the fast path".into()
     })?;
@@ -712,16 +706,23 @@ fn exchange_identical_fast_path(ctx: &Ctx) -> Result<(), String> {
     ensure(g.seq() == 0, || format!("seq {}", g.seq()))
 }
 
+/// One exchange of `local` under key `step` with configuration `cfg`.
+fn exchange_with_cfg(
+    ch: &mut Channel,
+    local: &FrameState,
+) -> Result<compiler_collectives_core::Gathered<FrameState>, String> {
+    ch.exchange_with(
+        "step",
+        local,
+        &compiler_collectives_core::ExchangeOptions::default().with_config("cfg"),
+    )
+    .map_err(|e| e.to_string())
+}
+
 fn exchange_merges_differences(ctx: &Ctx) -> Result<(), String> {
     let mut ch = ctx.channel(ctx.timeout)?;
     let local = state(5 + u64::from(ctx.rank()));
-    let g = ch
-        .exchange_with(
-            "step",
-            &local,
-            &compiler_collectives_core::ExchangeOptions::default().with_config("cfg"),
-        )
-        .map_err(|e| e.to_string())?;
+    let g = exchange_with_cfg(&mut ch, &local)?;
     ensure(!g.fast_path(), || {
         "different states took the fast path".into()
     })?;
