@@ -60,13 +60,15 @@ pub fn parse_timeout_secs(text: &str) -> Result<Duration> {
     Ok(Duration::from_secs_f64(secs))
 }
 
-/// Reads `CCOL_TIMEOUT_S`, if set.
+/// Reads `CCOL_TIMEOUT_S`, if set; an empty value counts as unset (as for
+/// every `CCOL_*` variable).
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] naming the variable when it is set but not a
 /// valid number of seconds.
 pub fn timeout_from_env() -> Result<Option<Duration>> {
     match std::env::var(TIMEOUT_ENV) {
+        Ok(v) if v.is_empty() => Ok(None),
         Ok(v) => parse_timeout_secs(&v).map(Some).map_err(|e| match e {
             Error::InvalidArgument(m) => Error::InvalidArgument(format!("{TIMEOUT_ENV}: {m}")),
             other => other,

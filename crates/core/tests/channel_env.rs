@@ -43,8 +43,11 @@ fn only_from_env_reads_the_environment() {
         Channel::new(std::sync::Arc::new(t)).is_ok(),
         "a channel ignores the bad variable"
     );
-    std::env::remove_var("CCOL_TIMEOUT_S");
+    // Empty counts as unset, for both.
+    std::env::set_var("CCOL_TIMEOUT_S", "");
     std::env::set_var("CCOL_TRACE_DIR", "");
-    assert_eq!(ChannelOptions::from_env().unwrap().trace_dir, None);
+    let empty = ChannelOptions::from_env().unwrap();
+    assert_eq!((empty.timeout, empty.trace_dir), (None, None));
+    std::env::remove_var("CCOL_TIMEOUT_S");
     std::env::remove_var("CCOL_TRACE_DIR");
 }
