@@ -9,7 +9,7 @@ Two modes, both run by `ccol bench` (which embeds this file):
   one ``FrameStateSizeEntry`` per source -- and the join every rank then does
   (``FrameStateSizeEntry |=`` over every rank's entries, as
   ``process_automatic_dynamic`` / ``update_automatic_dynamic`` do). The state
-  is the one of ``compiler_collectives_core::benchmark::bench_state``:
+  is the one of ``compiler_collectives_harness::benchmark::bench_state``:
   ``sources`` tensors of shape (8, 16, 4), every third with dim 0 = 8 + rank,
   strides as Dynamo records them (InferStride).
 * ``join`` -- one process: joins ``ranks`` such states of ``sources`` sources

@@ -32,7 +32,7 @@ step "cargo clippy (default members, then every crate with Gloo)"
 cargo clippy --all-targets -- -D warnings
 cargo clippy --workspace --all-targets "${features[@]}" -- -D warnings
 step "cargo doc"
-RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p compiler-collectives-core -p compiler-collectives
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p compiler-collectives-core -p compiler-collectives -p compiler-collectives-harness
 step "core depends on no backend"
 deps=$(cargo tree -p compiler-collectives-core -e normal,build --prefix none --quiet)
 if grep -Ei '^(compiler-collectives-(gloo|nccl|tch)|cudarc|tch|torch-sys|libloading|cc) ' <<<"$deps"; then
@@ -40,6 +40,11 @@ if grep -Ei '^(compiler-collectives-(gloo|nccl|tch)|cudarc|tch|torch-sys|libload
     exit 1
 fi
 grep -q '^#!\[forbid(unsafe_code)\]' crates/core/src/lib.rs || { echo "core must forbid unsafe code" >&2; exit 1; }
+# Demo data, test-oracle formats and benchmark loops live in crates/harness.
+if grep -rn 'common-licenses' crates/core; then
+    echo "core holds no demo data (the demo corpus is crates/harness's)" >&2
+    exit 1
+fi
 step "the repository cites only itself"
 # README, ARCHITECTURE, help texts and code comments cite docs/ (the design a
 # clone needs), never a file outside the checkout. (The bracket keeps this

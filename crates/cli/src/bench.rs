@@ -34,10 +34,10 @@
 
 use anyhow::{bail, Context as _};
 use clap::Args;
-use compiler_collectives::benchmark::{
+use compiler_collectives::{InProcessGroup, Join, Transport};
+use compiler_collectives_harness::benchmark::{
     bench_state, envelope_bytes, measure_exchange, samples_json, simulate, SimResult,
 };
-use compiler_collectives::{InProcessGroup, Join, Transport};
 use serde_json::{json, Value};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};

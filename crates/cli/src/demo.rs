@@ -10,8 +10,8 @@
 
 use crate::{count, print_table, ranks_word};
 use clap::Args;
-use compiler_collectives::corpus::{CorpusOptions, Tokenizer};
-use compiler_collectives::scenario::{Mode, RankError, RankReport, RunReport};
+use compiler_collectives_harness::corpus::{CorpusOptions, Tokenizer};
+use compiler_collectives_harness::scenario::{Mode, RankError, RankReport, RunReport};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -164,7 +164,8 @@ pub(crate) fn demo(args: &DemoArgs) -> ExitCode {
         return ExitCode::from(EXIT_USAGE);
     }
     let opts = args.data.corpus_options(args.nproc);
-    let (scenario, summary) = match compiler_collectives::corpus::build_with_summary(&opts) {
+    let (scenario, summary) = match compiler_collectives_harness::corpus::build_with_summary(&opts)
+    {
         Ok(x) => x,
         Err(e) => {
             eprintln!("ccol demo: {e}");
@@ -177,7 +178,7 @@ pub(crate) fn demo(args: &DemoArgs) -> ExitCode {
         None => compiler_collectives::protocol::timeout_from_env(),
     };
     let timeout = match timeout {
-        Ok(t) => t.unwrap_or(compiler_collectives::scenario::RUNNER_TIMEOUT),
+        Ok(t) => t.unwrap_or(compiler_collectives_harness::scenario::RUNNER_TIMEOUT),
         Err(e) => {
             eprintln!("ccol demo: {e}");
             return ExitCode::from(EXIT_USAGE);
@@ -434,7 +435,7 @@ pub(crate) fn worker(args: &WorkerArgs) -> ExitCode {
             let usage = e
                 .downcast_ref::<compiler_collectives::Error>()
                 .is_some_and(|c| matches!(c, compiler_collectives::Error::InvalidArgument(_)))
-                || e.downcast_ref::<compiler_collectives::corpus::CorpusError>()
+                || e.downcast_ref::<compiler_collectives_harness::corpus::CorpusError>()
                     .is_some();
             ExitCode::from(if usage { EXIT_USAGE } else { EXIT_RANK_FAILED })
         }
@@ -444,14 +445,14 @@ pub(crate) fn worker(args: &WorkerArgs) -> ExitCode {
 #[cfg(feature = "gloo")]
 fn worker_inner(args: &WorkerArgs) -> anyhow::Result<ExitCode> {
     use compiler_collectives::protocol::{parse_timeout_secs, timeout_from_env};
-    use compiler_collectives::scenario::RUNNER_TIMEOUT;
     use compiler_collectives::{Channel, ChannelOptions, Transport};
+    use compiler_collectives_harness::scenario::RUNNER_TIMEOUT;
     use serde_json::json;
     let transport = compiler_collectives::gloo::from_env()?;
     let rank = transport.rank();
     let world = transport.world_size();
     let opts = args.data.corpus_options(world);
-    let scenario = compiler_collectives::corpus::build(&opts)?;
+    let scenario = compiler_collectives_harness::corpus::build(&opts)?;
     let timeout = match &args.data.timeout {
         Some(t) => parse_timeout_secs(t)?,
         None => timeout_from_env()?.unwrap_or(RUNNER_TIMEOUT),
@@ -470,7 +471,7 @@ fn worker_inner(args: &WorkerArgs) -> anyhow::Result<ExitCode> {
     // CCOL_PROFILE_DIR (with the run id `ccol run` and torchrun export): a
     // restarted job starts from the decisions its earlier runs saved.
     let profile = compiler_collectives::profile::ProfileStore::from_env()?;
-    let report = compiler_collectives::scenario::run_rank_with(
+    let report = compiler_collectives_harness::scenario::run_rank_with(
         &scenario,
         mode,
         rank,

@@ -27,7 +27,7 @@ use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 use compiler_collectives::profile::ProfileStore;
 use compiler_collectives::protocol::{parse_timeout_secs, timeout_from_env};
-use compiler_collectives::scenario::{
+use compiler_collectives_harness::scenario::{
     check_expectation, run_in_process, run_in_process_with, Mode, RunOptions, RunReport, Scenario,
     ScenarioLimits, RUNNER_TIMEOUT,
 };

@@ -24,11 +24,11 @@ use anyhow::{anyhow, bail, Context as _};
 use clap::Args;
 use compiler_collectives::lattice::{Atom, Dims, SizeEntry, Stride};
 use compiler_collectives::protocol::{parse_timeout_secs, timeout_from_env};
-use compiler_collectives::scenario::{
-    run_in_process, strip_messages, Mode, Scenario, ScenarioLimits, RUNNER_TIMEOUT,
-};
 use compiler_collectives::shapes::{decide, FrameState, Observation, SourceDecision};
 use compiler_collectives::Join;
+use compiler_collectives_harness::scenario::{
+    run_in_process, strip_messages, Mode, Scenario, ScenarioLimits, RUNNER_TIMEOUT,
+};
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Write};

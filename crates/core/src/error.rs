@@ -86,8 +86,10 @@ fn fmt_groups(f: &mut fmt::Formatter<'_>, groups: &[RankGroup], verb: [&str; 2])
     Ok(())
 }
 
-/// `n` with the noun in the right number: `1 byte`, `2 bytes`.
-pub(crate) fn counted<N>(n: N, one: &str, many: &str) -> String
+/// `n` with the noun in the right number: `counted(1, "byte", "bytes")` is
+/// `1 byte`, `counted(2, …)` is `2 bytes`. Every message of the library (and of
+/// the crates built on it) counts things this way.
+pub fn counted<N>(n: N, one: &str, many: &str) -> String
 where
     N: fmt::Display + PartialEq + From<u8>,
 {

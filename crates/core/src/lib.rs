@@ -19,10 +19,8 @@
 //! | [`compact`] | the one-varint wire form of lattice atoms |
 //! | [`counting`] | a transport wrapper that counts bytes received (benchmarks, tests) |
 //! | [`inprocess`] | an engine whose ranks are threads (tests, simulations, the template for backends) |
-//! | [`benchmark`] | the measurement loops of `ccol bench` (any transport) and the scale simulation |
-//! | [`cache`] | the reference compile cache a JIT front-end can use as is |
-//! | [`scenario`] | scenario files (one job each) and the program they stand for |
-//! | [`profile`] | profiles: decisions persisted per job across runs (PGO), crash-safe store |
+//! //! | [`cache`] | the reference compile cache a JIT front-end can use as is |
+//! //! | [`profile`] | profiles: decisions persisted per job across runs (PGO), crash-safe store |
 //! | [`trace`] | one `tracing` span per exchange and JSON-lines trace files per rank |
 //! | [`agree`] | must-agree values (compiler version, config hash, code fingerprint) |
 //! | [`autotune`] | best-choice and sharded autotuning: the same winner per op on every rank |
@@ -61,10 +59,8 @@
 pub mod agree;
 pub mod artifacts;
 pub mod autotune;
-pub mod benchmark;
 pub mod cache;
 pub mod compact;
-pub mod corpus;
 pub mod counting;
 pub mod envelope;
 mod error;
@@ -77,7 +73,6 @@ pub mod paths;
 pub mod profile;
 pub mod protocol;
 pub mod runenv;
-pub mod scenario;
 pub mod shapes;
 pub mod toolkit;
 pub mod torchelastic;
@@ -85,7 +80,7 @@ pub mod trace;
 pub mod transport;
 
 pub use error::{
-    group_ranks, DecodeError, Error, ExchangeInfo, PeerLoss, RankGroup, RankList, Result,
+    counted, group_ranks, DecodeError, Error, ExchangeInfo, PeerLoss, RankGroup, RankList, Result,
 };
 pub use filestore::FileStore;
 pub use inprocess::{InProcessGroup, InProcessStore, InProcessTransport};

@@ -1,6 +1,6 @@
 //! One rank of `ccol bench` over libtorch's c10d (`ProcessGroupGloo`, the
 //! engine PyTorch's own path uses): the same interleaved measurement as
-//! `ccol bench-worker` ([`compiler_collectives_core::benchmark::measure_exchange`]).
+//! `ccol bench-worker` ([`compiler_collectives_harness::benchmark::measure_exchange`]).
 //! `ccol bench --c10d-worker PATH` starts it on every rank through `ccol run`:
 //!
 //! ```text
@@ -12,8 +12,8 @@
 //! --timeout S --results DIR`; writes `DIR/bench-rank-<R>.json`.
 
 use anyhow::Context as _;
-use compiler_collectives_core::benchmark::{measure_exchange, samples_json};
 use compiler_collectives_core::{Deadline, Transport};
+use compiler_collectives_harness::benchmark::{measure_exchange, samples_json};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;

@@ -27,7 +27,7 @@
 //! (`loss_digest` hashes the bits of every step's loss.)
 //!
 //! # Data
-//! The corpus of `ccol demo` ([`compiler_collectives_core::corpus`]) with the
+//! The corpus of `ccol demo` ([`compiler_collectives_harness::corpus`]) with the
 //! character tokenizer: a sample is one paragraph (its words joined by single
 //! spaces) cut to `--max-seq-len` characters; the schedule shards and batches
 //! it like `DistributedSampler` + `DataLoader`, so a batch's `seq_len` differs
@@ -65,8 +65,8 @@ use compiler_collectives_cli::args::at_least_one;
 use compiler_collectives_core::cache::{
     CacheOptions, CompileCache, CompiledFrame, Inputs, Outcome,
 };
-use compiler_collectives_core::corpus::{self, Batch, Corpus, CorpusOptions, Tokenizer};
 use compiler_collectives_core::{Channel, ChannelOptions, Transport};
+use compiler_collectives_harness::corpus::{self, Batch, Corpus, CorpusOptions, Tokenizer};
 use compiler_collectives_tch::{observe, C10dJob, C10dProcessGroup, ReduceOp};
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -24,9 +24,9 @@ use compiler_collectives_core::join::{AllVote, AnyVote, Max, Min};
 use compiler_collectives_core::profile::{
     Profile, ProfileLimits, PROFILE_HEADER_LEN, PROFILE_MAGIC, PROFILE_VERSION,
 };
-use compiler_collectives_core::scenario::{Scenario, ScenarioLimits};
 use compiler_collectives_core::shapes::FrameState;
 use compiler_collectives_core::Join;
+use compiler_collectives_harness::scenario::{Scenario, ScenarioLimits};
 
 /// A check: panics when `data` breaks a property.
 pub type Check = fn(&[u8]);

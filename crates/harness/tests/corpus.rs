@@ -1,10 +1,10 @@
 //! The demo's data pipeline: corpus directory → per-rank, per-step inputs.
 
-use compiler_collectives_core::corpus::{
+use compiler_collectives_core::shapes::Observation;
+use compiler_collectives_harness::corpus::{
     self, Corpus, CorpusError, CorpusOptions, SkipReason, Tokenizer, MASK, TOKENS,
 };
-use compiler_collectives_core::scenario::{run_in_process, Mode, Scenario, RUNNER_TIMEOUT};
-use compiler_collectives_core::shapes::Observation;
+use compiler_collectives_harness::scenario::{run_in_process, Mode, Scenario, RUNNER_TIMEOUT};
 use std::collections::BTreeSet;
 use std::path::Path;
 
@@ -489,7 +489,7 @@ fn symlinks_are_followed_and_read_once() {
     assert_eq!(c.sequences().len(), 3);
 }
 
-fn compile_steps(report: &compiler_collectives_core::scenario::RunReport) -> Vec<Vec<u64>> {
+fn compile_steps(report: &compiler_collectives_harness::scenario::RunReport) -> Vec<Vec<u64>> {
     report
         .ranks
         .iter()

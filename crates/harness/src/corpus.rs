@@ -69,8 +69,8 @@
 //! # Example
 //!
 //! ```
-//! use compiler_collectives_core::corpus::{self, CorpusOptions};
-//! use compiler_collectives_core::scenario::{run_in_process, Mode, RUNNER_TIMEOUT};
+//! use compiler_collectives_harness::corpus::{self, CorpusOptions};
+//! use compiler_collectives_harness::scenario::{run_in_process, Mode, RUNNER_TIMEOUT};
 //!
 //! let dir = tempfile::tempdir()?;
 //! std::fs::write(dir.path().join("a.txt"), "one two three\n\nfour\nfive\n\nsix seven")?;
@@ -84,9 +84,9 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use crate::cache::{CacheOptions, Inputs};
 use crate::scenario::{Scenario, ScenarioLimits};
-use crate::shapes::Observation;
+use compiler_collectives_core::cache::{CacheOptions, Inputs};
+use compiler_collectives_core::shapes::Observation;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::io::Read;
@@ -230,7 +230,7 @@ pub enum CorpusError {
         dir: PathBuf,
     },
     /// The directory holds no readable regular file.
-    #[error("corpus directory {}: no readable regular files ({} skipped); pass a directory of text files with --corpus DIR", dir.display(), crate::error::counted(*skipped, "entry", "entries"))]
+    #[error("corpus directory {}: no readable regular files ({} skipped); pass a directory of text files with --corpus DIR", dir.display(), compiler_collectives_core::counted(*skipped, "entry", "entries"))]
     Empty {
         /// The directory.
         dir: PathBuf,
@@ -238,7 +238,7 @@ pub enum CorpusError {
         skipped: usize,
     },
     /// Files were read but none holds a non-blank line.
-    #[error("corpus directory {}: {} read but none holds any text; pass a directory of text files with --corpus DIR", dir.display(), crate::error::counted(*files, "file", "files"))]
+    #[error("corpus directory {}: {} read but none holds any text; pass a directory of text files with --corpus DIR", dir.display(), compiler_collectives_core::counted(*files, "file", "files"))]
     NoText {
         /// The directory.
         dir: PathBuf,
@@ -406,7 +406,7 @@ pub struct CorpusSummary {
 
 impl fmt::Display for CorpusSummary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        use crate::error::counted;
+        use compiler_collectives_core::counted;
         writeln!(
             f,
             "corpus {}: {} ({}, {} truncated, {} skipped)",

@@ -5,7 +5,7 @@
 //! every time — never only those that had left when it noticed — and comes
 //! within the deadline + 1 s. A deadline bound, so this file holds one test.
 
-use compiler_collectives_core::scenario::{run_in_process, Mode, Scenario, ScenarioLimits};
+use compiler_collectives_harness::scenario::{run_in_process, Mode, Scenario, ScenarioLimits};
 use std::path::Path;
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,7 @@
 //! data-driven checks that malformed scenario files are rejected with the
 //! right field named.
 
-use compiler_collectives_core::scenario::{
+use compiler_collectives_harness::scenario::{
     check_expectation, run_in_process, Mode, Scenario, ScenarioLimits, RUNNER_TIMEOUT,
 };
 use std::path::{Path, PathBuf};
@@ -253,7 +253,7 @@ fn files_that_are_not_regular_files_are_refused_without_reading_them() {
 
 #[test]
 fn a_name_longer_than_the_limit_is_refused() {
-    let name = "n".repeat(compiler_collectives_core::scenario::MAX_NAME_BYTES + 1);
+    let name = "n".repeat(compiler_collectives_harness::scenario::MAX_NAME_BYTES + 1);
     let json = format!(r#"{{"name": "{name}", "world_size": 1, "steps": []}}"#);
     let err = Scenario::from_slice(json.as_bytes(), "<test>", &ScenarioLimits::default())
         .expect_err("too long");

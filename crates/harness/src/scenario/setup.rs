@@ -2,7 +2,7 @@
 //! hints (issue 9's scenario extensions), and how the runner realises them.
 //!
 //! - `"warm_cache": {"<rank>": [steps…]}` — the program compiles through a
-//!   persistent artifact cache ([`crate::artifacts`]), one directory per rank
+//!   persistent artifact cache ([`compiler_collectives_core::artifacts`]), one directory per rank
 //!   (empty at the start). Rank `r`'s cache already holds the artifact that a
 //!   compile at each listed step (0-based) needs, as if an earlier run had
 //!   written it; a listed step at which the rank does not compile has no
@@ -18,7 +18,7 @@
 //!   there.
 //!
 //! With the artifact cache, a backend compile is modelled as one that runs
-//! collectives of its own: sharded autotuning ([`crate::autotune`]) of four
+//! collectives of its own: sharded autotuning ([`compiler_collectives_core::autotune`]) of four
 //! tile candidates with fixed synthetic timings, one exchange under the key
 //! `scenario:NAME/autotune` (only when the rank has a channel). That is what
 //! makes a warm rank that skips its compile fall out of step without
@@ -28,12 +28,12 @@
 //! rank's disk held the artifact (kept or not).
 
 use super::ScenarioError;
-use crate::artifacts::{artifact_key, ArtifactStore, DiskArtifacts};
-use crate::autotune::{autotune, Strategy};
-use crate::cache::Inputs;
-use crate::error::Result;
-use crate::protocol::Channel;
-use crate::shapes::Observation;
+use compiler_collectives_core::artifacts::{artifact_key, ArtifactStore, DiskArtifacts};
+use compiler_collectives_core::autotune::{autotune, Strategy};
+use compiler_collectives_core::cache::Inputs;
+use compiler_collectives_core::protocol::Channel;
+use compiler_collectives_core::shapes::Observation;
+use compiler_collectives_core::Result;
 use serde_json::{json, Value};
 use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -118,7 +118,7 @@ pub(super) fn parse(
                     format!("warm_cache.{key}[{i}]"),
                     format!(
                         "step {step} is past the last step ({})",
-                        crate::error::counted(steps.len(), "step", "steps")
+                        compiler_collectives_core::counted(steps.len(), "step", "steps")
                     ),
                 ));
             }
@@ -217,7 +217,7 @@ const TILES: [(&str, u64); 4] = [
 /// the rank has one), then the artifact.
 pub(super) fn backend_compile(
     cache_key: &str,
-    frame: &crate::cache::CompiledFrame,
+    frame: &compiler_collectives_core::cache::CompiledFrame,
     channel: Option<&mut Channel>,
 ) -> Result<String> {
     if let Some(ch) = channel {

@@ -13,14 +13,14 @@
 //! - [`simulate`]: in-process ranks (threads) exchanging 20-source states,
 //!   flat or hierarchical, with the bytes each rank received.
 
-use crate::counting::CountingTransport;
-use crate::envelope::{Envelope, Limits, WIRE_VERSION};
-use crate::error::{Error, Result};
-use crate::inprocess::InProcessGroup;
-use crate::join::Join;
-use crate::protocol::{encode_payload, Channel, ChannelOptions};
-use crate::shapes::{FrameState, Observation};
-use crate::transport::{Deadline, Transport};
+use compiler_collectives_core::counting::CountingTransport;
+use compiler_collectives_core::envelope::{Envelope, Limits, WIRE_VERSION};
+use compiler_collectives_core::inprocess::InProcessGroup;
+use compiler_collectives_core::join::Join;
+use compiler_collectives_core::protocol::{encode_payload, Channel, ChannelOptions};
+use compiler_collectives_core::shapes::{FrameState, Observation};
+use compiler_collectives_core::transport::{Deadline, Transport};
+use compiler_collectives_core::{Error, Result};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

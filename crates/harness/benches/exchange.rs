@@ -11,11 +11,11 @@
 // criterion's macros generate undocumented public functions.
 #![allow(missing_docs)]
 
-use compiler_collectives_core::benchmark::{bench_state, envelope_bytes, BENCH_KEY};
 use compiler_collectives_core::envelope::{Envelope, Limits, WIRE_VERSION};
 use compiler_collectives_core::protocol::{decode_payload, encode_payload};
 use compiler_collectives_core::shapes::FrameState;
 use compiler_collectives_core::Join;
+use compiler_collectives_harness::benchmark::{bench_state, envelope_bytes, BENCH_KEY};
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
 fn join(c: &mut Criterion) {

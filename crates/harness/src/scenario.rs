@@ -34,12 +34,12 @@
 //!   off, votes on), `collectives_and_guard_collectives` (both on). Outputs
 //!   compare by parsed equality, ignoring error `message` texts.
 
-use crate::artifacts::ArtifactOrigin;
-use crate::cache::{CacheOptions, CompileCache, Inputs, Outcome};
-use crate::error::{Error, Result};
-use crate::inprocess::InProcessGroup;
-use crate::protocol::{Channel, ChannelOptions};
-use crate::shapes::{Observation, Override};
+use compiler_collectives_core::artifacts::ArtifactOrigin;
+use compiler_collectives_core::cache::{CacheOptions, CompileCache, Inputs, Outcome};
+use compiler_collectives_core::inprocess::InProcessGroup;
+use compiler_collectives_core::protocol::{Channel, ChannelOptions};
+use compiler_collectives_core::shapes::{Observation, Override};
+use compiler_collectives_core::{Error, Result};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -74,7 +74,7 @@ impl Default for ScenarioLimits {
     fn default() -> Self {
         ScenarioLimits {
             max_world_size: 65_536,
-            max_ndim: crate::cache::MAX_MARK_NDIM,
+            max_ndim: compiler_collectives_core::cache::MAX_MARK_NDIM,
             max_steps: 1_000_000,
             max_file_bytes: 64 << 20,
         }
@@ -681,13 +681,13 @@ pub fn run_rank(
 
 /// [`run_rank`] with a profile: the rank loads the state persisted for the
 /// scenario's compile key (`scenario:<name>`) before its first step and
-/// saves its state after every compile (see [`crate::profile`]).
+/// saves its state after every compile (see [`compiler_collectives_core::profile`]).
 pub fn run_rank_with(
     scenario: &Scenario,
     mode: Mode,
     rank: u32,
     mut channel: Option<Channel>,
-    profile: Option<&crate::profile::ProfileStore>,
+    profile: Option<&compiler_collectives_core::profile::ProfileStore>,
 ) -> RankReport {
     let options = scenario.options_for(mode);
     let mut cache: CompileCache<String> =
@@ -786,7 +786,9 @@ pub fn run_rank_with(
         report.dynamic_strides = last.dynamic_strides.clone();
         for (source, d) in &last.decisions {
             let text = match d {
-                crate::shapes::SourceDecision::Tensor { dynamic_sizes, .. } => {
+                compiler_collectives_core::shapes::SourceDecision::Tensor {
+                    dynamic_sizes, ..
+                } => {
                     let dims: Vec<usize> = (0..dynamic_sizes.len())
                         .filter(|&i| dynamic_sizes[i])
                         .collect();
@@ -795,7 +797,9 @@ pub fn run_rank_with(
                     }
                     format!("{dims:?}")
                 }
-                crate::shapes::SourceDecision::Int { dynamic: true } => "scalar".to_string(),
+                compiler_collectives_core::shapes::SourceDecision::Int { dynamic: true } => {
+                    "scalar".to_string()
+                }
                 _ => continue,
             };
             report.decided.insert(source.clone(), text);
@@ -854,7 +858,7 @@ pub fn run_in_process(scenario: &Scenario, mode: Mode, timeout: Duration) -> Res
 pub struct RunOptions {
     /// Load and save decisions in this profile (every rank loads before its
     /// first step and saves after each compile).
-    pub profile: Option<crate::profile::ProfileStore>,
+    pub profile: Option<compiler_collectives_core::profile::ProfileStore>,
     /// Write each rank's trace file (`rank-<r>.jsonl`) into this directory.
     pub trace_dir: Option<std::path::PathBuf>,
 }
@@ -882,7 +886,7 @@ pub fn run_in_process_with(
     let scenario = Arc::new(scenario.clone());
     let mut handles = Vec::with_capacity(transports.len());
     for t in transports {
-        let rank = crate::Transport::rank(&t);
+        let rank = compiler_collectives_core::Transport::rank(&t);
         let channel = if collectives || votes {
             let mut opts = ChannelOptions::default().with_timeout(timeout);
             opts.trace_dir.clone_from(&run.trace_dir);
