@@ -443,7 +443,7 @@ fn our_join(ranks: u64, sources: usize) -> f64 {
     let mut times: Vec<f64> = (0..20)
         .map(|_| {
             let start = Instant::now();
-            let mut acc = compiler_collectives::shapes::FrameState::new();
+            let mut acc = compiler_collectives::decisions::shapes::FrameState::new();
             for s in &states {
                 acc.join(s);
             }

@@ -1,7 +1,7 @@
 //! The project's cache directory, and what the scripts install into it.
 //!
 //! The same resolution as `scripts/env.sh` (and the backends), core's
-//! [`compiler_collectives::paths`]: `$CCOL_CACHE`, else
+//! [`compiler_collectives::persistence::paths`]: `$CCOL_CACHE`, else
 //! `$XDG_CACHE_HOME/compiler-collectives`, else `~/.cache/compiler-collectives`.
 
 use std::path::PathBuf;
@@ -11,7 +11,7 @@ pub const TORCH_VERSION: &str = "2.13.0";
 
 // The project's cache directory; `None` when `CCOL_CACHE`, `XDG_CACHE_HOME`
 // and `HOME` are all unset: core's one rule, re-exported where it always was.
-pub use compiler_collectives::paths::cache_dir;
+pub use compiler_collectives::persistence::paths::cache_dir;
 
 /// The Python with torch: `$CCOL_TORCH_PYTHON`, else the virtual
 /// environment `scripts/setup-torch.sh` made in the cache

@@ -428,7 +428,7 @@ pub(crate) fn worker(args: &WorkerArgs) -> ExitCode {
         Err(e) => {
             eprintln!("ccol demo-worker: {e}");
             if let Some(core) = e.downcast_ref::<compiler_collectives::Error>() {
-                let _ = compiler_collectives::torchelastic::write_core_error_file(core);
+                let _ = compiler_collectives::launch::torchelastic::write_core_error_file(core);
             }
             // A rank that could not even join (bad environment, bad corpus)
             // is a usage error; one that failed while exchanging is not.
@@ -470,7 +470,7 @@ fn worker_inner(args: &WorkerArgs) -> anyhow::Result<ExitCode> {
     };
     // CCOL_PROFILE_DIR (with the run id `ccol run` and torchrun export): a
     // restarted job starts from the decisions its earlier runs saved.
-    let profile = compiler_collectives::profile::ProfileStore::from_env()?;
+    let profile = compiler_collectives::persistence::profile::ProfileStore::from_env()?;
     let report = compiler_collectives_harness::scenario::run_rank_with(
         &scenario,
         mode,
@@ -486,7 +486,7 @@ fn worker_inner(args: &WorkerArgs) -> anyhow::Result<ExitCode> {
     std::fs::write(&path, out.to_string())?;
     if let Some(e) = &report.error {
         eprintln!("rank {rank} failed: {}", e.message);
-        let reported = compiler_collectives::torchelastic::ErrorReport::new(
+        let reported = compiler_collectives::launch::torchelastic::ErrorReport::new(
             format!("CompilerCollectivesError({})", e.kind),
             e.message.clone(),
         );

@@ -35,8 +35,8 @@
 //! that would need `unsafe` in a `pre_exec` hook).
 
 use clap::Args;
+use compiler_collectives::launch::torchelastic::{read_error_file, ERROR_FILE_ENV};
 use compiler_collectives::protocol::parse_timeout_secs;
-use compiler_collectives::torchelastic::{read_error_file, ERROR_FILE_ENV};
 use std::ffi::OsString;
 use std::io::{self, BufRead as _, BufReader, Read, Write as _};
 use std::net::{Ipv4Addr, TcpListener};

@@ -25,7 +25,7 @@
 
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
-use compiler_collectives::profile::ProfileStore;
+use compiler_collectives::persistence::profile::ProfileStore;
 use compiler_collectives::protocol::{parse_timeout_secs, timeout_from_env};
 use compiler_collectives_harness::scenario::{
     check_expectation, run_in_process, run_in_process_with, Mode, RunOptions, RunReport, Scenario,
@@ -273,7 +273,7 @@ fn run(args: &RunArgs) -> ExitCode {
     options.trace_dir = args
         .trace
         .clone()
-        .or_else(compiler_collectives::trace::trace_dir_from_env);
+        .or_else(compiler_collectives::protocol::trace::trace_dir_from_env);
     let report = match run_in_process_with(&scenario, mode, timeout, &options) {
         Ok(r) => r,
         Err(e) => {

@@ -22,9 +22,9 @@
 
 use anyhow::{anyhow, bail, Context as _};
 use clap::Args;
-use compiler_collectives::lattice::{Atom, Dims, SizeEntry, Stride};
+use compiler_collectives::decisions::lattice::{Atom, Dims, SizeEntry, Stride};
+use compiler_collectives::decisions::shapes::{decide, FrameState, Observation, SourceDecision};
 use compiler_collectives::protocol::{parse_timeout_secs, timeout_from_env};
-use compiler_collectives::shapes::{decide, FrameState, Observation, SourceDecision};
 use compiler_collectives::Join;
 use compiler_collectives_harness::scenario::{
     run_in_process, strip_messages, Mode, Scenario, ScenarioLimits, RUNNER_TIMEOUT,

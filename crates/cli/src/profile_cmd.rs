@@ -6,12 +6,12 @@
 //! differences; 2 a file that cannot be read or decoded, or bad arguments.
 
 use clap::{Args, Subcommand};
-use compiler_collectives::lattice::SizeEntry;
-use compiler_collectives::profile::{
+use compiler_collectives::decisions::lattice::SizeEntry;
+use compiler_collectives::decisions::shapes::{FrameState, Observation};
+use compiler_collectives::persistence::profile::{
     persisted_decision, read_profile, write_profile_atomic, Profile, ProfileLimits, ProfileStore,
     ProfileValue, PROFILE_FILE,
 };
-use compiler_collectives::shapes::{FrameState, Observation};
 use compiler_collectives::Join as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

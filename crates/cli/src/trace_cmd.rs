@@ -1,12 +1,12 @@
 //! `ccol trace FILES...`: lines up several ranks' trace files (JSON lines,
-//! see `compiler_collectives::trace`) by sequence number, prints a table of
+//! see `compiler_collectives::protocol::trace`) by sequence number, prints a table of
 //! the exchanges around the first divergence and names it.
 //!
 //! Exit codes: 0 the traces agree; 1 they diverge; 2 a file cannot be read
 //! or is not a trace.
 
 use clap::Args;
-use compiler_collectives::trace::{by_seq, first_divergence, read_trace, TraceRecord};
+use compiler_collectives::protocol::trace::{by_seq, first_divergence, read_trace, TraceRecord};
 use std::io::{BufRead as _, BufReader, Read as _};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

@@ -5,7 +5,7 @@
 //! - 8 concurrent writer processes never lose an entry;
 //! - SIGKILL during a save, 100 trials, never leaves a corrupt or partial file.
 
-use compiler_collectives::profile::{Profile, ProfileLimits, ProfileStore};
+use compiler_collectives::persistence::profile::{Profile, ProfileLimits, ProfileStore};
 use compiler_collectives_conformance::process::OutputWithin;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -135,8 +135,11 @@ fn profile_merge_and_diff() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let p = compiler_collectives::profile::read_profile(&merged, &ProfileLimits::default())
-        .expect("merged profile");
+    let p = compiler_collectives::persistence::profile::read_profile(
+        &merged,
+        &ProfileLimits::default(),
+    )
+    .expect("merged profile");
     assert_eq!(p.len(), 2);
     assert_eq!(
         p.shapes("scenario:tensor")
@@ -572,7 +575,10 @@ fn merging_into_a_stores_profile_file_waits_for_its_lock() {
     let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
     for (dir, key) in [(&a, "a"), (&b, "b")] {
         let mut p = Profile::new();
-        p.record_shapes(key, &compiler_collectives::shapes::FrameState::new());
+        p.record_shapes(
+            key,
+            &compiler_collectives::decisions::shapes::FrameState::new(),
+        );
         ProfileStore::open(dir)
             .expect("store")
             .save(&p)

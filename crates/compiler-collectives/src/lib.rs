@@ -11,7 +11,7 @@
 //! | `tch` | libtorch c10d process groups for tch-rs programs (module `tch`; needs `LIBTORCH`, torch 2.13.0, at build time, and `$LIBTORCH/lib` on the library path at run time, as tch-rs does) | available |
 //!
 //! ```
-//! use compiler_collectives::{Channel, InProcessGroup, join::AnyVote};
+//! use compiler_collectives::{Channel, InProcessGroup, decisions::votes::AnyVote};
 //! let t = InProcessGroup::create(1)?.pop().unwrap();
 //! let mut ch = Channel::new(std::sync::Arc::new(t))?;
 //! assert!(ch.exchange("f", &AnyVote(true))?.any());

@@ -41,18 +41,21 @@
 //! recompile whenever any rank misses; it costs one small exchange per call.
 //!
 //! # Persistent artifacts
-//! [`CompileCache::call_persistent`] (module [`crate::artifacts`]) compiles
+//! [`CompileCache::call_persistent`] (module [`crate::persistence::artifacts`]) compiles
 //! through an on-disk artifact store. A rank whose store is warm while
 //! another's is cold is one more way to fall out of step (it skips the
 //! compile's own collectives); cache-hit agreement
 //! ([`CacheOptions::cache_hit_agreement`], default on) keeps a disk hit only
 //! if every rank hit.
 
+use crate::decisions::lattice::{canonical_strides, Stride};
+use crate::decisions::shapes::{
+    decide, overrides_text, FrameState, Observation, Override, SourceDecision,
+};
+use crate::decisions::votes::AnyVote;
 use crate::error::{Error, Result};
-use crate::join::{AnyVote, Join};
-use crate::lattice::{canonical_strides, Stride};
+use crate::protocol::join::Join;
 use crate::protocol::Channel;
-use crate::shapes::{decide, overrides_text, FrameState, Observation, Override, SourceDecision};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// The most dimensions [`CompileCache::mark_dynamic`] takes (the scenario
@@ -79,7 +82,7 @@ pub struct CacheOptions {
     pub duck_sizing: bool,
     /// Per-source overrides; every rank must hold the same ones.
     pub overrides: BTreeMap<String, Override>,
-    /// With a persistent artifact store ([`crate::artifacts`]): keep a disk
+    /// With a persistent artifact store ([`crate::persistence::artifacts`]): keep a disk
     /// hit only if every rank hit, else every rank compiles. Default on.
     pub cache_hit_agreement: bool,
 }
@@ -273,8 +276,10 @@ impl<A> CompileCache<A> {
                  and ndim at most {MAX_MARK_NDIM}"
             )));
         }
-        self.hints
-            .record_entry(source, &crate::lattice::SizeEntry::mark_dynamic(ndim, dim));
+        self.hints.record_entry(
+            source,
+            &crate::decisions::lattice::SizeEntry::mark_dynamic(ndim, dim),
+        );
         Ok(())
     }
 
@@ -348,7 +353,7 @@ impl<A> CompileCache<A> {
     /// [`CompileCache::call`] with configuration text appended to the
     /// options' (`extra_config`, shared by every rank) and a fallible compile
     /// that may exchange on the channel (the persistent artifact path,
-    /// `crate::artifacts`).
+    /// `crate::persistence::artifacts`).
     pub(crate) fn call_inner<F>(
         &mut self,
         inputs: &Inputs,

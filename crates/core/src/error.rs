@@ -292,9 +292,6 @@ pub enum Error {
     /// The transport cannot do this.
     #[error("unsupported: {0}")]
     Unsupported(String),
-    /// A profile (persisted decisions) could not be loaded or saved. Not fatal.
-    #[error(transparent)]
-    Profile(#[from] crate::profile::ProfileError),
     /// The channel or transport can no longer be used: it failed earlier,
     /// or this rank shut it down (nothing was sent). Fatal.
     #[error(
@@ -385,17 +382,14 @@ impl Error {
     pub fn is_fatal(&self) -> bool {
         !matches!(
             self,
-            Error::InvalidArgument(_)
-                | Error::Unsupported(_)
-                | Error::Decode { rank: None, .. }
-                | Error::Profile(_)
+            Error::InvalidArgument(_) | Error::Unsupported(_) | Error::Decode { rank: None, .. }
         )
     }
 
     /// A short machine-readable name of the variant: `"timeout"`,
     /// `"peer_lost"`, `"desync"`, `"version_mismatch"`, `"disagreement"`,
     /// `"decode"`, `"backend"`, `"invalid_argument"`, `"unsupported"`,
-    /// `"channel_unusable"`, `"profile"`.
+    /// `"channel_unusable"`.
     pub fn kind(&self) -> &'static str {
         match self {
             Error::Timeout { .. } => "timeout",
@@ -408,7 +402,6 @@ impl Error {
             Error::InvalidArgument(_) => "invalid_argument",
             Error::Unsupported(_) => "unsupported",
             Error::ChannelUnusable { .. } => "channel_unusable",
-            Error::Profile(_) => "profile",
         }
     }
 

@@ -4,10 +4,10 @@
 //! within the deadline plus 1 s (not a hang). A deadline bound, so this file
 //! holds one test and runs alone.
 
-use compiler_collectives_core::artifacts::{ArtifactOrigin, DiskArtifacts};
-use compiler_collectives_core::autotune::{autotune, Strategy};
 use compiler_collectives_core::cache::{CacheOptions, CompileCache, Inputs};
-use compiler_collectives_core::shapes::Observation;
+use compiler_collectives_core::decisions::autotune::{autotune, Strategy};
+use compiler_collectives_core::decisions::shapes::Observation;
+use compiler_collectives_core::persistence::artifacts::{ArtifactOrigin, DiskArtifacts};
 use compiler_collectives_core::{Channel, ChannelOptions, Error, InProcessGroup, Transport};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -1,7 +1,9 @@
 //! The on-disk artifact store's bounds: what it refuses to write, and the
 //! temporary files killed writers leave.
 
-use compiler_collectives_core::artifacts::{ArtifactStore, DiskArtifacts, STALE_TEMP_AGE};
+use compiler_collectives_core::persistence::artifacts::{
+    ArtifactStore, DiskArtifacts, STALE_TEMP_AGE,
+};
 use std::time::SystemTime;
 
 #[test]

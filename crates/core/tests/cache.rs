@@ -19,7 +19,9 @@
 use compiler_collectives_core::cache::{
     CacheOptions, CompileCache, CompiledFrame, DimGuard, Inputs, Outcome, SourceGuard,
 };
-use compiler_collectives_core::shapes::{FrameState, Observation, Override, SourceDecision};
+use compiler_collectives_core::decisions::shapes::{
+    FrameState, Observation, Override, SourceDecision,
+};
 use compiler_collectives_core::Error;
 use std::collections::BTreeMap;
 
@@ -457,7 +459,7 @@ fn options_text_names_every_knob() {
 
 mod properties {
     use super::*;
-    use compiler_collectives_core::join::Join;
+    use compiler_collectives_core::protocol::join::Join;
     use proptest::prelude::*;
 
     fn tensor() -> impl Strategy<Value = Observation> {

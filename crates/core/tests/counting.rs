@@ -2,7 +2,7 @@
 //! longest contribution (the envelope size a benchmark reports), over a
 //! transport the caller keeps using too.
 
-use compiler_collectives_core::counting::CountingTransport;
+use compiler_collectives_core::transport::counting::CountingTransport;
 use compiler_collectives_core::{Deadline, InProcessGroup, Transport};
 use std::sync::Arc;
 use std::time::Duration;

@@ -3,14 +3,17 @@
 //! store behind cache-hit agreement — over in-process ranks (threads), with
 //! the join laws of the new kinds property-tested.
 
-use compiler_collectives_core::agree::{must_agree, AgreedValues, MustAgree};
-use compiler_collectives_core::artifacts::{ArtifactOrigin, ArtifactStore, DiskArtifacts};
-use compiler_collectives_core::autotune::{
+use compiler_collectives_core::cache::{CacheOptions, CompileCache, Inputs};
+use compiler_collectives_core::decisions::agree::{must_agree, AgreedValues, MustAgree};
+use compiler_collectives_core::decisions::autotune::{
     autotune, autotune_ops, median_nanos, Choice, Measure, Op, Strategy as Tuning, Timings,
 };
-use compiler_collectives_core::cache::{CacheOptions, CompileCache, Inputs};
-use compiler_collectives_core::join::{AllVote, AnyVote, Join, Max, Min};
-use compiler_collectives_core::shapes::Observation;
+use compiler_collectives_core::decisions::shapes::Observation;
+use compiler_collectives_core::decisions::votes::{AllVote, AnyVote, Max, Min};
+use compiler_collectives_core::persistence::artifacts::{
+    ArtifactOrigin, ArtifactStore, DiskArtifacts,
+};
+use compiler_collectives_core::Join;
 use compiler_collectives_core::{
     Channel, ChannelOptions, Error, InProcessGroup, RankGroup, Transport,
 };

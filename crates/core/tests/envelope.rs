@@ -1,13 +1,14 @@
 //! The wire format (docs/protocol.md): envelope round trips, strict and bounded
 //! decoding, and decoders that never panic on garbage.
 
-use compiler_collectives_core::envelope::{
+use compiler_collectives_core::decisions::shapes::{FrameState, Observation};
+use compiler_collectives_core::decisions::votes::AnyVote;
+use compiler_collectives_core::protocol::envelope::{
     self, decode_digest_msg, digest, encode_digest_msg, peek_header, Envelope, Limits,
     DIGEST_MSG_LEN, HEADER_LEN, MAGIC, WIRE_VERSION,
 };
-use compiler_collectives_core::join::{AnyVote, Join};
 use compiler_collectives_core::protocol::{decode_payload, encode_payload};
-use compiler_collectives_core::shapes::{FrameState, Observation};
+use compiler_collectives_core::Join;
 use compiler_collectives_core::{DecodeError, Error};
 use proptest::prelude::*;
 use std::time::{Duration, Instant};

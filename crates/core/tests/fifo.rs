@@ -2,8 +2,8 @@
 //! reading would block until some process writes it, so every rank would
 //! wait forever. Both stores refuse anything but a regular file.
 
-use compiler_collectives_core::artifacts::{ArtifactStore, DiskArtifacts};
-use compiler_collectives_core::profile::ProfileStore;
+use compiler_collectives_core::persistence::artifacts::{ArtifactStore, DiskArtifacts};
+use compiler_collectives_core::persistence::profile::ProfileStore;
 use std::path::Path;
 use std::time::Duration;
 

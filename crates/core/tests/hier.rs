@@ -1,9 +1,10 @@
 //! The hierarchical exchange gives the flat exchange's decisions and errors,
 //! and receives O(payload · log N) bytes per rank.
 
-use compiler_collectives_core::counting::{ByteCounts, CountingTransport};
-use compiler_collectives_core::join::{AnyVote, Join};
-use compiler_collectives_core::shapes::{FrameState, Observation};
+use compiler_collectives_core::decisions::shapes::{FrameState, Observation};
+use compiler_collectives_core::decisions::votes::AnyVote;
+use compiler_collectives_core::transport::counting::{ByteCounts, CountingTransport};
+use compiler_collectives_core::Join;
 use compiler_collectives_core::{Channel, ChannelOptions, InProcessGroup, Transport};
 use proptest::prelude::*;
 use std::sync::Arc;

@@ -14,13 +14,13 @@
 //! associative, idempotent, identity) for `Atom`, `Dims`, `SizeEntry` and
 //! `FrameState`.
 
-use compiler_collectives_core::join::Join;
-use compiler_collectives_core::lattice::{
+use compiler_collectives_core::decisions::lattice::{
     canonical_strides, contiguous_strides, Atom, Dims, SizeEntry, Stride,
 };
-use compiler_collectives_core::shapes::{
+use compiler_collectives_core::decisions::shapes::{
     decide, FrameState, Observation, Override, SourceDecision,
 };
+use compiler_collectives_core::protocol::join::Join;
 use proptest::prelude::*;
 
 mod common;

@@ -6,7 +6,7 @@
 //! empty value included); the expected candidates are joined by ` | `, `-`
 //! for none.
 
-use compiler_collectives_core::paths::{cache_dir_from, cache_dirs_from};
+use compiler_collectives_core::persistence::paths::{cache_dir_from, cache_dirs_from};
 use std::ffi::OsString;
 use std::path::PathBuf;
 

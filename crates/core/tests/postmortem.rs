@@ -2,7 +2,7 @@
 //! rank not in the operation, grouped by how each went missing, the same set
 //! whatever the order in which they went (docs/failures.md).
 
-use compiler_collectives_core::toolkit::{Absent, PostMortem};
+use compiler_collectives_core::transport::toolkit::{Absent, PostMortem};
 use compiler_collectives_core::{Error, InProcessStore, PeerLoss, Store};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

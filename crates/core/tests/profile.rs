@@ -4,11 +4,11 @@
 //! different persisted states still end with the same one (docs/protocol.md).
 
 use compiler_collectives_core::cache::{CacheOptions, CompileCache, Inputs, Outcome};
-use compiler_collectives_core::profile::{
+use compiler_collectives_core::decisions::shapes::{FrameState, Observation};
+use compiler_collectives_core::persistence::profile::{
     exchange_profile, Profile, ProfileError, ProfileLimits, ProfileStore, LOCK_FILE,
     PROFILE_HEADER_LEN,
 };
-use compiler_collectives_core::shapes::{FrameState, Observation};
 use compiler_collectives_core::{Channel, DecodeError, Join, Transport};
 use proptest::prelude::*;
 use std::time::{Duration, Instant};
@@ -219,9 +219,6 @@ fn a_corrupt_file_is_reported_and_left_alone() {
         std::fs::read(store.path()).expect("read"),
         b"not a profile at all, longer than a header"
     );
-    let e: compiler_collectives_core::Error = err.into();
-    assert_eq!(e.kind(), "profile");
-    assert!(!e.is_fatal());
 }
 
 #[test]

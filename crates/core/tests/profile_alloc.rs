@@ -3,8 +3,8 @@
 //! otherwise become over a gigabyte of maps and strings before the entry
 //! limit is checked. Its own test binary: it counts every allocation.
 
-use compiler_collectives_core::profile::{Profile, ProfileLimits};
-use compiler_collectives_core::shapes::FrameState;
+use compiler_collectives_core::decisions::shapes::FrameState;
+use compiler_collectives_core::persistence::profile::{Profile, ProfileLimits};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 

@@ -7,7 +7,7 @@
 //! `rank R/W local L/LW node G master ADDR:PORT run ID restart N agent B
 //! error_file PATH` (`-` for `None`); an error as `err ` and its message.
 
-use compiler_collectives_core::runenv::{dir_safe, RunEnv, MAX_DIR_NAME};
+use compiler_collectives_core::launch::runenv::{dir_safe, RunEnv, MAX_DIR_NAME};
 use compiler_collectives_core::Error;
 use std::path::Path;
 

@@ -2,7 +2,7 @@
 //! one applies the smallest limit of all ranks to every length (so every
 //! rank takes the same branch), and the argument checks.
 
-use compiler_collectives_core::toolkit::{all_gather_varlen, check_peer, check_root};
+use compiler_collectives_core::transport::toolkit::{all_gather_varlen, check_peer, check_root};
 use compiler_collectives_core::{Deadline, DecodeError, Error};
 use std::time::Duration;
 

@@ -1,8 +1,8 @@
 //! Exchange traces: every rank writes one JSON line per exchange, and
 //! `first_divergence` names the first exchange where ranks differ.
 
-use compiler_collectives_core::shapes::{FrameState, Observation};
-use compiler_collectives_core::trace::{first_divergence, read_trace, TraceRecord};
+use compiler_collectives_core::decisions::shapes::{FrameState, Observation};
+use compiler_collectives_core::protocol::trace::{first_divergence, read_trace, TraceRecord};
 use compiler_collectives_core::{Channel, ChannelOptions, InProcessGroup, Transport};
 use std::path::Path;
 use std::sync::Arc;
@@ -110,7 +110,7 @@ fn a_missing_exchange_is_a_divergence() {
     assert_eq!(d.groups[1].what, "no exchange #2 (trace ends at #1)");
     // A truncated trace stops the comparison there.
     let mut cut = mk(2);
-    cut.outcome = compiler_collectives_core::trace::TRUNCATED.into();
+    cut.outcome = compiler_collectives_core::protocol::trace::TRUNCATED.into();
     let traces = vec![(0, vec![mk(0), mk(1), cut]), (1, vec![mk(0), mk(1)])];
     assert_eq!(first_divergence(&traces), None);
 }

@@ -4,7 +4,7 @@
 //! interested, so exchanges of other tests running at the same time, with no
 //! subscriber, could register the call sites as uninteresting first.
 
-use compiler_collectives_core::shapes::{FrameState, Observation};
+use compiler_collectives_core::decisions::shapes::{FrameState, Observation};
 use compiler_collectives_core::Channel;
 use std::sync::Arc;
 

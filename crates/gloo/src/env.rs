@@ -26,7 +26,7 @@ use crate::store::GlooStore;
 use crate::transport::{GlooOptions, GlooTransport};
 use crate::GlooError;
 use compiler_collectives_core::protocol::timeout_from_env;
-use compiler_collectives_core::{runenv, Deadline, Error, RunEnv, Transport};
+use compiler_collectives_core::{launch::runenv, Deadline, Error, RunEnv, Transport};
 use std::path::PathBuf;
 use std::time::Duration;
 

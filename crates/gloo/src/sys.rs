@@ -149,12 +149,12 @@ pub(crate) fn api() -> Result<&'static Api, GlooError> {
 }
 
 /// Where the adapter is written: the project's cache directories in core's
-/// order ([`compiler_collectives_core::paths::cache_dirs`]: `$CCOL_CACHE`, else
+/// order ([`compiler_collectives_core::persistence::paths::cache_dirs`]: `$CCOL_CACHE`, else
 /// `$XDG_CACHE_HOME/compiler-collectives`, else `$HOME/.cache/compiler-collectives`),
 /// else `compiler-collectives-<uid>` in the temporary directory. A directory is
 /// used only if this user owns it and nobody else can write it (see [`private_dir`]).
 fn cache_dirs() -> Vec<PathBuf> {
-    let mut dirs = compiler_collectives_core::paths::cache_dirs();
+    let mut dirs = compiler_collectives_core::persistence::paths::cache_dirs();
     // SAFETY: getuid has no preconditions and cannot fail.
     let uid = unsafe { libc::getuid() };
     dirs.push(std::env::temp_dir().join(format!("compiler-collectives-{uid}")));

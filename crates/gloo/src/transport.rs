@@ -20,7 +20,9 @@
 use crate::store::GlooStore;
 use crate::sys::{self, Buffer, Context, Interrupter};
 use crate::GlooError;
-use compiler_collectives_core::{toolkit, Deadline, DecodeError, Error, PeerLoss, Transport};
+use compiler_collectives_core::{
+    transport::toolkit, Deadline, DecodeError, Error, PeerLoss, Transport,
+};
 use std::collections::HashMap;
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -442,7 +444,7 @@ impl GlooTransport {
     }
 
     fn check_peer(&self, peer: u32) -> Result<(), Error> {
-        compiler_collectives_core::toolkit::check_peer(peer, self.rank, self.world)
+        compiler_collectives_core::transport::toolkit::check_peer(peer, self.rank, self.world)
     }
 
     fn peers(&self) -> impl Iterator<Item = u32> + '_ {

@@ -8,7 +8,7 @@ use compiler_collectives_conformance::process::{
     self, env_u32, trial_or_skip, Backend, Outcome, Ranks, DIR, RANK, ROLE, WORLD,
 };
 use compiler_collectives_conformance::skip::Missing;
-use compiler_collectives_core::shapes::{FrameState, Observation};
+use compiler_collectives_core::decisions::shapes::{FrameState, Observation};
 use compiler_collectives_core::{Capabilities, Channel, ChannelOptions, Transport};
 use compiler_collectives_gloo::{GlooOptions, GlooStore, GlooTransport};
 use std::process::{Command, ExitCode};

@@ -11,9 +11,9 @@
 // criterion's macros generate undocumented public functions.
 #![allow(missing_docs)]
 
-use compiler_collectives_core::envelope::{Envelope, Limits, WIRE_VERSION};
+use compiler_collectives_core::decisions::shapes::FrameState;
+use compiler_collectives_core::protocol::envelope::{Envelope, Limits, WIRE_VERSION};
 use compiler_collectives_core::protocol::{decode_payload, encode_payload};
-use compiler_collectives_core::shapes::FrameState;
 use compiler_collectives_core::Join;
 use compiler_collectives_harness::benchmark::{bench_state, envelope_bytes, BENCH_KEY};
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};

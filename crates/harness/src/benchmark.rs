@@ -13,12 +13,12 @@
 //! - [`simulate`]: in-process ranks (threads) exchanging 20-source states,
 //!   flat or hierarchical, with the bytes each rank received.
 
-use compiler_collectives_core::counting::CountingTransport;
-use compiler_collectives_core::envelope::{Envelope, Limits, WIRE_VERSION};
-use compiler_collectives_core::inprocess::InProcessGroup;
-use compiler_collectives_core::join::Join;
+use compiler_collectives_core::decisions::shapes::{FrameState, Observation};
+use compiler_collectives_core::protocol::envelope::{Envelope, Limits, WIRE_VERSION};
+use compiler_collectives_core::protocol::join::Join;
 use compiler_collectives_core::protocol::{encode_payload, Channel, ChannelOptions};
-use compiler_collectives_core::shapes::{FrameState, Observation};
+use compiler_collectives_core::transport::counting::CountingTransport;
+use compiler_collectives_core::transport::inprocess::InProcessGroup;
 use compiler_collectives_core::transport::{Deadline, Transport};
 use compiler_collectives_core::{Error, Result};
 use std::sync::Arc;

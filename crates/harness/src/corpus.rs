@@ -86,7 +86,7 @@
 
 use crate::scenario::{Scenario, ScenarioLimits};
 use compiler_collectives_core::cache::{CacheOptions, Inputs};
-use compiler_collectives_core::shapes::Observation;
+use compiler_collectives_core::decisions::shapes::Observation;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::io::Read;

@@ -34,11 +34,12 @@
 //!   off, votes on), `collectives_and_guard_collectives` (both on). Outputs
 //!   compare by parsed equality, ignoring error `message` texts.
 
-use compiler_collectives_core::artifacts::ArtifactOrigin;
 use compiler_collectives_core::cache::{CacheOptions, CompileCache, Inputs, Outcome};
-use compiler_collectives_core::inprocess::InProcessGroup;
+use compiler_collectives_core::decisions::shapes::{Observation, Override};
+use compiler_collectives_core::persistence::artifacts::ArtifactOrigin;
+use compiler_collectives_core::persistence::profile::ProfileError;
 use compiler_collectives_core::protocol::{Channel, ChannelOptions};
-use compiler_collectives_core::shapes::{Observation, Override};
+use compiler_collectives_core::transport::inprocess::InProcessGroup;
 use compiler_collectives_core::{Error, Result};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -599,6 +600,17 @@ impl RankError {
             message: e.to_string(),
         }
     }
+
+    /// The report of a profile that could not be loaded or saved: kind
+    /// `"profile"`, no rank, no exchange.
+    pub fn from_profile(e: &ProfileError) -> Self {
+        RankError {
+            kind: "profile".to_owned(),
+            missing_ranks: Vec::new(),
+            exchange: None,
+            message: e.to_string(),
+        }
+    }
 }
 
 impl RankReport {
@@ -681,13 +693,13 @@ pub fn run_rank(
 
 /// [`run_rank`] with a profile: the rank loads the state persisted for the
 /// scenario's compile key (`scenario:<name>`) before its first step and
-/// saves its state after every compile (see [`compiler_collectives_core::profile`]).
+/// saves its state after every compile (see [`compiler_collectives_core::persistence::profile`]).
 pub fn run_rank_with(
     scenario: &Scenario,
     mode: Mode,
     rank: u32,
     mut channel: Option<Channel>,
-    profile: Option<&compiler_collectives_core::profile::ProfileStore>,
+    profile: Option<&compiler_collectives_core::persistence::profile::ProfileStore>,
 ) -> RankReport {
     let options = scenario.options_for(mode);
     let mut cache: CompileCache<String> =
@@ -697,7 +709,7 @@ pub fn run_rank_with(
         match store.load_shapes(cache.key()) {
             Ok(Some(state)) => cache = cache.with_state(state),
             Ok(None) => {}
-            Err(e) => report.error = Some(RankError::from_error(&e.into())),
+            Err(e) => report.error = Some(RankError::from_profile(&e)),
         }
     }
     for (source, (ndim, dims)) in scenario.setup.mark_dynamic.get(&rank).into_iter().flatten() {
@@ -761,12 +773,18 @@ pub fn run_rank_with(
                     })
             }
         };
+        let outcome = outcome.map_err(|e| {
+            tracing::debug!(rank, step = s, error = %e, "scenario rank failed");
+            RankError::from_error(&e)
+        });
         let outcome = match (outcome, profile) {
-            (Ok(Outcome::Compiled(i)), Some(store)) => {
-                let key = cache.key();
-                (store.save_shapes(key, cache.state()).map_err(Error::from))
-                    .map(|()| Outcome::Compiled(i))
-            }
+            (Ok(Outcome::Compiled(i)), Some(store)) => store
+                .save_shapes(cache.key(), cache.state())
+                .map(|()| Outcome::Compiled(i))
+                .map_err(|e| {
+                    tracing::debug!(rank, step = s, error = %e, "scenario rank: profile not saved");
+                    RankError::from_profile(&e)
+                }),
             (o, _) => o,
         };
         match outcome {
@@ -774,8 +792,7 @@ pub fn run_rank_with(
             Ok(Outcome::Hit(_)) => {}
             Ok(Outcome::Uncompiled) => report.uncompiled_steps += 1,
             Err(e) => {
-                tracing::debug!(rank, step = s, error = %e, "scenario rank failed");
-                report.error = Some(RankError::from_error(&e));
+                report.error = Some(e);
                 break;
             }
         }
@@ -786,8 +803,9 @@ pub fn run_rank_with(
         report.dynamic_strides = last.dynamic_strides.clone();
         for (source, d) in &last.decisions {
             let text = match d {
-                compiler_collectives_core::shapes::SourceDecision::Tensor {
-                    dynamic_sizes, ..
+                compiler_collectives_core::decisions::shapes::SourceDecision::Tensor {
+                    dynamic_sizes,
+                    ..
                 } => {
                     let dims: Vec<usize> = (0..dynamic_sizes.len())
                         .filter(|&i| dynamic_sizes[i])
@@ -797,9 +815,9 @@ pub fn run_rank_with(
                     }
                     format!("{dims:?}")
                 }
-                compiler_collectives_core::shapes::SourceDecision::Int { dynamic: true } => {
-                    "scalar".to_string()
-                }
+                compiler_collectives_core::decisions::shapes::SourceDecision::Int {
+                    dynamic: true,
+                } => "scalar".to_string(),
                 _ => continue,
             };
             report.decided.insert(source.clone(), text);
@@ -858,7 +876,7 @@ pub fn run_in_process(scenario: &Scenario, mode: Mode, timeout: Duration) -> Res
 pub struct RunOptions {
     /// Load and save decisions in this profile (every rank loads before its
     /// first step and saves after each compile).
-    pub profile: Option<compiler_collectives_core::profile::ProfileStore>,
+    pub profile: Option<compiler_collectives_core::persistence::profile::ProfileStore>,
     /// Write each rank's trace file (`rank-<r>.jsonl`) into this directory.
     pub trace_dir: Option<std::path::PathBuf>,
 }

@@ -1,6 +1,6 @@
 //! The demo's data pipeline: corpus directory → per-rank, per-step inputs.
 
-use compiler_collectives_core::shapes::Observation;
+use compiler_collectives_core::decisions::shapes::Observation;
 use compiler_collectives_harness::corpus::{
     self, Corpus, CorpusError, CorpusOptions, SkipReason, Tokenizer, MASK, TOKENS,
 };

@@ -15,8 +15,8 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
-use compiler_collectives_core::counting::CountingTransport;
-use compiler_collectives_core::shapes::{FrameState, Observation};
+use compiler_collectives_core::decisions::shapes::{FrameState, Observation};
+use compiler_collectives_core::transport::counting::CountingTransport;
 use compiler_collectives_core::{Channel, ChannelOptions, Deadline, Transport};
 use compiler_collectives_nccl::{FileStore, NcclOptions, NcclTransport};
 use std::io::{BufRead, BufReader};
@@ -175,7 +175,7 @@ fn rank_main(args: &Args, rank: u32) -> Result<()> {
     same.record("x", &Observation::tensor([16, 10]));
     rows.push((
         "exchange_fast",
-        compiler_collectives_core::envelope::DIGEST_MSG_LEN,
+        compiler_collectives_core::protocol::envelope::DIGEST_MSG_LEN,
         time(args.iters, || {
             Ok(ch.exchange("bench", &same).map(|_| ())?)
         })?,

@@ -15,7 +15,7 @@
 use crate::transport::{NcclOptions, NcclTransport};
 use crate::{FileStore, NcclError};
 use compiler_collectives_core::protocol::timeout_from_env;
-use compiler_collectives_core::{runenv, Error, RunEnv};
+use compiler_collectives_core::{launch::runenv, Error, RunEnv};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;

@@ -25,7 +25,7 @@
 //! polls the stream and `ncclCommGetAsyncError` (sleeping 20 µs – 1 ms
 //! between polls) until done or until the deadline. At the deadline this
 //! rank checks in to core's store post-mortem
-//! ([`PostMortem`](compiler_collectives_core::toolkit::PostMortem): "I was
+//! ([`PostMortem`](compiler_collectives_core::transport::toolkit::PostMortem): "I was
 //! in this operation"), aborts the communicator (`ncclCommAbort`), gives the
 //! stream up to 500 ms to drain, and waits until
 //! [`NcclOptions::post_mortem`] (250 ms by default) after its check-in for

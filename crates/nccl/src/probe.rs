@@ -82,7 +82,7 @@ fn wheel_dir(site: &Path) -> PathBuf {
 // The project's cache directory (`CCOL_CACHE`, else
 // `$XDG_CACHE_HOME/compiler-collectives`, else `~/.cache/compiler-collectives`):
 // core's one rule, re-exported where this crate always had it.
-pub use compiler_collectives_core::paths::cache_dir;
+pub use compiler_collectives_core::persistence::paths::cache_dir;
 
 impl NcclSearch {
     /// The default search, from the environment (module docs).

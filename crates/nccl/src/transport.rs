@@ -10,7 +10,7 @@
 
 use crate::sys::{Comm, Cuda, NcclLib, IN_PROGRESS, SUCCESS};
 use crate::{NcclError, UniqueId};
-use compiler_collectives_core::toolkit::PostMortem;
+use compiler_collectives_core::transport::toolkit::PostMortem;
 use compiler_collectives_core::{Deadline, Error, PeerLoss, Store};
 use cudarc::nccl::sys::ncclComm_t;
 use std::collections::HashMap;
@@ -603,7 +603,7 @@ impl NcclTransport {
     /// down, aborted or failed): point-to-point goes through the store, so
     /// it checks that itself.
     fn check_usable_peer(&self, peer: u32) -> Result<(), Error> {
-        compiler_collectives_core::toolkit::check_peer(peer, self.rank, self.world)?;
+        compiler_collectives_core::transport::toolkit::check_peer(peer, self.rank, self.world)?;
         match &self.lock().dead {
             Some((first, cause)) => Err(Error::unusable(first, cause.clone())),
             None => Ok(()),
@@ -652,9 +652,12 @@ impl compiler_collectives_core::Transport for NcclTransport {
         max_bytes: usize,
         deadline: Deadline,
     ) -> Result<Vec<Vec<u8>>, Error> {
-        compiler_collectives_core::toolkit::all_gather_varlen(data, max_bytes, deadline, |b, d| {
-            self.all_gather_raw(b, d)
-        })
+        compiler_collectives_core::transport::toolkit::all_gather_varlen(
+            data,
+            max_bytes,
+            deadline,
+            |b, d| self.all_gather_raw(b, d),
+        )
     }
 
     fn all_gather_fixed(&self, data: &[u8], deadline: Deadline) -> Result<Vec<u8>, Error> {

@@ -49,7 +49,7 @@ pub use group::{C10dProcessGroup, ReduceOp};
 pub use store::{C10dStore, TcpStoreOptions, DEFAULT_STORE_TIMEOUT};
 pub use transport::C10dTransport;
 
-use compiler_collectives_core::shapes::Observation;
+use compiler_collectives_core::decisions::shapes::Observation;
 #[cfg(doc)]
 use compiler_collectives_core::{Store, Transport};
 use tch::Tensor;

@@ -4,7 +4,7 @@
 use crate::error::C10dError;
 use crate::group::{C10dProcessGroup, PendingSend};
 use crate::store::C10dStore;
-use compiler_collectives_core::toolkit::{self, PostMortem, DRAIN_LIMIT, LATE_CHECK_IN};
+use compiler_collectives_core::transport::toolkit::{self, PostMortem, DRAIN_LIMIT, LATE_CHECK_IN};
 use compiler_collectives_core::{Deadline, Error, PeerLoss, Store, Transport};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
@@ -20,7 +20,7 @@ use tch::{Kind, Tensor};
 /// operation") and waits until every other rank has checked in or left, or
 /// until the operation's deadline plus [`LATE_CHECK_IN`] (after a broken
 /// connection, also until a single rank stayed unaccounted for
-/// [`POST_MORTEM`](compiler_collectives_core::toolkit::POST_MORTEM)). Ranks
+/// [`POST_MORTEM`](compiler_collectives_core::transport::toolkit::POST_MORTEM)). Ranks
 /// that left are named with how; the others not accounted for are missing
 /// on a timeout, dead on a broken connection. `shutdown` records this rank's
 /// leaving in the store; otherwise the store is touched only after a

@@ -1,6 +1,6 @@
 //! A one-rank c10d group in this process: the safe API end to end.
 
-use compiler_collectives_core::shapes::Observation;
+use compiler_collectives_core::decisions::shapes::Observation;
 use compiler_collectives_core::{Deadline, Store};
 use compiler_collectives_tch::{observe, C10dProcessGroup, C10dStore, ReduceOp, TcpStoreOptions};
 use std::time::Duration;

@@ -2,8 +2,8 @@
 //! "Failure behaviour and security" section shows them: 3 in-process ranks,
 //! rank 2 misbehaving, channels limited to 4096-byte messages. `cargo run -p compiler-collectives-conformance --example failure_messages`
 
-use compiler_collectives_core::envelope::{self, Envelope, Limits, WIRE_VERSION};
-use compiler_collectives_core::shapes::{FrameState, Observation};
+use compiler_collectives_core::decisions::shapes::{FrameState, Observation};
+use compiler_collectives_core::protocol::envelope::{self, Envelope, Limits, WIRE_VERSION};
 use compiler_collectives_core::{Channel, ChannelOptions, Deadline, InProcessGroup, Transport};
 use std::sync::Arc;
 use std::time::Duration;

@@ -3,12 +3,12 @@
 //! engine, because backends only move bytes.
 
 use super::{ensure, expect_groups, Ctx};
-use compiler_collectives_core::agree::MustAgree;
-use compiler_collectives_core::artifacts::{ArtifactOrigin, DiskArtifacts};
-use compiler_collectives_core::autotune::{autotune, Strategy};
 use compiler_collectives_core::cache::{CacheOptions, CompileCache, Inputs};
-use compiler_collectives_core::join::AllVote;
-use compiler_collectives_core::shapes::Observation;
+use compiler_collectives_core::decisions::agree::MustAgree;
+use compiler_collectives_core::decisions::autotune::{autotune, Strategy};
+use compiler_collectives_core::decisions::shapes::Observation;
+use compiler_collectives_core::decisions::votes::AllVote;
+use compiler_collectives_core::persistence::artifacts::{ArtifactOrigin, DiskArtifacts};
 use compiler_collectives_core::Error;
 use std::time::Duration;
 

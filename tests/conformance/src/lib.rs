@@ -15,7 +15,7 @@
 //! Behaviours whose assertions are about time ([`Behaviour::timed`]) must be
 //! run one at a time (the in-process runner holds [`TIMING_LOCK`]).
 
-use compiler_collectives_core::shapes::{FrameState, Observation};
+use compiler_collectives_core::decisions::shapes::{FrameState, Observation};
 mod decisions;
 pub mod process;
 mod ranks;
@@ -23,8 +23,8 @@ pub mod skip;
 
 use compiler_collectives_core::RankGroup;
 use compiler_collectives_core::{
-    envelope, join::AnyVote, Channel, ChannelOptions, Deadline, Error, InProcessGroup, PeerLoss,
-    Transport,
+    decisions::votes::AnyVote, protocol::envelope, Channel, ChannelOptions, Deadline, Error,
+    InProcessGroup, PeerLoss, Transport,
 };
 use compiler_collectives_core::{Capabilities, FlatReason, Topology};
 use std::sync::{Arc, Mutex};

@@ -20,7 +20,7 @@
 pub use crate::ranks::{run_within, Finished, OutputWithin, RankResult, Ranks};
 use crate::skip::{skip_trial, Missing};
 use crate::{find, Ctx, BEHAVIOURS};
-use compiler_collectives_core::shapes::{FrameState, Observation};
+use compiler_collectives_core::decisions::shapes::{FrameState, Observation};
 use compiler_collectives_core::{Capabilities, Channel, ChannelOptions, Transport};
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
 use std::process::{Child, Command, ExitCode};
@@ -201,7 +201,7 @@ pub fn soak_exchange(ch: &mut Channel, i: u64) -> Result<(), String> {
         let g = ch
             .exchange(
                 "soak_vote",
-                &compiler_collectives_core::join::AnyVote(rank == 0),
+                &compiler_collectives_core::decisions::votes::AnyVote(rank == 0),
             )
             .map_err(|e| format!("exchange {i}: {e}"))?;
         return if g.any() {
@@ -260,8 +260,11 @@ pub fn rank_soak(transport: Arc<dyn Transport>, warmup: u64, n: u64) -> i32 {
         let files_before = count_files(&dir);
         let (_, after) = soak(&mut ch, 0, n)?;
         // Every rank has finished its last exchange before anyone counts.
-        ch.exchange("soak_end", &compiler_collectives_core::join::AnyVote(false))
-            .map_err(|e| e.to_string())?;
+        ch.exchange(
+            "soak_end",
+            &compiler_collectives_core::decisions::votes::AnyVote(false),
+        )
+        .map_err(|e| e.to_string())?;
         let files_after = count_files(&dir);
         Ok(format!(
             "SOAK {before} {after} {files_before} {files_after}"

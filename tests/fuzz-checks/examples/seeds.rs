@@ -2,13 +2,13 @@
 //! `fuzz/corpus`): valid envelopes, digest messages and payloads of every
 //! kind, and the scenario corpus. The fuzzer mutates from there.
 
-use compiler_collectives_core::agree::AgreedValues;
-use compiler_collectives_core::autotune::{Measure, Timings};
-use compiler_collectives_core::envelope::{self, Envelope, Limits, WIRE_VERSION};
-use compiler_collectives_core::join::{AllVote, AnyVote, Max, Min};
-use compiler_collectives_core::profile::Profile;
+use compiler_collectives_core::decisions::agree::AgreedValues;
+use compiler_collectives_core::decisions::autotune::{Measure, Timings};
+use compiler_collectives_core::decisions::shapes::{FrameState, Observation};
+use compiler_collectives_core::decisions::votes::{AllVote, AnyVote, Max, Min};
+use compiler_collectives_core::persistence::profile::Profile;
 use compiler_collectives_core::protocol::encode_payload;
-use compiler_collectives_core::shapes::{FrameState, Observation};
+use compiler_collectives_core::protocol::envelope::{self, Envelope, Limits, WIRE_VERSION};
 use compiler_collectives_core::Join;
 use std::path::{Path, PathBuf};
 

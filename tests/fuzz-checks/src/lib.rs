@@ -17,14 +17,16 @@
 //! three-line `fuzz/fuzz_targets/<name>.rs`, and its `[[bin]]` entry in
 //! `fuzz/Cargo.toml`.
 
-use compiler_collectives_core::agree::AgreedValues;
-use compiler_collectives_core::autotune::Timings;
-use compiler_collectives_core::envelope::{self, Envelope, Limits, DIGEST_MSG_LEN, WIRE_VERSION};
-use compiler_collectives_core::join::{AllVote, AnyVote, Max, Min};
-use compiler_collectives_core::profile::{
+use compiler_collectives_core::decisions::agree::AgreedValues;
+use compiler_collectives_core::decisions::autotune::Timings;
+use compiler_collectives_core::decisions::shapes::FrameState;
+use compiler_collectives_core::decisions::votes::{AllVote, AnyVote, Max, Min};
+use compiler_collectives_core::persistence::profile::{
     Profile, ProfileLimits, PROFILE_HEADER_LEN, PROFILE_MAGIC, PROFILE_VERSION,
 };
-use compiler_collectives_core::shapes::FrameState;
+use compiler_collectives_core::protocol::envelope::{
+    self, Envelope, Limits, DIGEST_MSG_LEN, WIRE_VERSION,
+};
 use compiler_collectives_core::Join;
 use compiler_collectives_harness::scenario::{Scenario, ScenarioLimits};
 

@@ -1,6 +1,6 @@
 //! Notation shared by the table tests (`mod common;`).
 
-use compiler_collectives_core::shapes::Observation;
+use compiler_collectives_core::decisions::shapes::Observation;
 
 /// `(5,10)` → `[5, 10]`; `()` → `[]`.
 fn tuple(s: &str) -> Vec<u64> {

@@ -1,7 +1,7 @@
 //! What the Gloo test files share (`mod common;`); the one-process tests of
 //! `tests/gloo-libtorch` include it by path.
 
-use compiler_collectives_core::shapes::{FrameState, Observation};
+use compiler_collectives_core::decisions::shapes::{FrameState, Observation};
 use compiler_collectives_core::{Channel, ChannelOptions};
 use compiler_collectives_gloo::{GlooOptions, GlooStore, GlooTransport};
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! hints (issue 9's scenario extensions), and how the runner realises them.
 //!
 //! - `"warm_cache": {"<rank>": [steps…]}` — the program compiles through a
-//!   persistent artifact cache ([`compiler_collectives_core::artifacts`]), one directory per rank
+//!   persistent artifact cache ([`compiler_collectives_core::persistence::artifacts`]), one directory per rank
 //!   (empty at the start). Rank `r`'s cache already holds the artifact that a
 //!   compile at each listed step (0-based) needs, as if an earlier run had
 //!   written it; a listed step at which the rank does not compile has no
@@ -18,7 +18,7 @@
 //!   there.
 //!
 //! With the artifact cache, a backend compile is modelled as one that runs
-//! collectives of its own: sharded autotuning ([`compiler_collectives_core::autotune`]) of four
+//! collectives of its own: sharded autotuning ([`compiler_collectives_core::decisions::autotune`]) of four
 //! tile candidates with fixed synthetic timings, one exchange under the key
 //! `scenario:NAME/autotune` (only when the rank has a channel). That is what
 //! makes a warm rank that skips its compile fall out of step without
@@ -28,11 +28,13 @@
 //! rank's disk held the artifact (kept or not).
 
 use super::ScenarioError;
-use compiler_collectives_core::artifacts::{artifact_key, ArtifactStore, DiskArtifacts};
-use compiler_collectives_core::autotune::{autotune, Strategy};
 use compiler_collectives_core::cache::Inputs;
+use compiler_collectives_core::decisions::autotune::{autotune, Strategy};
+use compiler_collectives_core::decisions::shapes::Observation;
+use compiler_collectives_core::persistence::artifacts::{
+    artifact_key, ArtifactStore, DiskArtifacts,
+};
 use compiler_collectives_core::protocol::Channel;
-use compiler_collectives_core::shapes::Observation;
 use compiler_collectives_core::Result;
 use serde_json::{json, Value};
 use std::cell::Cell;

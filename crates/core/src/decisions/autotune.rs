@@ -39,7 +39,7 @@
 //! (a few bytes per candidate) — and the benchmarks this rank runs.
 //!
 //! ```
-//! use compiler_collectives_core::autotune::{autotune, Strategy};
+//! use compiler_collectives_core::decisions::autotune::{autotune, Strategy};
 //! use compiler_collectives_core::{Channel, InProcessGroup, Transport};
 //! use std::time::Duration;
 //!
@@ -70,7 +70,7 @@
 //! ```
 
 use crate::error::{Error, Result};
-use crate::join::Join;
+use crate::protocol::join::Join;
 use crate::protocol::Channel;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};

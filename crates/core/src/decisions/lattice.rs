@@ -17,11 +17,13 @@
 //! identity, a `Dynamic` tuple absorbs, and tuples of different lengths join
 //! to a `Dynamic` tuple (the number of dimensions changed).
 
-use serde::{Deserialize, Serialize};
+use crate::protocol::compact::{AtomValue, Compact};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
 /// One atom of the lattice: no information, one concrete value, or dynamic.
-/// Its serde form is in [`crate::compact`] (one varint on the wire).
+/// Its serde form is [`Compact`]'s (one varint on the wire,
+/// [`crate::protocol::compact`]).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Atom<V> {
     /// ⊥: nothing was observed.
@@ -68,10 +70,31 @@ impl<V: fmt::Display> fmt::Display for Atom<V> {
     }
 }
 
+impl<V: AtomValue> Serialize for Atom<V> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let form = match self {
+            Atom::Unset => Compact::Unset,
+            Atom::Static(v) => Compact::Static(v),
+            Atom::Dynamic => Compact::Dynamic,
+        };
+        crate::protocol::compact::serialize(form, s)
+    }
+}
+
+impl<'de, V: AtomValue> Deserialize<'de> for Atom<V> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(match Compact::<V>::deserialize(d)? {
+            Compact::Unset => Atom::Unset,
+            Compact::Static(v) => Atom::Static(v),
+            Compact::Dynamic => Atom::Dynamic,
+        })
+    }
+}
+
 /// A tuple of atoms (sizes or strides), or the tuple as a whole unset or
 /// dynamic.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(bound = "V: crate::compact::AtomValue")]
+#[serde(bound = "V: AtomValue")]
 pub enum Dims<V> {
     /// ⊥: no tensor was observed.
     Unset,
@@ -167,6 +190,23 @@ impl fmt::Display for Stride {
     }
 }
 
+/// Strides in the compact form: `2·n` for `Int(n)`, `2·j + 1` for `Infer(j)`.
+impl AtomValue for Stride {
+    fn code(&self) -> u128 {
+        match *self {
+            Stride::Int(n) => 2 * u128::from(n),
+            Stride::Infer(j) => 2 * u128::from(j) + 1,
+        }
+    }
+    fn from_code(code: u128) -> Option<Self> {
+        if code % 2 == 0 {
+            u64::try_from(code / 2).ok().map(Stride::Int)
+        } else {
+            u32::try_from(code / 2).ok().map(Stride::Infer)
+        }
+    }
+}
+
 /// Rewrites the strides of a tensor so that a stride that follows from a
 /// size change does not look like a new value (docs/semantics.md, Stride canonicalisation; PyTorch's stride
 /// recording in `torch/_dynamo/pgo.py`).
@@ -180,7 +220,7 @@ impl fmt::Display for Stride {
 /// `u64` are not recorded as inferable.
 ///
 /// ```
-/// use compiler_collectives_core::lattice::{canonical_strides, Stride::*};
+/// use compiler_collectives_core::decisions::lattice::{canonical_strides, Stride::*};
 /// assert_eq!(canonical_strides(&[2, 3], &[3, 1]), vec![Infer(1), Int(1)]);
 /// assert_eq!(canonical_strides(&[4, 4], &[1, 4]), vec![Int(1), Infer(0)]);
 /// ```

@@ -49,10 +49,10 @@
 //!  32  body      postcard of the entries, canonical (re-encoding gives the same bytes)
 //! ```
 
+use crate::decisions::shapes::FrameState;
 use crate::error::{DecodeError, Error};
-use crate::join::Join;
+use crate::protocol::join::Join;
 use crate::protocol::Channel;
-use crate::shapes::FrameState;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -310,7 +310,7 @@ impl Profile {
             });
         }
         let entries: BTreeMap<ProfileKey, ProfileValue> =
-            crate::envelope::decode_payload(Profile::KIND, body)?;
+            crate::protocol::envelope::decode_payload(Profile::KIND, body)?;
         if let Some((k, v)) = entries.iter().find(|(k, v)| k.kind != v.kind()) {
             return Err(DecodeError::Invalid {
                 field: "entry kind",
@@ -405,14 +405,14 @@ impl Profile {
 /// `"all"` when the size tuple itself is dynamic and the scalar too (an int
 /// that varied, tensors of different ndim, or a tensor on one rank and an
 /// int on another), `[]` for a static int.
-pub fn persisted_decision(e: &crate::lattice::SizeEntry) -> Value {
+pub fn persisted_decision(e: &crate::decisions::lattice::SizeEntry) -> Value {
     match &e.size {
-        crate::lattice::Dims::Known(atoms) => {
+        crate::decisions::lattice::Dims::Known(atoms) => {
             json!((0..atoms.len())
                 .filter(|&i| e.is_size_dynamic(i))
                 .collect::<Vec<_>>())
         }
-        crate::lattice::Dims::Dynamic if e.is_scalar_dynamic() => json!("all"),
+        crate::decisions::lattice::Dims::Dynamic if e.is_scalar_dynamic() => json!("all"),
         _ => json!([]),
     }
 }

@@ -1,7 +1,7 @@
 //! The compact wire form of lattice atoms.
 //!
-//! In binary formats (postcard, the exchange payload) an [`Atom`] is one
-//! unsigned varint: `0` = `Unset`, `1` = `Dynamic`, `2 + code(v)` =
+//! In binary formats (postcard, the exchange payload) an atom (the lattice's
+//! `Atom`, which serialises as a [`Compact`]) is one unsigned varint: `0` = `Unset`, `1` = `Dynamic`, `2 + code(v)` =
 //! `Static(v)`, where [`AtomValue::code`] maps sizes as themselves, ints by
 //! zigzag (`0, −1, 1, −2, …` → `0, 1, 2, 3, …`) and strides as `2·n` for
 //! `Int(n)`, `2·j + 1` for `Infer(j)`. A typical size or stride atom is then
@@ -15,11 +15,11 @@
 //! Decoding is strict: a code whose value does not fit the atom's type is an
 //! error, never a wrapped or truncated value.
 
-use crate::lattice::{Atom, Stride};
 use serde::de::{DeserializeOwned, Error as _};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// A value an [`Atom`] can hold, with its code in the compact wire form.
+/// A value an atom can hold, with its code in the compact wire form
+/// (implemented here for sizes and ints, and by the lattice for strides).
 pub trait AtomValue: Sized + Serialize + DeserializeOwned {
     /// The value's code (see the module docs).
     fn code(&self) -> u128;
@@ -49,22 +49,6 @@ impl AtomValue for i64 {
     }
 }
 
-impl AtomValue for Stride {
-    fn code(&self) -> u128 {
-        match *self {
-            Stride::Int(n) => 2 * u128::from(n),
-            Stride::Infer(j) => 2 * u128::from(j) + 1,
-        }
-    }
-    fn from_code(code: u128) -> Option<Self> {
-        if code % 2 == 0 {
-            u64::try_from(code / 2).ok().map(Stride::Int)
-        } else {
-            u32::try_from(code / 2).ok().map(Stride::Infer)
-        }
-    }
-}
-
 /// The plain enum form, for human-readable formats.
 #[derive(Serialize, Deserialize)]
 #[serde(rename = "Atom")]
@@ -74,40 +58,73 @@ enum Plain<V> {
     Dynamic,
 }
 
-impl<V: AtomValue> Serialize for Atom<V> {
+/// An atom in its wire form: no information, one value, or dynamic. The
+/// lattice's `Atom` converts to and from it in its serde impls, so the
+/// protocol owns the form without depending on the lattice.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Compact<V> {
+    /// Code 0.
+    Unset,
+    /// Code `2 + code(v)`.
+    Static(V),
+    /// Code 1.
+    Dynamic,
+}
+
+impl<V: AtomValue> Serialize for Compact<V> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        if s.is_human_readable() {
-            return match self {
-                Atom::Unset => Plain::<&V>::Unset,
-                Atom::Static(v) => Plain::Static(v),
-                Atom::Dynamic => Plain::Dynamic,
-            }
-            .serialize(s);
-        }
-        let code = match self {
-            Atom::Unset => 0,
-            Atom::Dynamic => 1,
-            // A value code is below 2^65, so this cannot overflow.
-            Atom::Static(v) => v.code().saturating_add(2),
-        };
-        s.serialize_u128(code)
+        serialize(self.as_ref(), s)
     }
 }
 
-impl<'de, V: AtomValue> Deserialize<'de> for Atom<V> {
+impl<V> Compact<V> {
+    /// The same atom, borrowing its value.
+    pub fn as_ref(&self) -> Compact<&V> {
+        match self {
+            Compact::Unset => Compact::Unset,
+            Compact::Static(v) => Compact::Static(v),
+            Compact::Dynamic => Compact::Dynamic,
+        }
+    }
+}
+
+/// Serialises a borrowed atom in the compact form (binary formats) or the
+/// plain enum form (human-readable ones).
+///
+/// # Errors
+/// The serializer's.
+pub fn serialize<V: AtomValue, S: Serializer>(atom: Compact<&V>, s: S) -> Result<S::Ok, S::Error> {
+    if s.is_human_readable() {
+        return match atom {
+            Compact::Unset => Plain::<&V>::Unset,
+            Compact::Static(v) => Plain::Static(v),
+            Compact::Dynamic => Plain::Dynamic,
+        }
+        .serialize(s);
+    }
+    let code = match atom {
+        Compact::Unset => 0,
+        Compact::Dynamic => 1,
+        // A value code is below 2^65, so this cannot overflow.
+        Compact::Static(v) => v.code().saturating_add(2),
+    };
+    s.serialize_u128(code)
+}
+
+impl<'de, V: AtomValue> Deserialize<'de> for Compact<V> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         if d.is_human_readable() {
             return Ok(match Plain::<V>::deserialize(d)? {
-                Plain::Unset => Atom::Unset,
-                Plain::Static(v) => Atom::Static(v),
-                Plain::Dynamic => Atom::Dynamic,
+                Plain::Unset => Compact::Unset,
+                Plain::Static(v) => Compact::Static(v),
+                Plain::Dynamic => Compact::Dynamic,
             });
         }
         match u128::deserialize(d)? {
-            0 => Ok(Atom::Unset),
-            1 => Ok(Atom::Dynamic),
+            0 => Ok(Compact::Unset),
+            1 => Ok(Compact::Dynamic),
             c => V::from_code(c - 2)
-                .map(Atom::Static)
+                .map(Compact::Static)
                 .ok_or_else(|| D::Error::custom(format!("atom code {c} is out of range"))),
         }
     }
@@ -116,6 +133,7 @@ impl<'de, V: AtomValue> Deserialize<'de> for Atom<V> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::decisions::lattice::{Atom, Stride};
 
     fn round_trip<V: AtomValue + PartialEq + std::fmt::Debug + Clone>(a: Atom<V>) -> usize {
         let bytes = postcard::to_allocvec(&a).unwrap();

@@ -1,4 +1,4 @@
-//! The one trait every decision kind implements, and the simple vote kinds.
+//! The simple vote kinds, and the table of every decision kind.
 //!
 //! The exchange protocol ([`crate::protocol::Channel::exchange`]) is generic
 //! over [`Join`]: each rank contributes one value, every rank receives every
@@ -12,17 +12,17 @@
 //! | kind | join | used by |
 //! |---|---|---|
 //! | [`AnyVote`] (`vote.any`) | or | guard votes of [`crate::cache::CompileCache`]: any miss ⇒ every rank recompiles |
-//! | [`AllVote`] (`vote.all`) | and | cache-hit agreement ([`crate::artifacts`]): keep a disk hit only if every rank hit |
+//! | [`AllVote`] (`vote.all`) | and | cache-hit agreement ([`crate::persistence::artifacts`]): keep a disk hit only if every rank hit |
 //! | [`Max`] / [`Min`] (`vote.max` / `vote.min`) | max / min | e.g. the largest batch any rank will see |
-//! | [`crate::shapes::FrameState`] (`shape.frame_state`) | size-entry lattice | automatic dynamic shapes |
-//! | [`crate::agree::AgreedValues`] (`agree.values`) | union per name | must-agree values ([`crate::agree::MustAgree`]) |
-//! | [`crate::autotune::Timings`] (`autotune.timings`) | max per candidate | best-choice and sharded autotuning |
+//! | [`crate::decisions::shapes::FrameState`] (`shape.frame_state`) | size-entry lattice | automatic dynamic shapes |
+//! | [`crate::decisions::agree::AgreedValues`] (`agree.values`) | union per name | must-agree values ([`crate::decisions::agree::MustAgree`]) |
+//! | [`crate::decisions::autotune::Timings`] (`autotune.timings`) | max per candidate | best-choice and sharded autotuning |
 //!
 //! Every kind goes through the same [`crate::Channel::exchange`], with the
 //! same checks (desync, configuration, version), deadlines and fast path.
 //!
 //! ```
-//! use compiler_collectives_core::join::{AllVote, AnyVote, Max};
+//! use compiler_collectives_core::decisions::votes::{AllVote, AnyVote, Max};
 //! use compiler_collectives_core::{Channel, InProcessGroup, Transport};
 //!
 //! let ranks = InProcessGroup::create(3)?;
@@ -42,27 +42,9 @@
 //! # Ok::<(), compiler_collectives_core::Error>(())
 //! ```
 
-use serde::de::DeserializeOwned;
+use crate::protocol::channel::Gathered;
+use crate::protocol::join::Join;
 use serde::{Deserialize, Serialize};
-use std::fmt::Debug;
-
-/// A decision kind: a value with a deterministic, order-independent merge.
-///
-/// # Laws (checked by property tests for the kinds in this crate)
-/// - commutative: `a ⊔ b = b ⊔ a`
-/// - associative: `(a ⊔ b) ⊔ c = a ⊔ (b ⊔ c)`
-/// - idempotent: `a ⊔ a = a` (the fast path relies on it)
-///
-/// The wire form is the value's canonical [`postcard`] encoding, so the type
-/// must serialise deterministically (use `BTreeMap`, not `HashMap`).
-pub trait Join: Clone + Debug + Send + Serialize + DeserializeOwned {
-    /// Stable name of the kind, carried in every envelope and checked to be
-    /// the same on every rank, e.g. `"shape.frame_state"`.
-    const KIND: &'static str;
-
-    /// `self ← self ⊔ other`.
-    fn join(&mut self, other: &Self);
-}
 
 /// "Did any rank say yes?" — a boolean or-vote. Guard collectives use it:
 /// any rank whose cache missed makes every rank recompile.
@@ -107,5 +89,21 @@ impl Join for Min {
     const KIND: &'static str = "vote.min";
     fn join(&mut self, other: &Self) {
         self.0 = self.0.min(other.0);
+    }
+}
+
+impl Gathered<AnyVote> {
+    /// Whether any rank voted yes: the vote's outcome, the same on every
+    /// rank.
+    pub fn any(&self) -> bool {
+        self.merged().0
+    }
+}
+
+impl Gathered<AllVote> {
+    /// Whether every rank voted yes: the vote's outcome, the same on every
+    /// rank.
+    pub fn all(&self) -> bool {
+        self.merged().0
     }
 }

@@ -21,7 +21,7 @@
 //! `source()` chain.
 //!
 //! ```
-//! use compiler_collectives_core::torchelastic::{read_error_file, ErrorReport};
+//! use compiler_collectives_core::launch::torchelastic::{read_error_file, ErrorReport};
 //!
 //! let dir = std::env::temp_dir().join(format!("ccol-doc-{}", std::process::id()));
 //! std::fs::create_dir_all(&dir)?;

@@ -18,7 +18,7 @@
 //! write).
 //!
 //! ```
-//! use compiler_collectives_core::paths::cache_dir_from;
+//! use compiler_collectives_core::persistence::paths::cache_dir_from;
 //! use std::ffi::OsString;
 //! use std::path::PathBuf;
 //!

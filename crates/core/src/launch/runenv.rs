@@ -31,7 +31,7 @@
 //! rank serves) or that the user named take [`RunEnv::key_prefix`].
 //!
 //! ```
-//! use compiler_collectives_core::runenv::RunEnv;
+//! use compiler_collectives_core::launch::runenv::RunEnv;
 //!
 //! let vars = [("RANK", "1"), ("WORLD_SIZE", "2"), ("TORCHELASTIC_RUN_ID", "4f2a"), ("MASTER_PORT", "29500")];
 //! let lookup = |name: &str| vars.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_string());
@@ -81,7 +81,7 @@ pub struct RunEnv {
     /// serves the TCPStore at `MASTER_ADDR:MASTER_PORT`, so rank 0 must not.
     pub use_agent_store: bool,
     /// `TORCHELASTIC_ERROR_FILE`: where a failing rank writes its error
-    /// ([`crate::torchelastic`], which reads the variable by itself).
+    /// ([`crate::launch::torchelastic`], which reads the variable by itself).
     pub error_file: Option<PathBuf>,
 }
 
@@ -267,7 +267,7 @@ pub fn error_text(e: Error) -> String {
 /// per-launch run id does not.
 ///
 /// ```
-/// use compiler_collectives_core::runenv::dir_safe;
+/// use compiler_collectives_core::launch::runenv::dir_safe;
 /// assert_eq!(dir_safe("job 7/../x_y"), "job_7____x_y");
 /// ```
 pub fn dir_safe(raw: &str) -> String {

@@ -4,7 +4,7 @@
 //! Compilers keep compiled artifacts on disk between runs (PyTorch's FX graph
 //! and AOTAutograd caches): a later run that finds the artifact skips the
 //! backend compile. In a multi-rank job that is a trap. Compiling may itself
-//! run collectives — distributed autotuning ([`crate::autotune`]), partitioner
+//! run collectives — distributed autotuning ([`crate::decisions::autotune`]), partitioner
 //! agreement — so a rank whose cache is warm skips them while a rank whose
 //! cache is cold (another node, a fresh container) enters them and waits for
 //! peers that never come: it fails at the deadline ([`Error::Timeout`] naming
@@ -28,9 +28,9 @@
 //! cache) implements [`ArtifactStore`].
 //!
 //! ```
-//! use compiler_collectives_core::artifacts::{ArtifactOrigin, DiskArtifacts};
+//! use compiler_collectives_core::persistence::artifacts::{ArtifactOrigin, DiskArtifacts};
 //! use compiler_collectives_core::cache::{CacheOptions, CompileCache};
-//! use compiler_collectives_core::shapes::Observation;
+//! use compiler_collectives_core::decisions::shapes::Observation;
 //! use compiler_collectives_core::{Channel, InProcessGroup, Transport};
 //!
 //! // Rank 0's disk cache is warm from an earlier run, rank 1's is cold.
@@ -64,8 +64,8 @@
 //! ```
 
 use crate::cache::{CompileCache, CompiledFrame, Inputs, Outcome};
+use crate::decisions::votes::AllVote;
 use crate::error::{Error, Result};
-use crate::join::AllVote;
 use crate::protocol::Channel;
 use serde::de::DeserializeOwned;
 use serde::Serialize;

@@ -12,58 +12,12 @@
 
 use crate::{Deadline, Error, Result};
 
+mod checks;
 mod postmortem;
+pub use checks::{check_peer, check_root, check_size, shut_down};
 pub use postmortem::{
     Absent, PostMortem, DRAIN_LIMIT, LATE_CHECK_IN, POST_MORTEM, STORE_CALL_LIMIT,
 };
-
-/// `Err(InvalidArgument)` unless `peer` is another rank of a group of
-/// `world` (point-to-point to oneself is refused on every engine).
-///
-/// # Errors
-/// [`Error::InvalidArgument`] naming the peer, the group size and this rank.
-pub fn check_peer(peer: u32, rank: u32, world: u32) -> Result<()> {
-    if peer >= world || peer == rank {
-        return Err(Error::InvalidArgument(format!(
-            "peer {peer} is not another rank of a group of {world} (this is rank {rank})"
-        )));
-    }
-    Ok(())
-}
-
-/// The error of every operation on a transport this rank shut down or
-/// aborted: [`Error::ChannelUnusable`] naming the rank, the same on every
-/// backend (nothing is sent).
-pub fn shut_down(rank: u32) -> Error {
-    Error::unusable("shutdown", format!("rank {rank} shut its transport down"))
-}
-
-/// `Err(InvalidArgument)` unless `max_bytes` allows this rank's own `len`
-/// bytes in `what` (`"all_gather"`, `"broadcast"`, …).
-///
-/// # Errors
-/// [`Error::InvalidArgument`] naming the operation, the length and the limit.
-pub fn check_size(what: &str, len: usize, max_bytes: usize) -> Result<()> {
-    if len > max_bytes {
-        return Err(Error::InvalidArgument(format!(
-            "{what} of {len} bytes exceeds max_bytes {max_bytes}"
-        )));
-    }
-    Ok(())
-}
-
-/// `Err(InvalidArgument)` unless `root` is a rank of a group of `world`.
-///
-/// # Errors
-/// [`Error::InvalidArgument`] naming the root and the group size.
-pub fn check_root(root: u32, world: u32) -> Result<()> {
-    if root >= world {
-        return Err(Error::InvalidArgument(format!(
-            "broadcast root {root} is not a rank of a group of {world}"
-        )));
-    }
-    Ok(())
-}
 
 /// Bytes of one rank's entry in the lengths round: its length and its
 /// limit, both `u64` little-endian.

@@ -15,7 +15,7 @@
 //! (join = union per name), a semilattice like every kind.
 //!
 //! ```
-//! use compiler_collectives_core::{agree::MustAgree, Channel, InProcessGroup, Transport};
+//! use compiler_collectives_core::{decisions::agree::MustAgree, Channel, InProcessGroup, Transport};
 //!
 //! let ranks = InProcessGroup::create(3)?;
 //! let handles: Vec<_> = ranks.into_iter().map(|t| std::thread::spawn(move || {
@@ -37,8 +37,9 @@
 //! ```
 
 use crate::error::{group_ranks, Error, Result};
-use crate::join::Join;
-use crate::protocol::{Channel, ConfigText};
+use crate::protocol::channel::Channel;
+use crate::protocol::checks::ConfigText;
+use crate::protocol::join::Join;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;

@@ -6,8 +6,8 @@
 //! exchange: a source absent on a rank contributes nothing; a source seen
 //! differently on two ranks becomes dynamic where it differed.
 
-use crate::join::Join;
-use crate::lattice::{Dims, SizeEntry};
+use crate::decisions::lattice::{Dims, SizeEntry};
+use crate::protocol::join::Join;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -60,7 +60,7 @@ impl Observation {
             Observation::Tensor { sizes, strides } => Some(
                 strides
                     .clone()
-                    .unwrap_or_else(|| crate::lattice::contiguous_strides(sizes)),
+                    .unwrap_or_else(|| crate::decisions::lattice::contiguous_strides(sizes)),
             ),
             _ => None,
         }

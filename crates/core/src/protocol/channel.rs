@@ -28,9 +28,10 @@
 //! After a fatal error ([`Error::is_fatal`]) the channel refuses further
 //! exchanges with [`Error::ChannelUnusable`]; call [`Channel::abort`].
 
-use crate::envelope::{self, Envelope, Limits, DIGEST_MSG_LEN, WIRE_VERSION};
-use crate::error::{group_ranks, DecodeError, Error, ExchangeInfo, Result};
-use crate::join::Join;
+use crate::error::{Error, ExchangeInfo, Result};
+use crate::protocol::checks::Census;
+use crate::protocol::envelope::{self, Envelope, Limits, DIGEST_MSG_LEN, WIRE_VERSION};
+use crate::protocol::join::Join;
 use crate::transport::{Deadline, Transport};
 use std::sync::Arc;
 use std::time::Duration;
@@ -91,10 +92,10 @@ pub struct ChannelOptions {
     /// Use the identical-envelope fast path (default on).
     pub fast_path: bool,
     /// Directory of per-rank JSON-lines trace files (`<dir>/rank-<r>.jsonl`,
-    /// see [`crate::trace`]); `None` = no file.
+    /// see [`crate::protocol::trace`]); `None` = no file.
     pub trace_dir: Option<std::path::PathBuf>,
     /// Smallest world size that uses the hierarchical (tree) exchange of
-    /// [`crate::hier`] (default [`crate::hier::DEFAULT_HIERARCHICAL_FROM`],
+    /// [`crate::protocol::tree`] (default [`crate::protocol::tree::DEFAULT_HIERARCHICAL_FROM`],
     /// 64 ranks; `u32::MAX` = never), over a transport with cheap
     /// point-to-point only ([`Channel::topology`] says which runs and why).
     /// Same decisions and errors as the flat exchange; O(payload · log N)
@@ -109,7 +110,7 @@ impl Default for ChannelOptions {
             limits: Limits::default(),
             fast_path: true,
             trace_dir: None,
-            hierarchical_from: crate::hier::DEFAULT_HIERARCHICAL_FROM,
+            hierarchical_from: crate::protocol::tree::DEFAULT_HIERARCHICAL_FROM,
         }
     }
 }
@@ -127,7 +128,7 @@ impl ChannelOptions {
     pub fn from_env() -> Result<Self> {
         Ok(ChannelOptions {
             timeout: timeout_from_env()?,
-            trace_dir: crate::trace::trace_dir_from_env(),
+            trace_dir: crate::protocol::trace::trace_dir_from_env(),
             ..ChannelOptions::default()
         })
     }
@@ -153,7 +154,7 @@ impl ChannelOptions {
         self
     }
 
-    /// Writes a trace file per rank into `dir` (see [`crate::trace`]).
+    /// Writes a trace file per rank into `dir` (see [`crate::protocol::trace`]).
     #[must_use]
     pub fn with_trace_dir(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
         self.trace_dir = Some(dir.into());
@@ -175,7 +176,7 @@ pub enum Topology {
     /// Flat: one all_gather of fixed-size digests, then one of the
     /// envelopes when they differ; every rank receives every envelope.
     Flat(FlatReason),
-    /// The binomial tree of [`crate::hier`] over point-to-point messages:
+    /// The binomial tree of [`crate::protocol::tree`] over point-to-point messages:
     /// O(payload · log N) bytes received per rank.
     Tree,
 }
@@ -257,22 +258,6 @@ pub struct Gathered<J> {
     fast: bool,
 }
 
-impl Gathered<crate::join::AnyVote> {
-    /// Whether any rank voted yes: the vote's outcome, the same on every
-    /// rank.
-    pub fn any(&self) -> bool {
-        self.merged.0
-    }
-}
-
-impl Gathered<crate::join::AllVote> {
-    /// Whether every rank voted yes: the vote's outcome, the same on every
-    /// rank.
-    pub fn all(&self) -> bool {
-        self.merged.0
-    }
-}
-
 impl<J> Gathered<J> {
     /// The join of every rank's value (the same on every rank).
     pub fn merged(&self) -> &J {
@@ -318,7 +303,7 @@ pub struct Channel {
     last_completed: Option<u64>,
     /// The first fatal error's kind and message.
     failed: Option<(&'static str, String)>,
-    trace: Option<crate::trace::TraceFile>,
+    trace: Option<crate::protocol::trace::TraceFile>,
 }
 
 impl Channel {
@@ -339,8 +324,10 @@ impl Channel {
     /// [`Error::InvalidArgument`] if the trace file cannot be created.
     pub fn with_options(transport: Arc<dyn Transport>, options: ChannelOptions) -> Result<Self> {
         let timeout = options.timeout.unwrap_or(DEFAULT_TIMEOUT);
-        let trace =
-            crate::trace::TraceFile::for_channel(options.trace_dir.as_deref(), transport.rank())?;
+        let trace = crate::protocol::trace::TraceFile::for_channel(
+            options.trace_dir.as_deref(),
+            transport.rank(),
+        )?;
         let world = transport.world_size();
         let from = options.hierarchical_from;
         let topology = if world <= 1 {
@@ -465,9 +452,9 @@ impl Channel {
         let deadline = Deadline::after(options.timeout.unwrap_or(self.timeout));
         let seq = self.seq;
         let _span = tracing::debug_span!("exchange", seq, key, kind = J::KIND).entered();
-        let mut traffic = crate::trace::Traffic::default();
+        let mut traffic = crate::protocol::trace::Traffic::default();
         let outcome = if self.topology == Topology::Tree {
-            crate::hier::exchange(
+            crate::protocol::tree::exchange(
                 &*self.transport,
                 &env,
                 &encoded,
@@ -518,14 +505,14 @@ impl Channel {
         };
         let (rank, world_size) = (self.rank(), self.world_size());
         let elapsed = start.elapsed();
-        crate::trace::finish(
+        crate::protocol::trace::finish(
             self.trace.as_mut(),
             &env,
             rank,
             world_size,
             traffic,
             elapsed,
-            &result,
+            result.as_ref().map(|g| (g.merged(), g.fast_path())),
         );
         result
     }
@@ -535,7 +522,7 @@ impl Channel {
         env: &Envelope,
         encoded: &[u8],
         deadline: Deadline,
-        traffic: &mut crate::trace::Traffic,
+        traffic: &mut crate::protocol::trace::Traffic,
     ) -> Result<Option<Vec<J>>> {
         let t = &*self.transport;
         if t.world_size() == 1 {
@@ -547,53 +534,51 @@ impl Channel {
             let all = t.all_gather_fixed(&mine, deadline)?;
             traffic.add(mine.len(), all.len());
             let mut same = true;
-            let mut versions = Vec::with_capacity(t.world_size() as usize);
+            let mut versions = Census::default();
             for (rank, chunk) in (0u32..).zip(all.chunks(DIGEST_MSG_LEN)) {
                 let msg = envelope::decode_digest_msg(chunk).map_err(|reason| Error::Decode {
                     rank: Some(rank),
                     reason,
                 })?;
-                versions.push((rank, msg.version));
+                versions.version(rank, msg.version);
                 same &= msg.version == WIRE_VERSION && chunk == mine.as_slice();
             }
-            check_versions(&versions)?;
+            versions.verdict(None)?;
             if same {
                 return Ok(None);
             }
         }
         let all = t.all_gather(encoded, self.limits.max_message_bytes, deadline)?;
         traffic.add(encoded.len(), all.iter().map(Vec::len).sum());
-        let mut versions = Vec::with_capacity(all.len());
-        for (rank, bytes) in (0u32..).zip(&all) {
-            let (version, _) = envelope::peek_header(bytes).map_err(|reason| Error::Decode {
-                rank: Some(rank),
-                reason,
-            })?;
-            versions.push((rank, version));
-        }
-        check_versions(&versions)?;
+        // The checks and their order are the tree's too (`checks`).
+        let mut census = Census::default();
+        let mut failure = None;
         let mut envs = Vec::with_capacity(all.len());
         for (rank, bytes) in (0u32..).zip(&all) {
-            envs.push(
-                Envelope::decode(bytes, &self.limits).map_err(|reason| Error::Decode {
-                    rank: Some(rank),
-                    reason,
-                })?,
-            );
+            let decoded = envelope::peek_header(bytes).and_then(|(version, _)| {
+                census.version(rank, version);
+                if version == WIRE_VERSION {
+                    Envelope::decode(bytes, &self.limits).map(Some)
+                } else {
+                    Ok(None)
+                }
+            });
+            match decoded {
+                Ok(Some(env)) => {
+                    census.envelope(rank, &env);
+                    envs.push(env);
+                }
+                Ok(None) => {}
+                Err(reason) => {
+                    failure.get_or_insert(Error::Decode {
+                        rank: Some(rank),
+                        reason,
+                    });
+                }
+            }
         }
         drop(all);
-        let kinds_differ = envs.iter().any(|e| e.kind != envs[0].kind);
-        let positions = group_ranks((0u32..).zip(envs.iter().map(|e| Position(e, kinds_differ))));
-        if positions.len() > 1 {
-            return Err(Error::Desync { groups: positions });
-        }
-        let configs = group_ranks((0u32..).zip(envs.iter().map(|e| ConfigText(&e.config))));
-        if configs.len() > 1 {
-            return Err(Error::Disagreement {
-                what: CONFIG_WHAT.into(),
-                groups: configs,
-            });
-        }
+        census.verdict(failure)?;
         // Every payload is decoded from the gathered bytes, this rank's too,
         // so a rank whose own bytes do not decode fails like its peers.
         let mut values = Vec::with_capacity(envs.len());
@@ -652,84 +637,4 @@ fn join_all<J: Join>(values: &[J]) -> J {
         acc.join(v);
     }
     acc
-}
-
-fn check_versions(versions: &[(u32, u16)]) -> Result<()> {
-    if versions.iter().any(|(_, v)| *v != WIRE_VERSION) {
-        return Err(Error::VersionMismatch {
-            groups: group_ranks(versions.iter().map(|&(r, v)| (r, format!("v{v}")))),
-        });
-    }
-    Ok(())
-}
-
-/// What a rank was doing, for desync groups: `#seq 'key'`, plus the kind
-/// when kinds differ between ranks.
-struct Position<'a>(&'a Envelope, bool);
-
-impl std::fmt::Display for Position<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        fmt_position(
-            f,
-            self.0.seq,
-            &self.0.key,
-            self.1.then_some(self.0.kind.as_str()),
-        )
-    }
-}
-
-/// `#seq 'key'`, then ` (kind)` when given: a desync group's text (shared
-/// with [`crate::hier`]).
-pub(crate) fn fmt_position(
-    f: &mut std::fmt::Formatter<'_>,
-    seq: u64,
-    key: &str,
-    kind: Option<&str>,
-) -> std::fmt::Result {
-    write!(f, "#{seq} '{key}'")?;
-    if let Some(kind) = kind {
-        write!(f, " ({kind})")?;
-    }
-    Ok(())
-}
-
-/// What a configuration disagreement is about (shared with [`crate::hier`]).
-pub(crate) const CONFIG_WHAT: &str =
-    "the configuration that shapes this decision (overrides, options)";
-
-/// Quotes text for error groups, cut after 200 bytes.
-pub(crate) struct ConfigText<'a>(pub(crate) &'a str);
-
-impl std::fmt::Display for ConfigText<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        const SHOWN: usize = 200;
-        if self.0.len() <= SHOWN {
-            write!(f, "'{}'", self.0)
-        } else {
-            let mut end = SHOWN;
-            while !self.0.is_char_boundary(end) {
-                end -= 1;
-            }
-            write!(f, "'{}…' ({} bytes)", &self.0[..end], self.0.len())
-        }
-    }
-}
-
-/// Encodes a value as the payload bytes an exchange would send (for tests,
-/// benchmarks and tools).
-///
-/// # Errors
-/// [`Error::InvalidArgument`] if the value cannot be encoded.
-pub fn encode_payload<J: Join>(value: &J) -> Result<Vec<u8>> {
-    postcard::to_allocvec(value)
-        .map_err(|e| Error::InvalidArgument(format!("cannot encode {}: {e}", J::KIND)))
-}
-
-/// Decodes payload bytes strictly (all bytes consumed).
-///
-/// # Errors
-/// [`Error::Decode`] with no rank.
-pub fn decode_payload<J: Join>(bytes: &[u8]) -> Result<J> {
-    envelope::decode_payload(J::KIND, bytes)
-        .map_err(|reason: DecodeError| Error::Decode { rank: None, reason })
 }

@@ -37,9 +37,10 @@
 //!
 //! The result carries no per-rank values (`Gathered::per_rank` is `None`).
 
-use crate::envelope::{self, Envelope, Limits, DIGEST_MSG_LEN, WIRE_VERSION};
-use crate::error::{group_ranks, DecodeError, Error, Result};
-use crate::join::Join;
+use crate::error::{DecodeError, Error, Result};
+use crate::protocol::checks::{add, Census};
+use crate::protocol::envelope::{self, Envelope, Limits, DIGEST_MSG_LEN, WIRE_VERSION};
+use crate::protocol::join::Join;
 use crate::transport::{Deadline, Transport};
 use serde::{Deserialize, Serialize};
 
@@ -91,45 +92,12 @@ fn subtree(rank: u32, world_size: u32) -> (u32, u32) {
     (rank, u32::try_from(end).unwrap_or(world_size))
 }
 
-/// Half-open rank ranges, sorted and coalesced.
-type Ranges = Vec<(u32, u32)>;
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-struct Position {
-    seq: u64,
-    key: String,
-    kind: String,
-}
-
-/// What a subtree reports about itself.
+/// What a subtree reports about itself: the census of its ranks, and the
+/// lowest child rank whose message could not be decoded, with why.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 struct Meta {
-    versions: Vec<(u16, Ranges)>,
-    positions: Vec<(Position, Ranges)>,
-    configs: Vec<(String, Ranges)>,
-    /// The lowest child rank whose message could not be decoded, and why.
+    census: Census,
     failure: Option<(u32, String)>,
-}
-
-fn add<T: PartialEq>(groups: &mut Vec<(T, Ranges)>, what: T, ranges: &[(u32, u32)]) {
-    let at = match groups.iter().position(|(w, _)| *w == what) {
-        Some(i) => i,
-        None => {
-            groups.push((what, Vec::new()));
-            groups.len() - 1
-        }
-    };
-    let list = &mut groups[at].1;
-    list.extend_from_slice(ranges);
-    list.sort_unstable();
-    let mut merged: Ranges = Vec::with_capacity(list.len());
-    for &(s, e) in list.iter() {
-        match merged.last_mut() {
-            Some(last) if s <= last.1 => last.1 = last.1.max(e),
-            _ => merged.push((s, e)),
-        }
-    }
-    *list = merged;
 }
 
 impl Meta {
@@ -139,25 +107,9 @@ impl Meta {
         }
     }
 
-    /// Whether every range lies in the sender's subtree `span` and each
-    /// field covers at most the span's ranks in all (a peer could send
-    /// others; this also bounds what expanding the groups allocates).
+    /// Whether the report stays within the sender's subtree `span`.
     fn valid(&self, span: (u32, u32)) -> bool {
-        fn field<T>(groups: &[(T, Ranges)], (lo, hi): (u32, u32)) -> bool {
-            let mut total = 0u64;
-            for (_, rs) in groups {
-                for &(s, e) in rs {
-                    if s >= e || s < lo || e > hi {
-                        return false;
-                    }
-                    total += u64::from(e - s);
-                }
-            }
-            total <= u64::from(hi - lo)
-        }
-        field(&self.versions, span)
-            && field(&self.positions, span)
-            && field(&self.configs, span)
+        self.census.within(span)
             && self
                 .failure
                 .as_ref()
@@ -165,35 +117,10 @@ impl Meta {
     }
 
     fn absorb(&mut self, other: Meta) {
-        for (v, r) in other.versions {
-            add(&mut self.versions, v, &r);
-        }
-        for (p, r) in other.positions {
-            add(&mut self.positions, p, &r);
-        }
-        for (c, r) in other.configs {
-            add(&mut self.configs, c, &r);
-        }
+        self.census.absorb(other.census);
         if let Some((rank, why)) = other.failure {
             self.fail(rank, why);
         }
-    }
-}
-
-fn expand(groups: &[(impl std::fmt::Display, Ranges)]) -> Vec<crate::RankGroup> {
-    group_ranks(
-        groups
-            .iter()
-            .flat_map(|(what, rs)| rs.iter().flat_map(|&(s, e)| s..e).map(move |r| (r, what))),
-    )
-}
-
-struct PositionText<'a>(&'a Position, bool);
-
-impl std::fmt::Display for PositionText<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let kind = self.1.then_some(self.0.kind.as_str());
-        crate::protocol::fmt_position(f, self.0.seq, &self.0.key, kind)
     }
 }
 
@@ -205,7 +132,9 @@ fn encode_summary<J: Join>(
     seq: u64,
     limits: &Limits,
 ) -> Result<Vec<u8>> {
-    let value = merged.map(crate::protocol::encode_payload).transpose()?;
+    let value = merged
+        .map(crate::protocol::join::encode_payload)
+        .transpose()?;
     let payload = postcard::to_allocvec(&(meta, value))
         .map_err(|e| Error::InvalidArgument(format!("cannot encode a tree summary: {e}")))?;
     Envelope {
@@ -237,7 +166,7 @@ fn decode_summary<J: Join>(
         }
     };
     if version != WIRE_VERSION {
-        add(&mut meta.versions, version, &[span]);
+        add(&mut meta.census.versions, version, &[span]);
         return (meta, None);
     }
     let env = match Envelope::decode(bytes, limits) {
@@ -273,7 +202,7 @@ fn decode_summary<J: Join>(
         return (meta, None);
     }
     // A subtree at another decision kind is a desync; its value is not ours to decode.
-    let same_kind = theirs.positions.iter().all(|(p, _)| p.kind == J::KIND);
+    let same_kind = theirs.census.all_of_kind(J::KIND);
     let merged = match value {
         Some(v) if same_kind => match envelope::decode_payload::<J>(J::KIND, &v) {
             Ok(j) => Some(j),
@@ -289,49 +218,16 @@ fn decode_summary<J: Join>(
 }
 
 /// Turns the whole world's summary into the exchange's result, the same on
-/// every rank.
+/// every rank: the census's verdict, then the joined value.
 fn verdict<J: Join>(meta: &Meta, merged: Option<J>) -> Result<J> {
-    if meta.versions.len() > 1 || meta.versions.iter().any(|(v, _)| *v != WIRE_VERSION) {
-        let text: Vec<(String, Ranges)> = meta
-            .versions
-            .iter()
-            .map(|(v, r)| (format!("v{v}"), r.clone()))
-            .collect();
-        return Err(Error::VersionMismatch {
-            groups: expand(&text),
-        });
-    }
-    if let Some((rank, why)) = &meta.failure {
-        return Err(Error::Decode {
-            rank: Some(*rank),
-            reason: DecodeError::Invalid {
-                field: "tree summary",
-                detail: why.clone(),
-            },
-        });
-    }
-    if meta.positions.len() > 1 {
-        let kinds_differ = meta.positions.iter().any(|(p, _)| p.kind != J::KIND);
-        let text: Vec<(PositionText<'_>, Ranges)> = meta
-            .positions
-            .iter()
-            .map(|(p, r)| (PositionText(p, kinds_differ), r.clone()))
-            .collect();
-        return Err(Error::Desync {
-            groups: expand(&text),
-        });
-    }
-    if meta.configs.len() > 1 {
-        let text: Vec<(crate::protocol::ConfigText<'_>, Ranges)> = meta
-            .configs
-            .iter()
-            .map(|(c, r)| (crate::protocol::ConfigText(c), r.clone()))
-            .collect();
-        return Err(Error::Disagreement {
-            what: crate::protocol::CONFIG_WHAT.into(),
-            groups: expand(&text),
-        });
-    }
+    let failure = meta.failure.as_ref().map(|(rank, why)| Error::Decode {
+        rank: Some(*rank),
+        reason: DecodeError::Invalid {
+            field: "tree summary",
+            detail: why.clone(),
+        },
+    });
+    meta.census.verdict(failure)?;
     merged.ok_or_else(|| Error::Decode {
         rank: Some(0),
         reason: DecodeError::Invalid {
@@ -360,7 +256,7 @@ pub(crate) fn exchange<J: Join>(
     limits: &Limits,
     fast_path: bool,
     deadline: Deadline,
-    traffic: &mut crate::trace::Traffic,
+    traffic: &mut crate::protocol::trace::Traffic,
 ) -> Result<(J, bool)> {
     let (me, n) = (t.rank(), t.world_size());
     let kids = children(me, n);
@@ -393,19 +289,9 @@ pub(crate) fn exchange<J: Join>(
             return Ok((local.clone(), true));
         }
     }
-    let one = [(me, me + 1)];
     let mut meta = Meta::default();
-    add(&mut meta.versions, WIRE_VERSION, &one);
-    add(
-        &mut meta.positions,
-        Position {
-            seq: env.seq,
-            key: env.key.clone(),
-            kind: env.kind.clone(),
-        },
-        &one,
-    );
-    add(&mut meta.configs, env.config.clone(), &one);
+    meta.census.version(me, WIRE_VERSION);
+    meta.census.envelope(me, env);
     let mut merged = Some(local.clone());
     for &c in &kids {
         let bytes = t.recv(c, TAG_SUMMARY_UP, limits.max_message_bytes, deadline)?;
@@ -468,18 +354,22 @@ mod tests {
     /// naming it.
     #[test]
     fn hostile_summaries_are_refused() {
-        use crate::shapes::FrameState;
+        use crate::decisions::shapes::FrameState;
         let limits = Limits::default();
-        let pos = |k: &str| Position {
+        let pos = |k: &str| crate::protocol::checks::Position {
             seq: 0,
             key: k.into(),
             kind: FrameState::KIND.into(),
         };
         let mut outside = Meta::default();
-        add(&mut outside.positions, pos("a"), &[(0, 3)]);
+        add(&mut outside.census.positions, pos("a"), &[(0, 3)]);
         let mut repeated = Meta::default();
         for k in 0..100 {
-            add(&mut repeated.positions, pos(&k.to_string()), &[(4, 6)]);
+            add(
+                &mut repeated.census.positions,
+                pos(&k.to_string()),
+                &[(4, 6)],
+            );
         }
         for meta in [outside, repeated] {
             let bytes = encode_summary::<FrameState>(&meta, None, 0, &limits).unwrap();
@@ -488,12 +378,12 @@ mod tests {
             let (rank, why) = got.failure.expect("refused");
             assert_eq!(rank, 4);
             assert!(why.contains("4..6"), "{why}");
-            assert!(got.positions.is_empty());
+            assert!(got.census.positions.is_empty());
         }
         let err = verdict::<FrameState>(
             &{
                 let mut m = Meta::default();
-                add(&mut m.versions, WIRE_VERSION, &[(0, 6)]);
+                add(&mut m.census.versions, WIRE_VERSION, &[(0, 6)]);
                 m.fail(4, "bad".into());
                 m
             },
@@ -501,14 +391,5 @@ mod tests {
         )
         .unwrap_err();
         assert!(matches!(err, Error::Decode { rank: Some(4), .. }), "{err}");
-    }
-
-    #[test]
-    fn ranges_coalesce() {
-        let mut g: Vec<(u8, Ranges)> = Vec::new();
-        add(&mut g, 1, &[(4, 6)]);
-        add(&mut g, 1, &[(0, 2), (2, 4)]);
-        add(&mut g, 2, &[(6, 7)]);
-        assert_eq!(g, vec![(1, vec![(0, 6)]), (2, vec![(6, 7)])]);
     }
 }

@@ -116,12 +116,12 @@ pub struct InProcessTransport {
 
 impl InProcessTransport {
     fn check_peer(&self, peer: u32) -> Result<()> {
-        crate::toolkit::check_peer(peer, self.rank, self.shared.world_size)
+        crate::transport::toolkit::check_peer(peer, self.rank, self.shared.world_size)
     }
 
     fn check_alive(&self, st: &State) -> Result<()> {
         if st.departed[self.rank as usize].is_some() {
-            return Err(crate::toolkit::shut_down(self.rank));
+            return Err(crate::transport::toolkit::shut_down(self.rank));
         }
         Ok(())
     }
@@ -224,7 +224,7 @@ impl Transport for InProcessTransport {
         max_bytes: usize,
         deadline: Deadline,
     ) -> Result<Vec<Vec<u8>>> {
-        crate::toolkit::check_size("all_gather", data.len(), max_bytes)?;
+        crate::transport::toolkit::check_size("all_gather", data.len(), max_bytes)?;
         let parts = self.collective(OpKind::AllGather, data, deadline)?;
         if let Some((r, p)) = parts.iter().enumerate().find(|(_, p)| p.len() > max_bytes) {
             return Err(too_large(r, p.len(), max_bytes));

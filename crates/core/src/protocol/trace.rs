@@ -22,10 +22,9 @@
 //! truncation. A trace file that cannot be written never fails an exchange:
 //! it is reported once as a `tracing` warning and then disabled.
 
-use crate::envelope::Envelope;
 use crate::error::{group_ranks, Error, RankGroup, Result};
-use crate::join::Join;
-use crate::protocol::Gathered;
+use crate::protocol::envelope::Envelope;
+use crate::protocol::join::Join;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs::{self, File};
@@ -177,7 +176,8 @@ fn digest_hex(bytes: &[u8]) -> String {
 }
 
 /// Reports one finished exchange: the `tracing` event, and a record in the
-/// trace file when there is one.
+/// trace file when there is one. `result` is the join and whether the fast
+/// path applied, or the error.
 pub(crate) fn finish<J: Join>(
     trace: Option<&mut TraceFile>,
     env: &Envelope,
@@ -185,11 +185,11 @@ pub(crate) fn finish<J: Join>(
     world_size: u32,
     traffic: Traffic,
     elapsed: Duration,
-    result: &Result<Gathered<J>>,
+    result: std::result::Result<(&J, bool), &Error>,
 ) {
     let duration_us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
     let (outcome, fast_path) = match result {
-        Ok(g) => ("ok", Some(g.fast_path())),
+        Ok((_, fast)) => ("ok", Some(fast)),
         Err(e) => (e.kind(), None),
     };
     if result.is_ok() {
@@ -201,9 +201,7 @@ pub(crate) fn finish<J: Join>(
         return;
     };
     let merged_digest = match result {
-        Ok(g) => postcard::to_allocvec(g.merged())
-            .ok()
-            .map(|b| digest_hex(&b)),
+        Ok((merged, _)) => postcard::to_allocvec(merged).ok().map(|b| digest_hex(&b)),
         Err(_) => None,
     };
     trace.write(&TraceRecord {
@@ -220,7 +218,7 @@ pub(crate) fn finish<J: Join>(
         duration_us,
         fast_path,
         outcome: outcome.to_owned(),
-        error: result.as_ref().err().map(ToString::to_string),
+        error: result.err().map(ToString::to_string),
     });
 }
 

@@ -1,0 +1,244 @@
+//! The checks every exchange makes on what the ranks sent, written once for
+//! the flat exchange ([`crate::protocol::channel`]) and the tree
+//! ([`crate::protocol::tree`]): both fill a [`Census`] and ask it for the
+//! verdict, so both report the same error, with the same groups and text, in
+//! the same order (docs/protocol.md, Checks):
+//!
+//! 1. wire versions → [`Error::VersionMismatch`];
+//! 2. a message that does not decode → [`Error::Decode`] naming the lowest
+//!    such rank (the flat exchange) or tree neighbour;
+//! 3. positions (sequence number, compile key, and the decision kind when
+//!    kinds differ) → [`Error::Desync`];
+//! 4. configuration → [`Error::Disagreement`].
+//!
+//! The census groups ranks as sorted, coalesced half-open ranges, which is
+//! also the tree's wire form of a subtree's report (a subtree is one range).
+
+use crate::error::{group_ranks, Error, RankGroup, Result};
+use crate::protocol::envelope::{Envelope, WIRE_VERSION};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Half-open rank ranges `[start, end)`, sorted and coalesced.
+pub(crate) type Ranges = Vec<(u32, u32)>;
+
+/// Where a rank was: the exchange it was at.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Position {
+    pub(crate) seq: u64,
+    pub(crate) key: String,
+    pub(crate) kind: String,
+}
+
+/// What a set of ranks sent, grouped by value. Field order is wire format
+/// (a tree summary carries it).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub(crate) struct Census {
+    pub(crate) versions: Vec<(u16, Ranges)>,
+    pub(crate) positions: Vec<(Position, Ranges)>,
+    pub(crate) configs: Vec<(String, Ranges)>,
+}
+
+/// Adds `ranges` to the group of `what` (made if new), keeping its ranges
+/// sorted and coalesced.
+pub(crate) fn add<T: PartialEq>(groups: &mut Vec<(T, Ranges)>, what: T, ranges: &[(u32, u32)]) {
+    let at = match groups.iter().position(|(w, _)| *w == what) {
+        Some(i) => i,
+        None => {
+            groups.push((what, Vec::new()));
+            groups.len() - 1
+        }
+    };
+    let list = &mut groups[at].1;
+    // Ranks arrive in increasing order in the flat exchange: extend in place.
+    if let ([(s, e)], Some(last)) = (ranges, list.last_mut()) {
+        if *s >= last.0 && *s <= last.1 {
+            last.1 = last.1.max(*e);
+            return;
+        }
+        if *s > last.1 {
+            list.push((*s, *e));
+            return;
+        }
+    }
+    list.extend_from_slice(ranges);
+    list.sort_unstable();
+    let mut merged: Ranges = Vec::with_capacity(list.len());
+    for &(s, e) in list.iter() {
+        match merged.last_mut() {
+            Some(last) if s <= last.1 => last.1 = last.1.max(e),
+            _ => merged.push((s, e)),
+        }
+    }
+    *list = merged;
+}
+
+impl Census {
+    /// Counts one rank that spoke wire version `version`.
+    pub(crate) fn version(&mut self, rank: u32, version: u16) {
+        add(&mut self.versions, version, &[(rank, rank + 1)]);
+    }
+
+    /// Counts one rank's decoded envelope: its position and configuration.
+    pub(crate) fn envelope(&mut self, rank: u32, env: &Envelope) {
+        let one = [(rank, rank + 1)];
+        let at = Position {
+            seq: env.seq,
+            key: env.key.clone(),
+            kind: env.kind.clone(),
+        };
+        add(&mut self.positions, at, &one);
+        add(&mut self.configs, env.config.clone(), &one);
+    }
+
+    /// Adds another census (a child's subtree) to this one.
+    pub(crate) fn absorb(&mut self, other: Census) {
+        for (v, r) in other.versions {
+            add(&mut self.versions, v, &r);
+        }
+        for (p, r) in other.positions {
+            add(&mut self.positions, p, &r);
+        }
+        for (c, r) in other.configs {
+            add(&mut self.configs, c, &r);
+        }
+    }
+
+    /// Whether every range lies in `span` and each field covers at most the
+    /// span's ranks in all (a peer could claim others; this also bounds what
+    /// expanding the groups allocates).
+    pub(crate) fn within(&self, span: (u32, u32)) -> bool {
+        fn field<T>(groups: &[(T, Ranges)], (lo, hi): (u32, u32)) -> bool {
+            let mut total = 0u64;
+            for (_, rs) in groups {
+                for &(s, e) in rs {
+                    if s >= e || s < lo || e > hi {
+                        return false;
+                    }
+                    total += u64::from(e - s);
+                }
+            }
+            total <= u64::from(hi - lo)
+        }
+        field(&self.versions, span) && field(&self.positions, span) && field(&self.configs, span)
+    }
+
+    /// Whether every position counted has decision kind `kind` (the tree
+    /// decodes a subtree's joined value only then).
+    pub(crate) fn all_of_kind(&self, kind: &str) -> bool {
+        self.positions.iter().all(|(p, _)| p.kind == kind)
+    }
+
+    /// The verdict, the same on every rank that holds the same census and
+    /// `failure` (the decode error of the lowest rank whose message did not
+    /// decode): see the module docs for the order.
+    ///
+    /// # Errors
+    /// [`Error::VersionMismatch`], `failure`, [`Error::Desync`],
+    /// [`Error::Disagreement`], first to apply.
+    pub(crate) fn verdict(&self, failure: Option<Error>) -> Result<()> {
+        if self.versions.len() > 1 || self.versions.iter().any(|(v, _)| *v != WIRE_VERSION) {
+            let text: Vec<(String, &Ranges)> = self
+                .versions
+                .iter()
+                .map(|(v, r)| (format!("v{v}"), r))
+                .collect();
+            return Err(Error::VersionMismatch {
+                groups: expand(&text),
+            });
+        }
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        if self.positions.len() > 1 {
+            let kinds_differ = self
+                .positions
+                .iter()
+                .any(|(p, _)| p.kind != self.positions[0].0.kind);
+            let text: Vec<(PositionText<'_>, &Ranges)> = self
+                .positions
+                .iter()
+                .map(|(p, r)| (PositionText(p, kinds_differ), r))
+                .collect();
+            return Err(Error::Desync {
+                groups: expand(&text),
+            });
+        }
+        if self.configs.len() > 1 {
+            let text: Vec<(ConfigText<'_>, &Ranges)> = self
+                .configs
+                .iter()
+                .map(|(c, r)| (ConfigText(c), r))
+                .collect();
+            return Err(Error::Disagreement {
+                what: CONFIG_WHAT.into(),
+                groups: expand(&text),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Rank groups of an error from grouped ranges.
+fn expand(groups: &[(impl fmt::Display, &Ranges)]) -> Vec<RankGroup> {
+    group_ranks(
+        groups
+            .iter()
+            .flat_map(|(what, rs)| rs.iter().flat_map(|&(s, e)| s..e).map(move |r| (r, what))),
+    )
+}
+
+/// A desync group's text: `#seq 'key'`, then ` (kind)` when kinds differ.
+struct PositionText<'a>(&'a Position, bool);
+
+impl fmt::Display for PositionText<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "#{} '{}'", self.0.seq, self.0.key)?;
+        if self.1 {
+            write!(f, " ({})", self.0.kind)?;
+        }
+        Ok(())
+    }
+}
+
+/// What a configuration disagreement is about.
+pub(crate) const CONFIG_WHAT: &str =
+    "the configuration that shapes this decision (overrides, options)";
+
+/// Quotes text for error groups, cut after 200 bytes.
+pub(crate) struct ConfigText<'a>(pub(crate) &'a str);
+
+impl fmt::Display for ConfigText<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const SHOWN: usize = 200;
+        if self.0.len() <= SHOWN {
+            write!(f, "'{}'", self.0)
+        } else {
+            let mut end = SHOWN;
+            while !self.0.is_char_boundary(end) {
+                end -= 1;
+            }
+            write!(f, "'{}…' ({} bytes)", &self.0[..end], self.0.len())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_coalesce_in_any_order() {
+        let mut g: Vec<(u8, Ranges)> = Vec::new();
+        for r in [0u32, 1, 2, 5, 6, 3] {
+            add(&mut g, 7, &[(r, r + 1)]);
+        }
+        add(&mut g, 7, &[(9, 12), (4, 5)]);
+        add(&mut g, 8, &[(12, 13)]);
+        add(&mut g, 8, &[(7, 9), (13, 14)]);
+        assert_eq!(
+            g,
+            vec![(7, vec![(0, 7), (9, 12)]), (8, vec![(7, 9), (12, 14)])]
+        );
+    }
+}
