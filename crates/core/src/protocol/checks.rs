@@ -241,4 +241,75 @@ mod tests {
             vec![(7, vec![(0, 7), (9, 12)]), (8, vec![(7, 9), (12, 14)])]
         );
     }
+
+    fn env(seq: u64, key: &str, config: &str) -> Envelope {
+        Envelope {
+            version: WIRE_VERSION,
+            seq,
+            kind: "vote.any".into(),
+            key: key.into(),
+            config: config.into(),
+            payload: vec![0],
+        }
+    }
+
+    fn undecodable(rank: u32) -> Option<Error> {
+        Some(Error::Decode {
+            rank: Some(rank),
+            reason: crate::DecodeError::Invalid {
+                field: "header",
+                detail: "bad magic".into(),
+            },
+        })
+    }
+
+    /// Versions, then the decode failure, then positions, then
+    /// configuration: whatever else is wrong too (the flat exchange used to
+    /// report an unreadable header before another rank's version).
+    #[test]
+    fn the_verdict_takes_the_checks_in_order() {
+        let mut c = Census::default();
+        for r in 0..4 {
+            c.version(r, if r == 3 { 99 } else { WIRE_VERSION });
+        }
+        c.envelope(0, &env(0, "a", ""));
+        c.envelope(2, &env(1, "b", "x"));
+        let e = c.verdict(undecodable(1)).unwrap_err();
+        assert!(matches!(e, Error::VersionMismatch { .. }), "{e}");
+        assert!(
+            e.to_string()
+                .contains("ranks [0,1,2] speak v1; rank [3] speaks v99"),
+            "{e}"
+        );
+
+        let mut c = Census::default();
+        for r in 0..3 {
+            c.version(r, WIRE_VERSION);
+        }
+        c.envelope(0, &env(0, "a", ""));
+        c.envelope(2, &env(1, "b", "x"));
+        assert!(matches!(
+            c.verdict(undecodable(1)),
+            Err(Error::Decode { rank: Some(1), .. })
+        ));
+        let e = c.verdict(None).unwrap_err();
+        assert!(matches!(e, Error::Desync { .. }), "{e}");
+        assert!(
+            e.to_string()
+                .contains("rank [0] at #0 'a'; rank [2] at #1 'b'"),
+            "{e}"
+        );
+
+        let mut c = Census::default();
+        for r in 0..3 {
+            c.version(r, WIRE_VERSION);
+            c.envelope(r, &env(0, "a", if r == 1 { "x" } else { "" }));
+        }
+        let e = c.verdict(None).unwrap_err();
+        assert!(matches!(e, Error::Disagreement { .. }), "{e}");
+        assert!(
+            e.to_string().contains("ranks [0,2] have ''; rank [1] has 'x'"),
+            "{e}"
+        );
+    }
 }
