@@ -308,7 +308,8 @@ mod tests {
         let e = c.verdict(None).unwrap_err();
         assert!(matches!(e, Error::Disagreement { .. }), "{e}");
         assert!(
-            e.to_string().contains("ranks [0,2] have ''; rank [1] has 'x'"),
+            e.to_string()
+                .contains("ranks [0,2] have ''; rank [1] has 'x'"),
             "{e}"
         );
     }
