@@ -1,0 +1,530 @@
+//! [`TcpStoreServer`]: a TCPStore server torch 2.13's clients (and ours)
+//! talk to, with the libuv server's semantics (`TCPStoreLibUvBackend.cpp`):
+//! an unset key reads as an empty value, `COMPARE_SET` wakes waiters, the
+//! queue commands exist, and the libuv limits apply ([`Limits`]), plus a
+//! bound on a whole message and on everything stored.
+//!
+//! One thread accepts; each connection has a thread that reads its
+//! requests. A connection must open with `VALIDATE` and the magic, as
+//! torch's client does; anything else is closed without a reply. A request
+//! that breaks the format or a limit closes its connection (the libuv
+//! server does the same), logged at `warn` with the query and the limit.
+//! Dropping the server closes every connection and joins its threads.
+//!
+//! No authentication, as PyTorch's: bind it to an interface only the job's
+//! hosts reach.
+
+use crate::wire::{
+    put_value, Limits, Request, WireError, CHECK_NOT_READY, CHECK_READY, STOP_WAITING,
+    VALIDATION_MAGIC, WAIT_CANCELED,
+};
+use std::collections::{HashMap, VecDeque};
+use std::io::{self, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// How long the server tries to write one reply to a client that does not
+/// read before it closes that connection: 10 s.
+pub const WRITE_LIMIT: Duration = Duration::from_secs(10);
+
+/// A running server's options.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerOptions {
+    /// Bounds on one request.
+    pub limits: Limits,
+    /// Most bytes of keys, values and queued values held in all: 1 GiB. A
+    /// request that would pass it closes its connection.
+    pub max_stored_bytes: usize,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            limits: Limits::default(),
+            max_stored_bytes: 1 << 30,
+        }
+    }
+}
+
+type ConnId = u64;
+
+#[derive(Debug, Default)]
+struct State {
+    kv: HashMap<Vec<u8>, Vec<u8>>,
+    queues: HashMap<Vec<u8>, VecDeque<Vec<u8>>>,
+    stored: usize,
+    /// Connections waiting on each key (a connection once per key).
+    waiting: HashMap<Vec<u8>, Vec<ConnId>>,
+    /// How many keys each waiting connection still waits for.
+    awaited: HashMap<ConnId, usize>,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    state: Mutex<State>,
+    /// Each open connection's writing half.
+    conns: Mutex<HashMap<ConnId, Arc<Mutex<TcpStream>>>>,
+    stop: AtomicBool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A thread that panicked holding the lock left whole values behind
+    // (every update is one insert or remove): go on with them.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl State {
+    fn present(&self, key: &[u8]) -> bool {
+        self.kv.contains_key(key) || self.queues.get(key).is_some_and(|q| !q.is_empty())
+    }
+
+    /// Stores `value` at `key`, or says why not.
+    fn put(&mut self, key: Vec<u8>, value: Vec<u8>, max: usize) -> Result<(), String> {
+        let old = self.kv.get(&key).map_or(0, |v| key.len() + v.len());
+        let stored = self.stored - old + key.len() + value.len();
+        if stored > max {
+            return Err(format!(
+                "storing {} bytes at a key would hold {stored} bytes in all, over the server's {max}",
+                value.len()
+            ));
+        }
+        self.stored = stored;
+        self.kv.insert(key, value);
+        Ok(())
+    }
+
+    /// Connections whose wait ends now that `key` is set.
+    fn woken(&mut self, key: &[u8], out: &mut Vec<ConnId>) {
+        for c in self.waiting.remove(key).unwrap_or_default() {
+            if let Some(n) = self.awaited.get_mut(&c) {
+                *n -= 1;
+                if *n == 0 {
+                    self.awaited.remove(&c);
+                    out.push(c);
+                }
+            }
+        }
+    }
+
+    fn forget(&mut self, conn: ConnId) {
+        self.awaited.remove(&conn);
+        for list in self.waiting.values_mut() {
+            list.retain(|c| *c != conn);
+        }
+        self.waiting.retain(|_, l| !l.is_empty());
+    }
+
+    fn counter(&self, key: &[u8]) -> Result<i64, String> {
+        match self.kv.get(key) {
+            None => Ok(0),
+            Some(v) => std::str::from_utf8(v)
+                .ok()
+                .and_then(|t| t.parse::<i64>().ok())
+                .ok_or_else(|| "ADD on a key that holds no decimal counter".to_owned()),
+        }
+    }
+}
+
+/// A TCPStore server (see the module docs).
+#[derive(Debug)]
+pub struct TcpStoreServer {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    accept: Option<JoinHandle<()>>,
+    workers: Arc<Mutex<Vec<JoinHandle<()>>>>,
+}
+
+impl TcpStoreServer {
+    /// Binds `addr` (port 0: any free port, read it with
+    /// [`TcpStoreServer::port`]) and starts serving.
+    ///
+    /// # Errors
+    /// The bind's I/O error (address in use, not an address of this host).
+    pub fn bind(addr: impl ToSocketAddrs, options: ServerOptions) -> io::Result<Self> {
+        let listener = TcpListener::bind(addr)?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared::default());
+        let workers = Arc::new(Mutex::new(Vec::new()));
+        let accept = {
+            let shared = Arc::clone(&shared);
+            let workers = Arc::clone(&workers);
+            std::thread::Builder::new()
+                .name("tcpstore-accept".into())
+                .spawn(move || accept_loop(&listener, &shared, &workers, &options))?
+        };
+        tracing::debug!(%addr, "TCPStore server listening");
+        Ok(TcpStoreServer {
+            addr,
+            shared,
+            accept: Some(accept),
+            workers,
+        })
+    }
+
+    /// The address it listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    /// Number of keys held (queues not counted), as `GETNUMKEYS` answers.
+    pub fn num_keys(&self) -> usize {
+        lock(&self.shared.state).kv.len()
+    }
+}
+
+impl Drop for TcpStoreServer {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        if let Some(h) = self.accept.take() {
+            let _ = h.join();
+        }
+        for conn in lock(&self.shared.conns).values() {
+            let _ = lock(conn).shutdown(Shutdown::Both);
+        }
+        let workers: Vec<_> = lock(&self.workers).drain(..).collect();
+        for h in workers {
+            let _ = h.join();
+        }
+    }
+}
+
+fn accept_loop(
+    listener: &TcpListener,
+    shared: &Arc<Shared>,
+    workers: &Mutex<Vec<JoinHandle<()>>>,
+    options: &ServerOptions,
+) {
+    let mut next: ConnId = 0;
+    while !shared.stop.load(Ordering::SeqCst) {
+        match listener.accept() {
+            Ok((stream, peer)) => {
+                next += 1;
+                let id = next;
+                if let Err(e) = start_connection(stream, peer, id, shared, workers, options) {
+                    tracing::warn!(%peer, error = %e, "TCPStore server: cannot serve a connection");
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "TCPStore server: accept failed");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        // Reap finished connection threads.
+        lock(workers).retain(|h| !h.is_finished());
+    }
+}
+
+fn start_connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    id: ConnId,
+    shared: &Arc<Shared>,
+    workers: &Mutex<Vec<JoinHandle<()>>>,
+    options: &ServerOptions,
+) -> io::Result<()> {
+    stream.set_nonblocking(false)?;
+    stream.set_nodelay(true)?;
+    stream.set_write_timeout(Some(WRITE_LIMIT))?;
+    let writer = Arc::new(Mutex::new(stream.try_clone()?));
+    lock(&shared.conns).insert(id, Arc::clone(&writer));
+    let shared = Arc::clone(shared);
+    let options = options.clone();
+    let handle = std::thread::Builder::new()
+        .name(format!("tcpstore-conn-{id}"))
+        .spawn(move || {
+            let why = serve(stream, id, &writer, &shared, &options);
+            match why {
+                Ok(()) => tracing::debug!(%peer, "TCPStore client left"),
+                Err(e) => tracing::warn!(%peer, error = %e, "TCPStore server: connection closed"),
+            }
+            lock(&shared.state).forget(id);
+            if let Some(w) = lock(&shared.conns).remove(&id) {
+                let _ = lock(&w).shutdown(Shutdown::Both);
+            }
+        })?;
+    lock(workers).push(handle);
+    Ok(())
+}
+
+/// Why a connection was closed.
+#[derive(Debug, thiserror::Error)]
+enum Closed {
+    #[error("{0}")]
+    Wire(#[from] WireError),
+    #[error("{0}")]
+    Refused(String),
+}
+
+fn send(to: &Mutex<TcpStream>, bytes: &[u8]) -> io::Result<()> {
+    lock(to).write_all(bytes)
+}
+
+fn wake(shared: &Shared, conns: &[ConnId]) {
+    if conns.is_empty() {
+        return;
+    }
+    let writers: Vec<_> = {
+        let all = lock(&shared.conns);
+        conns.iter().filter_map(|c| all.get(c).cloned()).collect()
+    };
+    for w in writers {
+        if let Err(e) = send(&w, &[STOP_WAITING]) {
+            tracing::warn!(error = %e, "TCPStore server: cannot wake a waiting client");
+            let _ = lock(&w).shutdown(Shutdown::Both);
+        }
+    }
+}
+
+/// Serves one connection until it ends (`Ok`) or breaks a rule (`Err`).
+fn serve(
+    stream: TcpStream,
+    id: ConnId,
+    writer: &Mutex<TcpStream>,
+    shared: &Shared,
+    options: &ServerOptions,
+) -> Result<(), Closed> {
+    let mut reader = io::BufReader::new(stream);
+    let limits = &options.limits;
+    match Request::read(&mut reader, limits) {
+        Ok(Request::Validate { magic }) if magic == VALIDATION_MAGIC => {}
+        Ok(other) => {
+            return Err(Closed::Refused(format!(
+                "the first request was {} with no VALIDATE: not a TCPStore client",
+                other.query().name()
+            )))
+        }
+        Err(WireError::Io(e)) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
+        Err(e) => return Err(Closed::Refused(format!("not a TCPStore client: {e}"))),
+    }
+    loop {
+        let request = match Request::read(&mut reader, limits) {
+            Ok(r) => r,
+            Err(WireError::Io(e))
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset
+                ) =>
+            {
+                return Ok(())
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let query = request.query().name();
+        let mut woken = Vec::new();
+        let reply = {
+            let mut st = lock(&shared.state);
+            answer(&mut st, id, request, options.max_stored_bytes, &mut woken)
+                .map_err(|why| Closed::Refused(format!("{query}: {why}")))?
+        };
+        wake(shared, &woken);
+        if let Some(bytes) = reply {
+            send(writer, &bytes).map_err(WireError::Io)?;
+        }
+    }
+}
+
+/// Applies one request; its reply bytes (`None` for the queries that get
+/// none). Fills `woken` with the connections whose wait ends.
+fn answer(
+    st: &mut State,
+    conn: ConnId,
+    request: Request,
+    max: usize,
+    woken: &mut Vec<ConnId>,
+) -> Result<Option<Vec<u8>>, String> {
+    Ok(match request {
+        Request::Validate { .. } => return Err("VALIDATE twice".into()),
+        Request::Set { key, value } => {
+            st.put(key.clone(), value, max)?;
+            st.woken(&key, woken);
+            None
+        }
+        Request::CompareSet {
+            key,
+            expected,
+            desired,
+        } => {
+            let now = match st.kv.get(&key) {
+                None if expected.is_empty() => {
+                    st.put(key.clone(), desired.clone(), max)?;
+                    desired
+                }
+                None => expected,
+                Some(v) if *v == expected => {
+                    st.put(key.clone(), desired.clone(), max)?;
+                    desired
+                }
+                Some(v) => v.clone(),
+            };
+            st.woken(&key, woken);
+            let mut out = Vec::new();
+            put_value(&mut out, &now);
+            Some(out)
+        }
+        Request::Get { key } => {
+            let mut out = Vec::new();
+            put_value(&mut out, st.kv.get(&key).map_or(&[][..], Vec::as_slice));
+            Some(out)
+        }
+        Request::Add { key, delta } => {
+            let n = st
+                .counter(&key)?
+                .checked_add(delta)
+                .ok_or("ADD overflows the counter")?;
+            st.put(key.clone(), n.to_string().into_bytes(), max)?;
+            st.woken(&key, woken);
+            Some(n.to_le_bytes().to_vec())
+        }
+        Request::Check { keys } => {
+            let ready = keys.iter().all(|k| st.present(k));
+            Some(vec![if ready { CHECK_READY } else { CHECK_NOT_READY }])
+        }
+        Request::Wait { keys } => {
+            if st.awaited.contains_key(&conn) {
+                return Err("WAIT while a WAIT of this connection is pending".into());
+            }
+            let mut missing = 0;
+            for k in keys {
+                if !st.present(&k) {
+                    let list = st.waiting.entry(k).or_default();
+                    if !list.contains(&conn) {
+                        list.push(conn);
+                        missing += 1;
+                    }
+                }
+            }
+            if missing == 0 {
+                Some(vec![STOP_WAITING])
+            } else {
+                st.awaited.insert(conn, missing);
+                None
+            }
+        }
+        Request::NumKeys => Some(
+            i64::try_from(st.kv.len())
+                .unwrap_or(i64::MAX)
+                .to_le_bytes()
+                .to_vec(),
+        ),
+        Request::DeleteKey { key } => {
+            let n = match st.kv.remove(&key) {
+                Some(v) => {
+                    st.stored -= key.len() + v.len();
+                    1i64
+                }
+                None => 0,
+            };
+            Some(n.to_le_bytes().to_vec())
+        }
+        Request::Append { key, value } => {
+            let mut now = st.kv.get(&key).cloned().unwrap_or_default();
+            now.extend_from_slice(&value);
+            st.put(key.clone(), now, max)?;
+            st.woken(&key, woken);
+            None
+        }
+        Request::MultiGet { keys } => {
+            let mut out = Vec::new();
+            for k in keys {
+                put_value(&mut out, st.kv.get(&k).map_or(&[][..], Vec::as_slice));
+            }
+            Some(out)
+        }
+        Request::MultiSet { pairs } => {
+            for (k, v) in pairs {
+                st.put(k.clone(), v, max)?;
+                st.woken(&k, woken);
+            }
+            None
+        }
+        Request::CancelWait => {
+            st.forget(conn);
+            Some(vec![WAIT_CANCELED])
+        }
+        Request::Ping { nonce } => Some(nonce.to_le_bytes().to_vec()),
+        Request::QueuePush { key, value } => {
+            let stored = st.stored + value.len();
+            if stored > max {
+                return Err(format!(
+                    "queueing {} bytes passes the server's {max}",
+                    value.len()
+                ));
+            }
+            st.stored = stored;
+            st.queues.entry(key.clone()).or_default().push_back(value);
+            // One waiter takes the value.
+            if let Some(list) = st.waiting.get_mut(&key) {
+                if !list.is_empty() {
+                    let c = list.remove(0);
+                    if let Some(n) = st.awaited.get_mut(&c) {
+                        *n -= 1;
+                        if *n == 0 {
+                            st.awaited.remove(&c);
+                            woken.push(c);
+                        }
+                    }
+                }
+            }
+            None
+        }
+        Request::QueuePop { key } => {
+            let q = st.queues.entry(key).or_default();
+            let len = i64::try_from(q.len()).unwrap_or(i64::MAX);
+            let mut out = len.to_le_bytes().to_vec();
+            if let Some(v) = q.pop_front() {
+                put_value(&mut out, &v);
+                st.stored -= v.len();
+            }
+            Some(out)
+        }
+        Request::QueueLen { key } => {
+            let len = st.queues.get(&key).map_or(0, VecDeque::len);
+            Some(
+                i64::try_from(len)
+                    .unwrap_or(i64::MAX)
+                    .to_le_bytes()
+                    .to_vec(),
+            )
+        }
+        Request::ListKeys => {
+            let mut out = i64::try_from(st.kv.len())
+                .unwrap_or(i64::MAX)
+                .to_le_bytes()
+                .to_vec();
+            for k in st.kv.keys() {
+                put_value(&mut out, k);
+            }
+            Some(out)
+        }
+        Request::Barrier { key, world_size } => {
+            let n = st
+                .counter(&key)?
+                .checked_add(1)
+                .ok_or("BARRIER overflows the counter")?;
+            st.put(key.clone(), n.to_string().into_bytes(), max)?;
+            if n >= world_size {
+                st.woken(&key, woken);
+                Some(vec![STOP_WAITING])
+            } else {
+                if st.awaited.contains_key(&conn) {
+                    return Err("BARRIER while a WAIT of this connection is pending".into());
+                }
+                st.waiting.entry(key).or_default().push(conn);
+                st.awaited.insert(conn, 1);
+                None
+            }
+        }
+    })
+}
