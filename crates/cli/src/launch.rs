@@ -4,13 +4,19 @@
 //! Each rank is one process of `CMD ARGS...` with torchrun's environment
 //! (docs/environment.md, torchrun): `RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`,
 //! `GROUP_RANK=0`, `GROUP_WORLD_SIZE=1`, `ROLE_RANK`, `ROLE_WORLD_SIZE`,
-//! `ROLE_NAME=default`, `MASTER_ADDR=127.0.0.1`, `MASTER_PORT` (free port
-//! unless `--master-port`), `TORCHELASTIC_RUN_ID` (`--run-id` or a fresh id),
+//! `ROLE_NAME=default`, `MASTER_ADDR` (`--master-addr`, default
+//! `127.0.0.1`), `MASTER_PORT` (the port of the launcher's store),
+//! `TORCHELASTIC_RUN_ID` (`--run-id` or a fresh id),
 //! `TORCHELASTIC_RESTART_COUNT=0`, `TORCHELASTIC_MAX_RESTARTS=0`,
 //! `TORCHELASTIC_ERROR_FILE` (one per rank in a fresh temporary directory,
 //! removed at the end), `TORCH_NCCL_ASYNC_ERROR_HANDLING` (inherited, else
-//! `1`) and `TORCHELASTIC_USE_AGENT_STORE=False`: unlike torchrun this
-//! launcher runs no TCPStore, so rank 0 hosts the store itself.
+//! `1`) and `TORCHELASTIC_USE_AGENT_STORE=True`: as torchrun's agent, the
+//! launcher serves a TCPStore (compiler-collectives-tcpstore's server, which
+//! torch's clients speak to) on `MASTER_ADDR:MASTER_PORT` for as long as it
+//! runs, so ranks of every backend (and `init_process_group`) rendezvous
+//! through it. `--master-port 0` or none lets the system pick the port (no
+//! port is probed and given up first). The store has no authentication:
+//! keep `--master-addr` on an interface only the job's hosts reach.
 //!
 //! Behaviour:
 //! - Every line a rank writes is forwarded with a `[rank R] ` prefix, stdout
@@ -37,9 +43,9 @@
 use clap::Args;
 use compiler_collectives::launch::torchelastic::{read_error_file, ERROR_FILE_ENV};
 use compiler_collectives::protocol::parse_timeout_secs;
+use compiler_collectives::tcpstore::{ServerOptions, TcpStoreServer};
 use std::ffi::OsString;
 use std::io::{self, BufRead as _, BufReader, Read, Write as _};
-use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -76,8 +82,13 @@ pub(crate) struct LaunchArgs {
     /// TORCHELASTIC_RUN_ID of the job (default: a fresh unique id).
     #[arg(long, value_name = "ID")]
     run_id: Option<String>,
-    /// MASTER_PORT of the job (default: a free port on 127.0.0.1).
-    #[arg(long, value_name = "P", value_parser = clap::value_parser!(u16).range(1..))]
+    /// MASTER_ADDR of the job: the address the launcher's TCPStore listens
+    /// on and ranks reach it at (default 127.0.0.1).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1")]
+    master_addr: String,
+    /// MASTER_PORT of the job: the port of the launcher's TCPStore (default:
+    /// one the system picks).
+    #[arg(long, value_name = "P")]
     master_port: Option<u16>,
     /// Seconds between SIGTERM and SIGKILL when stopping ranks.
     #[arg(long, value_name = "S", default_value = "5", value_parser = parse_grace)]
@@ -299,16 +310,21 @@ pub(crate) fn run(args: &LaunchArgs) -> ExitCode {
         eprintln!("ccol run: no command given");
         return ExitCode::from(EXIT_USAGE);
     };
-    let port = match args.master_port {
-        Some(p) => p,
-        None => match free_port() {
-            Ok(p) => p,
-            Err(e) => {
-                eprintln!("ccol run: cannot find a free port on 127.0.0.1: {e}");
-                return ExitCode::FAILURE;
-            }
-        },
+    let store = match TcpStoreServer::bind(
+        (args.master_addr.as_str(), args.master_port.unwrap_or(0)),
+        ServerOptions::default(),
+    ) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!(
+                "ccol run: cannot serve the job's TCPStore on {}:{}: {e}",
+                args.master_addr,
+                args.master_port.unwrap_or(0)
+            );
+            return ExitCode::FAILURE;
+        }
     };
+    let port = store.port();
     if args.run_id.as_deref().is_some_and(str::is_empty) {
         eprintln!("ccol run: --run-id must not be empty");
         return ExitCode::from(EXIT_USAGE);
@@ -352,13 +368,13 @@ pub(crate) fn run(args: &LaunchArgs) -> ExitCode {
             .env("ROLE_RANK", rank.to_string())
             .env("ROLE_WORLD_SIZE", world.to_string())
             .env("ROLE_NAME", "default")
-            .env("MASTER_ADDR", "127.0.0.1")
+            .env("MASTER_ADDR", &args.master_addr)
             .env("MASTER_PORT", port.to_string())
             .env("TORCHELASTIC_RUN_ID", &run_id)
             .env("TORCHELASTIC_RESTART_COUNT", "0")
             .env("TORCHELASTIC_MAX_RESTARTS", "0")
             .env(ERROR_FILE_ENV, &error_file)
-            .env("TORCHELASTIC_USE_AGENT_STORE", "False")
+            .env("TORCHELASTIC_USE_AGENT_STORE", "True")
             .env("TORCH_NCCL_ASYNC_ERROR_HANDLING", &nccl_async)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -411,6 +427,9 @@ pub(crate) fn run(args: &LaunchArgs) -> ExitCode {
     );
     let code = report(&ranks, &outcome, launch_failure);
     drop(dir);
+    // The store goes last: every rank has exited, their departure keys
+    // written.
+    drop(store);
     code
 }
 
@@ -684,14 +703,6 @@ fn emit(prefix: &str, line: &[u8], sink: Sink) {
             s.write_all(&out).and_then(|()| s.flush())
         }
     };
-}
-
-/// A port on 127.0.0.1 that nothing listens on now (bind to port 0, read the
-/// port, close). Another process may take it before rank 0 does, as with
-/// torchrun.
-fn free_port() -> io::Result<u16> {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
-    Ok(listener.local_addr()?.port())
 }
 
 /// A run id unique on this machine: the launcher's pid and the time.

@@ -99,7 +99,7 @@ fn every_rank_gets_torchruns_environment() {
             port,
             "job42",
             "0",
-            "False",
+            "True",
         ];
         assert_eq!(f[..12], expect, "rank {rank}: {f:?}");
         error_files.push(f[12].clone());
@@ -123,6 +123,54 @@ fn default_run_id_is_shared_and_master_port_is_honoured() {
     assert_eq!(ranks[&1][8], "29611");
     assert!(!ranks[&0][9].is_empty());
     assert_eq!(ranks[&0][9], ranks[&1][9], "one run id for the job");
+}
+
+/// As torchrun's agent, the launcher serves a TCPStore on
+/// MASTER_ADDR:MASTER_PORT for as long as its ranks run.
+#[test]
+fn the_launcher_serves_a_tcpstore_on_master_port() {
+    use compiler_collectives::tcpstore::TcpStoreClient;
+    use compiler_collectives::{Deadline, Store};
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ccol"));
+    cmd.args([
+        "run",
+        "--nproc-per-node",
+        "1",
+        "--master-addr",
+        "127.0.0.1",
+        "sh",
+        "-c",
+    ])
+    .arg("echo at $MASTER_ADDR $MASTER_PORT; sleep 3");
+    let ranks = Ranks::start(vec![cmd]).expect("ccol starts");
+    let line = ranks
+        .wait_line(0, Duration::from_secs(30), |l| {
+            l.starts_with("[rank 0] at ")
+        })
+        .expect("the rank prints its store");
+    let port: u16 = line.rsplit(' ').next().unwrap().parse().expect("a port");
+    assert!(line.starts_with("[rank 0] at 127.0.0.1 "), "{line}");
+    let d = Deadline::after(Duration::from_secs(10));
+    let store = TcpStoreClient::connect("127.0.0.1", port, d).expect("a TCPStore");
+    store.set("k", b"v", d).unwrap();
+    assert_eq!(store.get("k", d).unwrap(), b"v");
+    let finished = ranks.finish(LIMIT);
+    assert!(finished.ranks[0].code == Some(0), "{}", finished.describe());
+}
+
+#[test]
+fn a_master_port_in_use_is_a_clear_error() {
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = holder.local_addr().unwrap().port().to_string();
+    let (out, _) = ccol_sh("1", &["--master-port", &port], "true");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "cannot serve the job's TCPStore on 127.0.0.1:{port}"
+        )),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -6,6 +6,7 @@
 //! | feature | backend | status |
 //! |---|---|---|
 //! | *(none)* | in-process (threads), for tests and simulations | available |
+//! | *(none)* | c10d's TCPStore, client and server in pure Rust (module `tcpstore`): torchrun's agent store | available |
 //! | `gloo` | Gloo over TCP, CPU (module `gloo`; needs `libgloo-dev`) | available |
 //! | `nccl` | NCCL via cudarc, GPU (module `nccl`; CUDA and NCCL loaded at run time) | available |
 //! | `tch` | libtorch c10d process groups for tch-rs programs (module `tch`; needs `LIBTORCH`, torch 2.13.0, at build time, and `$LIBTORCH/lib` on the library path at run time, as tch-rs does) | available |
@@ -20,6 +21,9 @@
 #![forbid(unsafe_code)]
 
 pub use compiler_collectives_core::*;
+
+/// c10d's TCPStore in pure Rust: client and server (always built: no native code).
+pub use compiler_collectives_tcpstore as tcpstore;
 
 /// The Gloo transport (feature `gloo`).
 #[cfg(feature = "gloo")]
