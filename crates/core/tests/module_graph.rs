@@ -64,14 +64,11 @@ fn read_sources(dir: &Path, root: &Path, out: &mut Vec<Source>) {
     }
 }
 
-/// The code without comments and without a trailing test module.
+/// The code without comments and without `#[cfg(test)] mod … { … }`
+/// blocks (wherever they stand; any other `#[cfg(test)]` item is read).
 fn strip(text: &str) -> String {
     let mut code = String::new();
     for line in text.lines() {
-        if line.trim_start().starts_with("#[cfg(test)]") {
-            // A test module runs to the end of the file in this crate.
-            break;
-        }
         let kept = match line.find("//") {
             Some(i) => &line[..i],
             None => line,
@@ -79,7 +76,42 @@ fn strip(text: &str) -> String {
         code.push_str(kept);
         code.push('\n');
     }
-    code
+    let mut out = String::new();
+    let mut rest = code.as_str();
+    while let Some(at) = rest.find("#[cfg(test)]") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + "#[cfg(test)]".len()..];
+        let item = after.trim_start();
+        let is_mod = item.starts_with("mod ") || item.starts_with("pub mod ");
+        match (is_mod, item.find('{')) {
+            (true, Some(open)) if !item[..open].contains(';') => {
+                // Skip to the brace that closes the module.
+                let body = &item[open..];
+                let mut depth = 0usize;
+                let mut end = body.len();
+                for (i, c) in body.char_indices() {
+                    match c {
+                        '{' => depth += 1,
+                        '}' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                end = i + 1;
+                                break;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                rest = &body[end..];
+            }
+            _ => {
+                out.push_str("#[cfg(test)]");
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 fn is_ident(c: char) -> bool {
@@ -103,9 +135,14 @@ fn expand_into(tree: &str, prefix: &mut Vec<String>, out: &mut Vec<Vec<String>>)
     };
     let depth = prefix.len();
     for seg in head.split("::") {
-        // `name as alias`: the name is what is imported.
-        if let Some(name) = seg.split_whitespace().next() {
-            prefix.push(name.to_owned());
+        // `name as alias`: the name is what is imported; the alias is kept
+        // after a `|` so that a re-export can be found by it.
+        let mut words = seg.split_whitespace();
+        if let Some(name) = words.next() {
+            match (words.next(), words.next()) {
+                (Some("as"), Some(alias)) => prefix.push(format!("{name}|{alias}")),
+                _ => prefix.push(name.to_owned()),
+            }
         }
     }
     match rest {
@@ -140,8 +177,17 @@ fn expand_into(tree: &str, prefix: &mut Vec<String>, out: &mut Vec<Vec<String>>)
     prefix.truncate(depth);
 }
 
+/// As [`uses`], with an aliased last segment kept as `name|alias`.
+fn aliased_uses(code: &str) -> Vec<(bool, Vec<String>)> {
+    uses_with(code, true)
+}
+
 /// A file's `use` statements: (is `pub use`, path) for each path.
 fn uses(code: &str) -> Vec<(bool, Vec<String>)> {
+    uses_with(code, false)
+}
+
+fn uses_with(code: &str, keep_alias: bool) -> Vec<(bool, Vec<String>)> {
     let mut out = Vec::new();
     let mut rest = code;
     while let Some(i) = rest.find("use ") {
@@ -157,7 +203,13 @@ fn uses(code: &str) -> Vec<(bool, Vec<String>)> {
         }
         let public = before.trim_end().ends_with("pub") || before.trim_end().ends_with(')');
         let end = tail.find(';').unwrap_or(tail.len());
-        for path in expand_tree(&tail[..end]) {
+        for mut path in expand_tree(&tail[..end]) {
+            // `name|alias` (from `name as alias`): the path names `name`.
+            if let Some(last) = path.last_mut().filter(|_| !keep_alias) {
+                if let Some((name, _)) = last.split_once('|') {
+                    *last = name.to_owned();
+                }
+            }
             out.push((public, path));
         }
         rest = &tail[end..];
@@ -265,12 +317,14 @@ fn graph(sources: &[Source]) -> BTreeMap<Module, BTreeSet<Module>> {
         reexports: BTreeMap::new(),
     };
     for s in sources {
-        for (public, path) in uses(&s.code) {
+        for (public, mut path) in aliased_uses(&s.code) {
             if public {
-                if let Some(name) = path.last() {
-                    krate
-                        .reexports
-                        .insert((s.module.clone(), name.clone()), path.clone());
+                if let Some(last) = path.pop() {
+                    // Found by its alias; names the item before the `|`.
+                    let (name, alias) = last.split_once('|').unwrap_or((&last, &last));
+                    let (name, alias) = (name.to_owned(), alias.to_owned());
+                    path.push(name);
+                    krate.reexports.insert((s.module.clone(), alias), path);
                 }
             }
         }
@@ -381,25 +435,102 @@ fn no_import_cycle_between_core_files() {
 
 #[test]
 fn concept_groups_depend_only_on_lower_layers() {
-    let edges = groups(&core_graph());
+    let files = core_graph();
     let layer = |g: &str| LAYERS.iter().position(|l| *l == g);
-    for (from, tos) in &edges {
-        let Some(lf) = layer(from) else {
-            panic!("module group `{from}` is in no layer of LAYERS (tests/module_graph.rs, ARCHITECTURE.md)");
+    for (from, tos) in &files {
+        let Some(g) = from.first() else { continue };
+        let Some(lf) = layer(g) else {
+            panic!("module group `{g}` is in no layer of LAYERS (tests/module_graph.rs, ARCHITECTURE.md)");
         };
         for to in tos {
-            let lt = layer(to).unwrap_or(usize::MAX);
+            let Some(h) = to.first().filter(|h| *h != g) else {
+                continue;
+            };
+            let lt = layer(h).unwrap_or(usize::MAX);
             assert!(
                 lt < lf,
-                "`{from}` imports `{to}`, a group at or above its own layer ({LAYERS:?})"
+                "`{}` imports `{}`: group `{g}` may import only groups below it ({LAYERS:?})",
+                from.join("::"),
+                to.join("::")
             );
         }
     }
+    let edges = groups(&files);
     // Decisions really do sit on the protocol (the check has edges to check).
     assert!(edges["decisions"].contains("protocol"));
     if let Some(cycle) = find_cycle(&edges) {
         panic!("import cycle between core's groups: {}", cycle.join(" → "));
     }
+}
+
+/// What the reader above does not follow is not written: no glob import or
+/// renamed import of the crate's own paths outside test modules (a glob
+/// would hide an edge), and `lib.rs` holds only structure (`mod`
+/// declarations, `pub use` re-exports, attributes), so that no item passes
+/// an import through the crate root.
+#[test]
+fn core_sources_keep_to_what_the_graph_check_reads() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut sources = Vec::new();
+    read_sources(&src, &src, &mut sources);
+    let problems = rule_problems(&sources);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+fn rule_problems(sources: &[Source]) -> Vec<String> {
+    let mut problems = Vec::new();
+    let modules: BTreeSet<Module> = sources.iter().map(|s| s.module.clone()).collect();
+    for s in sources {
+        let name = if s.module.is_empty() {
+            "lib.rs".to_owned()
+        } else {
+            s.module.join("::")
+        };
+        for (_, path) in aliased_uses(&s.code) {
+            let first = path.first().map(String::as_str).unwrap_or("");
+            let mut child = s.module.clone();
+            child.push(first.to_owned());
+            let ours = matches!(first, "crate" | "super" | "self") || modules.contains(&child);
+            if !ours {
+                continue;
+            }
+            if path.last().is_some_and(|l| l == "*") {
+                problems.push(format!("{name}: glob import {}", path.join("::")));
+            }
+            if path.iter().any(|seg| seg.contains('|')) && !uses(&s.code).is_empty() {
+                let public = aliased_uses(&s.code).iter().any(|(p, q)| *p && q == &path);
+                if !public {
+                    problems.push(format!("{name}: renamed import {}", path.join("::")));
+                }
+            }
+        }
+        // Paths into the crate root resolve through its re-exports; an item
+        // of its own would hide the edges behind it.
+        if s.module.is_empty() {
+            let mut rest = s.code.clone();
+            while let Some(i) = rest.find("use ") {
+                let end = rest[i..].find(';').map_or(rest.len(), |e| i + e + 1);
+                rest.replace_range(i..end, "");
+            }
+            for line in rest.lines().map(str::trim).filter(|l| !l.is_empty()) {
+                let structure = line.starts_with('#')
+                    || line == "pub"
+                    || line.strip_suffix(';').is_some_and(|d| {
+                        let d = d
+                            .trim_start_matches("pub(crate) ")
+                            .trim_start_matches("pub ");
+                        d.strip_prefix("mod ")
+                            .is_some_and(|m| m.chars().all(is_ident))
+                    });
+                if !structure {
+                    problems.push(format!(
+                        "{name}: `{line}` in the crate root (move it into a file of its group)"
+                    ));
+                }
+            }
+        }
+    }
+    problems
 }
 
 /// The reader finds a cycle through a `use` tree, a re-export, `super::` and
@@ -432,4 +563,41 @@ fn a_cycle_is_found() {
     assert!(!edges[&vec!["b".to_owned()]].contains(&vec!["b".to_owned(), "inner".to_owned()]));
     assert_eq!(edges[&vec!["c".to_owned()]].len(), 1);
     assert!(find_cycle(&graph(&sources[2..])).is_none());
+
+    // Edges after a `#[cfg(test)]` item, after a test module, and through
+    // an aliased re-export are read.
+    let edge = |sources: &[Source], from: &str, to: &str| {
+        let g = graph(sources);
+        let from: Module = from.split("::").map(str::to_owned).collect();
+        let to: Module = to.split("::").map(str::to_owned).collect();
+        g.get(&from).is_some_and(|t| t.contains(&to))
+    };
+    let crate_of = |a: &str, b: &str| {
+        vec![
+            src(&[], &format!("pub mod a;\npub mod b;\n{b}")),
+            src(&["a"], a),
+            src(&["b"], "pub struct T;\n"),
+        ]
+    };
+    let after_cfg = "#[cfg(test)]\nconst X: () = ();\nfn f(_: crate::b::T) {}\n";
+    assert!(edge(&crate_of(after_cfg, ""), "a", "b"));
+    let after_tests =
+        "#[cfg(test)]\nmod tests {\n fn t() { if true { } }\n}\nfn f(_: crate::b::T) {}\n";
+    assert!(edge(&crate_of(after_tests, ""), "a", "b"));
+    let tests_only = "#[cfg(test)]\nmod tests {\n use crate::b::T;\n}\n";
+    assert!(!edge(&crate_of(tests_only, ""), "a", "b"));
+    let aliased = "use crate::Vote;\n";
+    assert!(edge(
+        &crate_of(aliased, "pub use b::T as Vote;\n"),
+        "a",
+        "b"
+    ));
+    // The rules refuse what the reader would not follow.
+    let rules = |a: &str, root: &str| rule_problems(&crate_of(a, root));
+    assert!(rules("fn f(_: crate::b::T) {}\n", "").is_empty());
+    assert_eq!(rules("use crate::*;\n", "").len(), 1);
+    assert_eq!(rules("use super::*;\n", "").len(), 1);
+    assert_eq!(rules("use crate::b as bee;\n", "").len(), 1);
+    assert_eq!(rules("", "pub type Vote = b::T;\n").len(), 1);
+    assert!(rules("", "pub use b::T as Vote;\n#![forbid(unsafe_code)]\n").is_empty());
 }

@@ -395,8 +395,12 @@ impl Scenario {
                 return Err(fail(
                     format!("steps[{s}]"),
                     format!(
-                        "{} rank entries, world_size is {}",
-                        step.len(),
+                        "{}, world_size is {}",
+                        compiler_collectives_core::counted(
+                            step.len(),
+                            "rank entry",
+                            "rank entries"
+                        ),
                         raw.world_size
                     ),
                 ));

@@ -295,3 +295,15 @@ fn cache_hit_agreement_keeps_backend_compile_counts_equal() {
     assert_eq!(err.missing_ranks, [0]);
     assert!(report.ranks[0].error.is_none());
 }
+
+/// A step with too few rank maps is refused with the count in words.
+#[test]
+fn a_step_with_too_few_ranks_says_how_many() {
+    let text = br#"{"name": "t", "world_size": 2, "steps": [[{"x": {"int": 1}}]], "expect": {}}"#;
+    let err = Scenario::from_slice(text, "t.json", &ScenarioLimits::default()).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("field `steps[0]`: 1 rank entry, world_size is 2"),
+        "{err}"
+    );
+}
