@@ -3,17 +3,24 @@
 //! Read: torchrun's variables through core's [`RunEnv`] (`RANK`,
 //! `WORLD_SIZE` required; `LOCAL_WORLD_SIZE`, `TORCHELASTIC_RUN_ID`,
 //! `TORCHELASTIC_RESTART_COUNT`, `MASTER_PORT` used here), plus:
-//! - [`STORE_ENV`] (`CCOL_GLOO_STORE`): where ranks rendezvous — a directory
-//!   (Gloo's FileStore; ranks on one host or a shared filesystem) or
-//!   `redis://host:port` (Gloo's RedisStore; several hosts). Unset under
-//!   torchrun on one node: a FileStore in
-//!   `$TMPDIR/ccol-gloo-<launch id>` ([`RunEnv::launch_id`]:
-//!   `<run id>-<master port>-<restart count>`, made a safe name), so
-//!   `torchrun --standalone --no-python CMD` works with nothing else set.
-//!   torchrun's default run id `none` (the same at every launch) derives
-//!   none: start torchrun with `--standalone` or `--rdzv-id`, or set it.
-//! - `CCOL_GLOO_HOSTNAME`: the address peers connect to for this rank
-//!   (default `127.0.0.1` when every rank is on this node, else the host name).
+//! - where ranks rendezvous ([`StoreSpec`]), first that applies:
+//!   1. [`STORE_ENV`] (`CCOL_GLOO_STORE`): a directory (Gloo's FileStore;
+//!      ranks on one host or a shared filesystem) or `redis://host:port`
+//!      (Gloo's RedisStore);
+//!   2. `MASTER_ADDR` and `MASTER_PORT`: the job's TCPStore — torchrun's
+//!      agent store when `TORCHELASTIC_USE_AGENT_STORE=True` (torchrun,
+//!      `ccol run`), else one rank 0 serves there
+//!      ([`JobStore`](compiler_collectives_tcpstore::JobStore)); one node or
+//!      many, nothing else to run;
+//!   3. a FileStore in `$TMPDIR/ccol-gloo-<launch id>`
+//!      ([`RunEnv::launch_id`]: `<run id>-<master port>-<restart count>`,
+//!      made a safe name): one node only; torchrun's default run id `none`
+//!      (the same at every launch) derives none.
+//! - `CCOL_GLOO_HOSTNAME`: the address peers connect to for this rank.
+//!   Default: over the job's TCPStore, the local address of the connection
+//!   to it (the address the store's network reaches this host at; not the
+//!   host name, which every network namespace shares); otherwise
+//!   `127.0.0.1` when every rank is on this node, else the host name.
 //! - `CCOL_TIMEOUT_S`: the rendezvous deadline (default 300 s).
 //!
 //! After connecting, ranks pass a barrier and rank 0 deletes a default
@@ -27,11 +34,33 @@ use crate::transport::{GlooOptions, GlooTransport};
 use crate::GlooError;
 use compiler_collectives_core::protocol::timeout_from_env;
 use compiler_collectives_core::{launch::runenv, Deadline, Error, RunEnv, Transport};
+use compiler_collectives_tcpstore::JobStore;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The variable that chooses the rendezvous store: a directory or `redis://host:port`.
 pub const STORE_ENV: &str = "CCOL_GLOO_STORE";
+
+/// Where the ranks of [`from_env`] rendezvous (module docs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoreSpec {
+    /// [`STORE_ENV`]: a directory or `redis://host:port`.
+    Named(String),
+    /// The job's TCPStore at `MASTER_ADDR:MASTER_PORT`; `serve`: this rank
+    /// (0) serves it, no agent does.
+    Tcp {
+        /// `MASTER_ADDR`.
+        host: String,
+        /// `MASTER_PORT`.
+        port: u16,
+        /// Whether this rank serves it.
+        serve: bool,
+    },
+    /// The FileStore directory derived from the launch id (deleted after
+    /// connecting).
+    DefaultDir(PathBuf),
+}
 
 /// What [`from_env`] read.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,13 +69,12 @@ pub struct EnvConfig {
     pub rank: u32,
     /// `WORLD_SIZE`.
     pub world_size: u32,
-    /// The store spec: a directory or `redis://host:port`.
-    pub store: String,
-    /// Whether `store` is the default directory derived from the run id (deleted after connecting).
-    pub default_store: bool,
-    /// The address peers connect to for this rank.
-    pub hostname: String,
-    /// The key prefix of the group.
+    /// Where ranks rendezvous.
+    pub store: StoreSpec,
+    /// The address peers connect to for this rank; `None`: the local
+    /// address of the connection to the job's TCPStore.
+    pub hostname: Option<String>,
+    /// The key prefix of the group: `ccol/<run id>/<restart count>`.
     pub prefix: String,
 }
 
@@ -67,33 +95,35 @@ impl EnvConfig {
     /// ranks on several nodes).
     pub fn read() -> Result<Self, GlooError> {
         let env = RunEnv::from_env().map_err(env_error)?;
-        let (store, default_store) = match var(STORE_ENV) {
-            Some(s) => (s, false),
-            None => {
-                let dir = env
-                    .local_store_dir(
-                        &std::env::temp_dir(),
-                        "gloo",
-                        &format!(
-                            "set {STORE_ENV} to redis://host:port or to a fresh directory every rank can see"
-                        ),
-                    )
-                    .map_err(env_error)?;
-                (dir.to_string_lossy().into_owned(), true)
-            }
+        let store = match (var(STORE_ENV), env.master_port) {
+            (Some(s), _) => StoreSpec::Named(s),
+            (None, Some(port)) => StoreSpec::Tcp {
+                host: env.master_addr.clone(),
+                port,
+                serve: !env.use_agent_store && env.rank == 0,
+            },
+            (None, None) => StoreSpec::DefaultDir(
+                env.local_store_dir(
+                    &std::env::temp_dir(),
+                    "gloo",
+                    &format!(
+                        "set MASTER_ADDR and MASTER_PORT (the job's TCPStore), or {STORE_ENV} to \
+                         redis://host:port or to a fresh directory every rank can see"
+                    ),
+                )
+                .map_err(env_error)?,
+            ),
         };
-        let hostname = var("CCOL_GLOO_HOSTNAME").unwrap_or_else(|| {
-            if env.single_node() {
-                "127.0.0.1".into()
-            } else {
-                hostname().unwrap_or_else(|| "127.0.0.1".into())
-            }
-        });
+        let hostname = match (var("CCOL_GLOO_HOSTNAME"), &store) {
+            (Some(h), _) => Some(h),
+            (None, StoreSpec::Tcp { .. }) => None,
+            (None, _) if env.single_node() => Some("127.0.0.1".into()),
+            (None, _) => Some(hostname().unwrap_or_else(|| "127.0.0.1".into())),
+        };
         Ok(EnvConfig {
             rank: env.rank,
             world_size: env.world_size,
             store,
-            default_store,
             hostname,
             prefix: format!("ccol/{}", env.key_prefix()),
         })
@@ -165,12 +195,14 @@ impl EnvConfig {
     /// The store's or the rendezvous' [`Error::Timeout`] or [`Error::Backend`].
     pub fn connect(&self, timeout: Duration) -> Result<GlooTransport, Error> {
         let result = self.connect_and_meet(timeout);
-        if self.default_store && (result.is_err() || self.rank == 0) {
-            match std::fs::remove_dir_all(&self.store) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => {
-                    tracing::warn!(dir = %self.store, error = %e, "gloo: cannot remove the rendezvous directory");
+        if let StoreSpec::DefaultDir(dir) = &self.store {
+            if result.is_err() || self.rank == 0 {
+                match std::fs::remove_dir_all(dir) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => {
+                        tracing::warn!(dir = %dir.display(), error = %e, "gloo: cannot remove the rendezvous directory");
+                    }
                 }
             }
         }
@@ -178,9 +210,27 @@ impl EnvConfig {
     }
 
     fn connect_and_meet(&self, timeout: Duration) -> Result<GlooTransport, Error> {
-        let store = store_from_env(&self.store)?;
+        let (store, hostname) = match &self.store {
+            StoreSpec::Named(spec) => (store_from_env(spec)?, self.hostname.clone()),
+            StoreSpec::DefaultDir(dir) => (GlooStore::file(dir)?, self.hostname.clone()),
+            StoreSpec::Tcp { host, port, serve } => {
+                let job = JobStore::open(
+                    host,
+                    *port,
+                    *serve,
+                    format!("{}/", self.prefix),
+                    Deadline::after(timeout),
+                )?;
+                let here = job.local_ip().map(|ip| ip.to_string());
+                // The Gloo store holds the job's store (and its server, on
+                // the rank that serves) as long as the transport lives.
+                let store = GlooStore::from_store(Arc::new(job), timeout)?;
+                (store, self.hostname.clone().or(here))
+            }
+        };
+        let hostname = hostname.unwrap_or_else(|| "127.0.0.1".into());
         let options = GlooOptions::default()
-            .with_hostname(self.hostname.clone())
+            .with_hostname(hostname)
             .with_connect_timeout(timeout)
             .with_prefix(self.prefix.clone());
         let transport = GlooTransport::connect(&store, self.rank, self.world_size, &options)?;

@@ -40,7 +40,7 @@ mod store;
 mod sys;
 mod transport;
 
-pub use env::{from_env, store_from_env, EnvConfig, STORE_ENV};
+pub use env::{from_env, store_from_env, EnvConfig, StoreSpec, STORE_ENV};
 pub use store::{GlooStore, StoreKind};
 pub use transport::{GlooOptions, GlooTransport};
 

@@ -113,7 +113,9 @@ fn run_env_ranks(world: u32, extra: &[(&str, String)]) -> Result<(), String> {
                 .env("WORLD_SIZE", world.to_string())
                 .env("LOCAL_WORLD_SIZE", world.to_string())
                 .env("TORCHELASTIC_RUN_ID", &run_id)
-                .env("MASTER_PORT", "29500")
+                .env_remove("MASTER_ADDR")
+                .env_remove("MASTER_PORT")
+                .env_remove("TORCHELASTIC_USE_AGENT_STORE")
                 .env_remove("CCOL_GLOO_STORE");
             for (k, v) in extra {
                 c.env(k, v);
@@ -126,8 +128,11 @@ fn run_env_ranks(world: u32, extra: &[(&str, String)]) -> Result<(), String> {
     if !done.ranks.iter().all(|r| r.ok_with("VERDICT ok")) {
         return Err(format!("a rank failed:\n{}", done.describe()));
     }
-    let default_dir = std::env::temp_dir().join(format!("ccol-gloo-{run_id}-29500-0"));
-    if extra.is_empty() && default_dir.exists() {
+    let default_dir = std::env::temp_dir().join(format!("ccol-gloo-{run_id}-0-0"));
+    let file_store = !extra
+        .iter()
+        .any(|(k, _)| *k == "CCOL_GLOO_STORE" || *k == "MASTER_PORT");
+    if file_store && default_dir.exists() {
         return Err(format!(
             "the default rendezvous directory {} was not removed",
             default_dir.display()
@@ -195,6 +200,27 @@ fn default_file_store_under_torchrun_env() -> Result<(), String> {
     run_env_ranks(3, &[])
 }
 
+/// The job's TCPStore as torchrun's agent serves it: the driver serves it
+/// (on a port the system picks), every rank is a client
+/// (`TORCHELASTIC_USE_AGENT_STORE=True`); no store directory is made.
+fn agent_tcpstore() -> Result<(), String> {
+    use compiler_collectives_tcpstore::{ServerOptions, TcpStoreServer};
+    let server = TcpStoreServer::bind("127.0.0.1:0", ServerOptions::default())
+        .map_err(|e| format!("serving the agent's store: {e}"))?;
+    run_env_ranks(
+        3,
+        &[
+            ("MASTER_ADDR", "127.0.0.1".into()),
+            ("MASTER_PORT", server.port().to_string()),
+            ("TORCHELASTIC_USE_AGENT_STORE", "True".into()),
+        ],
+    )?;
+    if server.num_keys() == 0 {
+        return Err("the ranks wrote nothing into the agent's store".into());
+    }
+    Ok(())
+}
+
 /// `torchrun --no-python` from the project's torch set-up, when present.
 fn torchrun_no_python() -> Result<(), Outcome> {
     let torchrun = std::env::var_os("CCOL_TORCHRUN")
@@ -251,6 +277,9 @@ fn driver() -> ExitCode {
         "gloo::rendezvous::default_file_store",
         || Ok(default_file_store_under_torchrun_env()?),
     ));
+    trials.push(trial_or_skip("gloo::rendezvous::agent_tcpstore", || {
+        Ok(agent_tcpstore()?)
+    }));
     trials.push(trial_or_skip(
         "gloo::rendezvous::torchrun_no_python",
         torchrun_no_python,

@@ -2,7 +2,9 @@
 //! core `Store` written in Rust seen by Gloo through C function pointers.
 
 use compiler_collectives_core::{InProcessStore, Store};
-use compiler_collectives_gloo::{EnvConfig, GlooOptions, GlooStore, GlooTransport, StoreKind};
+use compiler_collectives_gloo::{
+    EnvConfig, GlooOptions, GlooStore, GlooTransport, StoreKind, StoreSpec,
+};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -201,9 +203,12 @@ fn env_config(rank: u32, world_size: u32, dir: &std::path::Path, default_store: 
     EnvConfig {
         rank,
         world_size,
-        store: dir.to_string_lossy().into_owned(),
-        default_store,
-        hostname: "127.0.0.1".into(),
+        store: if default_store {
+            StoreSpec::DefaultDir(dir.to_path_buf())
+        } else {
+            StoreSpec::Named(dir.to_string_lossy().into_owned())
+        },
+        hostname: Some("127.0.0.1".into()),
         prefix: "ccol/stores-test/0".into(),
     }
 }

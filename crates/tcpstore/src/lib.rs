@@ -9,6 +9,7 @@
 //! |---|---|
 //! | [`TcpStoreClient`] | a client implementing core's [`Store`](compiler_collectives_core::Store), with real deadlines |
 //! | [`TcpStoreServer`] | a server torch 2.13's clients talk to (what `ccol run` hosts) |
+//! | [`JobStore`] | the store torchrun's environment names (`MASTER_ADDR`, `MASTER_PORT`, `TORCHELASTIC_USE_AGENT_STORE`), as the backends' `from_env` use it |
 //! | [`wire`] | the wire format, encoded and decoded with bounds |
 //!
 //! The protocol is torch 2.13's (`torch/csrc/distributed/c10d/TCPStore.cpp`,
@@ -38,8 +39,10 @@
 #![forbid(unsafe_code)]
 
 mod client;
+mod job;
 mod server;
 pub mod wire;
 
 pub use client::{TcpStoreClient, TcpStoreError, DEFAULT_PREFIX, HANDSHAKE_LIMIT, RECONNECT_LIMIT};
+pub use job::JobStore;
 pub use server::{ServerOptions, TcpStoreServer, WRITE_LIMIT};
