@@ -3,25 +3,56 @@
 //! Read: torchrun's variables through core's [`RunEnv`] (`RANK`,
 //! `WORLD_SIZE` required; `LOCAL_RANK` the device, default 0;
 //! `LOCAL_WORLD_SIZE`, `TORCHELASTIC_RUN_ID`, `TORCHELASTIC_RESTART_COUNT`,
-//! `MASTER_PORT`), `CCOL_TIMEOUT_S` (bootstrap deadline, default 300 s), and
-//! [`STORE_ENV`] (`CCOL_NCCL_STORE`): a directory every rank sees, used as a
-//! [`FileStore`](crate::FileStore). Unset on one node under torchrun, it is
-//! `$TMPDIR/ccol-nccl-<launch id>` ([`RunEnv::launch_id`]:
-//! `<run id>-<master port>-<restart count>`, made a safe name), except for
-//! torchrun's default run id `none`, which is the same at every launch (an
-//! error: an earlier launch's unique id would be found there). The
-//! directory must not hold an earlier launch's keys.
+//! `MASTER_ADDR`, `MASTER_PORT`, `TORCHELASTIC_USE_AGENT_STORE`),
+//! `CCOL_TIMEOUT_S` (bootstrap deadline, default 300 s), and where ranks
+//! exchange the unique id and keep their post-mortem keys ([`NcclStore`]),
+//! first that applies:
+//! 1. [`STORE_ENV`] (`CCOL_NCCL_STORE`): a directory every rank sees, used
+//!    as a [`FileStore`](crate::FileStore);
+//! 2. `MASTER_ADDR` and `MASTER_PORT`: the job's TCPStore — torchrun's agent
+//!    store when `TORCHELASTIC_USE_AGENT_STORE=True`, else one rank 0
+//!    serves ([`JobStore`]), which then stays up at shutdown until every
+//!    other rank wrote its departure key (or
+//!    [`DRAIN_LIMIT`](compiler_collectives_core::transport::toolkit::DRAIN_LIMIT)
+//!    passed); one node or many;
+//! 3. `$TMPDIR/ccol-nccl-<launch id>` ([`RunEnv::launch_id`]:
+//!    `<run id>-<master port>-<restart count>`, made a safe name) on one
+//!    node, except for torchrun's default run id `none`, which is the same
+//!    at every launch (an error: an earlier launch's unique id would be
+//!    found there). The directory must not hold an earlier launch's keys.
+//!
+//! Keys live under `ccol/<run id>/<restart count>/nccl`.
 
 use crate::transport::{NcclOptions, NcclTransport};
 use crate::{FileStore, NcclError};
 use compiler_collectives_core::protocol::timeout_from_env;
-use compiler_collectives_core::{launch::runenv, Error, RunEnv};
+use compiler_collectives_core::transport::toolkit::DRAIN_LIMIT;
+use compiler_collectives_core::{launch::runenv, Deadline, Error, RunEnv, Store};
+use compiler_collectives_tcpstore::JobStore;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 /// The variable naming the rendezvous directory.
 pub const STORE_ENV: &str = "CCOL_NCCL_STORE";
+
+/// Where the ranks of [`from_env`] meet (module docs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NcclStore {
+    /// A directory every rank sees ([`STORE_ENV`], or derived from the
+    /// launch id on one node).
+    Dir(PathBuf),
+    /// The job's TCPStore at `MASTER_ADDR:MASTER_PORT`; `serve`: this rank
+    /// (0) serves it, no agent does.
+    Tcp {
+        /// `MASTER_ADDR`.
+        host: String,
+        /// `MASTER_PORT`.
+        port: u16,
+        /// Whether this rank serves it.
+        serve: bool,
+    },
+}
 
 /// What [`from_env`] read.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,9 +63,9 @@ pub struct EnvConfig {
     pub world_size: u32,
     /// `LOCAL_RANK` (the CUDA device ordinal).
     pub local_rank: usize,
-    /// The rendezvous directory.
-    pub store_dir: PathBuf,
-    /// Key prefix of the group (run id and restart count).
+    /// Where the ranks meet.
+    pub store: NcclStore,
+    /// Key prefix of the group: `ccol/<run id>/<restart count>/nccl`.
     pub prefix: String,
 }
 
@@ -49,22 +80,32 @@ impl EnvConfig {
     /// ranks on several nodes).
     pub fn read() -> Result<Self, NcclError> {
         let env = RunEnv::from_env().map_err(env_error)?;
-        let store_dir = match std::env::var(STORE_ENV).ok().filter(|v| !v.is_empty()) {
-            Some(d) => PathBuf::from(d),
-            None => env
-                .local_store_dir(
+        let named = std::env::var(STORE_ENV).ok().filter(|v| !v.is_empty());
+        let store = match (named, env.master_port) {
+            (Some(d), _) => NcclStore::Dir(PathBuf::from(d)),
+            (None, Some(port)) => NcclStore::Tcp {
+                host: env.master_addr.clone(),
+                port,
+                serve: !env.use_agent_store && env.rank == 0,
+            },
+            (None, None) => NcclStore::Dir(
+                env.local_store_dir(
                     &std::env::temp_dir(),
                     "nccl",
-                    &format!("set {STORE_ENV} to a fresh directory every rank can see"),
+                    &format!(
+                        "set MASTER_ADDR and MASTER_PORT (the job's TCPStore), or {STORE_ENV} to \
+                         a fresh directory every rank can see"
+                    ),
                 )
                 .map_err(env_error)?,
+            ),
         };
         Ok(EnvConfig {
             rank: env.rank,
             world_size: env.world_size,
             local_rank: env.local_rank as usize,
-            store_dir,
-            prefix: format!("ccol/nccl/{}", env.key_prefix()),
+            store,
+            prefix: format!("ccol/{}/nccl", env.key_prefix()),
         })
     }
 }
@@ -83,7 +124,25 @@ fn env_error(e: Error) -> NcclError {
 pub fn from_env() -> Result<NcclTransport, Error> {
     let cfg = EnvConfig::read()?;
     let timeout = timeout_from_env()?.unwrap_or(Duration::from_secs(300));
-    let store = Arc::new(FileStore::new(&cfg.store_dir)?);
+    let store: Arc<dyn Store> = match &cfg.store {
+        NcclStore::Dir(dir) => Arc::new(FileStore::new(dir)?),
+        NcclStore::Tcp { host, port, serve } => {
+            let mut job = JobStore::open(
+                host,
+                *port,
+                *serve,
+                format!("{}/", cfg.prefix),
+                Deadline::after(timeout),
+            )?;
+            // The post-mortem's departure keys (`toolkit::PostMortem`).
+            let left = (0..cfg.world_size)
+                .filter(|&r| r != cfg.rank)
+                .map(|r| format!("{}/left/{r}", cfg.prefix))
+                .collect();
+            job.linger_on_drop(left, DRAIN_LIMIT);
+            Arc::new(job)
+        }
+    };
     let options = NcclOptions::default()
         .with_device(cfg.local_rank)
         .with_connect_timeout(timeout)

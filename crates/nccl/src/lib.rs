@@ -75,7 +75,7 @@ mod transport;
 pub use bootstrap::{fetch_unique_id, publish_unique_id, UniqueId, UNIQUE_ID_BYTES};
 /// The pure-Rust directory store, now in core (`compiler_collectives_core::FileStore`).
 pub use compiler_collectives_core::FileStore;
-pub use env::{from_env, EnvConfig, STORE_ENV};
+pub use env::{from_env, EnvConfig, NcclStore, STORE_ENV};
 pub use probe::{
     cache_dir, device_count, find_library, library, probe, Availability, Found, NcclSearch,
     NCCL_LIB_ENV,

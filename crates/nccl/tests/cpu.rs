@@ -192,6 +192,19 @@ fn unique_id_round_trip_through_a_store() {
         got.as_bytes(),
         fs.get("g/unique-id", deadline).unwrap().as_slice()
     );
+    // Through the job's TCPStore (torchrun's agent store; what ranks on
+    // several nodes use), with a reader that asked before rank 0 published.
+    use compiler_collectives_tcpstore::{ServerOptions, TcpStoreClient, TcpStoreServer};
+    let server = TcpStoreServer::bind("127.0.0.1:0", ServerOptions::default()).unwrap();
+    let port = server.port();
+    let reader = std::thread::spawn(move || {
+        let c = TcpStoreClient::connect("127.0.0.1", port, deadline).unwrap();
+        fetch_unique_id(&c, "ccol/r/0/nccl/unique-id", deadline)
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    let writer = TcpStoreClient::connect("127.0.0.1", port, deadline).unwrap();
+    let id = publish_unique_id(&lib, &writer, "ccol/r/0/nccl/unique-id", deadline).unwrap();
+    assert_eq!(reader.join().unwrap().unwrap(), id);
 }
 
 #[test]

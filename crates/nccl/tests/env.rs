@@ -2,7 +2,7 @@
 //! process (this test binary again), so no test changes its own environment.
 
 use compiler_collectives_conformance::process::OutputWithin;
-use compiler_collectives_nccl::{EnvConfig, NcclError};
+use compiler_collectives_nccl::{EnvConfig, NcclError, NcclStore};
 use std::process::Command;
 
 /// The most any one command of these tests may run before it is stopped and
@@ -23,7 +23,9 @@ fn read_in_child(vars: &[(&str, &str)]) -> Result<String, String> {
         "LOCAL_WORLD_SIZE",
         "TORCHELASTIC_RUN_ID",
         "TORCHELASTIC_RESTART_COUNT",
+        "MASTER_ADDR",
         "MASTER_PORT",
+        "TORCHELASTIC_USE_AGENT_STORE",
         "CCOL_NCCL_STORE",
     ] {
         c.env_remove(v);
@@ -51,7 +53,15 @@ fn child() {
         return;
     }
     match EnvConfig::read() {
-        Ok(c) => println!("RESULT ok {}", c.store_dir.display()),
+        Ok(c) => match c.store {
+            NcclStore::Dir(d) => println!("RESULT ok {}", d.display()),
+            NcclStore::Tcp { host, port, serve } => {
+                println!(
+                    "RESULT ok tcp {host}:{port} serve={serve} prefix={}",
+                    c.prefix
+                )
+            }
+        },
         Err(NcclError::Env(m)) => println!("RESULT err {m}"),
         Err(e) => println!("RESULT err {e}"),
     }
@@ -59,7 +69,7 @@ fn child() {
 
 #[test]
 fn torchruns_default_run_id_derives_no_store_directory() {
-    let base = [("RANK", "1"), ("WORLD_SIZE", "2"), ("MASTER_PORT", "29500")];
+    let base = [("RANK", "1"), ("WORLD_SIZE", "2")];
     // `torchrun --nproc-per-node 2` without --standalone or --rdzv-id: run
     // id "none" at every launch, so a derived directory would be shared.
     let err = read_in_child(&[base.as_slice(), &[("TORCHELASTIC_RUN_ID", "none")]].concat())
@@ -68,7 +78,7 @@ fn torchruns_default_run_id_derives_no_store_directory() {
     // A real run id (--standalone makes a fresh one) derives one.
     let dir = read_in_child(&[base.as_slice(), &[("TORCHELASTIC_RUN_ID", "4f2a-9c")]].concat())
         .expect("derived");
-    assert!(dir.ends_with("ccol-nccl-4f2a-9c-29500-0"), "{dir}");
+    assert!(dir.ends_with("ccol-nccl-4f2a-9c-0-0"), "{dir}");
     // An explicit directory is used as given.
     let dir = read_in_child(
         &[
@@ -79,4 +89,35 @@ fn torchruns_default_run_id_derives_no_store_directory() {
     )
     .expect("explicit");
     assert_eq!(dir, "/x/y");
+}
+
+/// MASTER_ADDR:MASTER_PORT name the job's TCPStore: the agent's under
+/// torchrun, else rank 0's; CCOL_NCCL_STORE still comes first.
+#[test]
+fn the_job_tcpstore_comes_after_a_named_store() {
+    let job = [
+        ("WORLD_SIZE", "2"),
+        ("MASTER_ADDR", "10.0.0.7"),
+        ("MASTER_PORT", "29511"),
+        ("TORCHELASTIC_RUN_ID", "r1"),
+        ("TORCHELASTIC_RESTART_COUNT", "3"),
+    ];
+    let agent = [("TORCHELASTIC_USE_AGENT_STORE", "True")];
+    let got = |extra: &[(&str, &str)]| read_in_child(&[job.as_slice(), extra].concat());
+    assert_eq!(
+        got(&[("RANK", "0")]).unwrap(),
+        "tcp 10.0.0.7:29511 serve=true prefix=ccol/r1/3/nccl"
+    );
+    assert_eq!(
+        got(&[("RANK", "1")]).unwrap(),
+        "tcp 10.0.0.7:29511 serve=false prefix=ccol/r1/3/nccl"
+    );
+    assert_eq!(
+        got(&[&[("RANK", "0")], agent.as_slice()].concat()).unwrap(),
+        "tcp 10.0.0.7:29511 serve=false prefix=ccol/r1/3/nccl"
+    );
+    assert_eq!(
+        got(&[("RANK", "0"), ("CCOL_NCCL_STORE", "/d")]).unwrap(),
+        "/d"
+    );
 }

@@ -30,6 +30,8 @@ pub struct JobStore {
     client: Arc<TcpStoreClient>,
     server: Option<TcpStoreServer>,
     prefix: String,
+    /// Keys a serving rank waits for before its server stops, and how long.
+    departures: Option<(Vec<String>, Duration)>,
 }
 
 impl JobStore {
@@ -88,6 +90,7 @@ impl JobStore {
             client: Arc::new(client),
             server,
             prefix,
+            departures: None,
         })
     }
 
@@ -114,6 +117,13 @@ impl JobStore {
         self.client.local_addr().map(|a| a.ip())
     }
 
+    /// When this rank serves, dropping the store first waits (at most
+    /// `limit`) until every key in `keys` is set: the other ranks'
+    /// departure keys, which they write after this rank may be done.
+    pub fn linger_on_drop(&mut self, keys: Vec<String>, limit: Duration) {
+        self.departures = Some((keys, limit));
+    }
+
     /// When this rank serves: waits until every key in `keys` is set (each
     /// other rank's departure or post-mortem key) or `limit` passes, so the
     /// server outlives what the others still write. Returns at once when a
@@ -124,6 +134,15 @@ impl JobStore {
         }
         if let Err(e) = self.client.wait(keys, Deadline::after(limit)) {
             tracing::debug!(error = %e, "the job's store stops before every rank left");
+        }
+    }
+}
+
+impl Drop for JobStore {
+    fn drop(&mut self) {
+        if let Some((keys, limit)) = self.departures.take() {
+            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+            self.linger(&keys, limit);
         }
     }
 }
