@@ -199,7 +199,7 @@ pub enum DecodeError {
 #[non_exhaustive]
 pub enum Error {
     /// Some ranks did not arrive before the deadline. Fatal.
-    #[error("timed out after {} ms {}{}{}", waited.as_millis(), Missing(missing_ranks), Departures(left, true), fmt_during(during))]
+    #[error("timed out after {} ms {}{}{}", waited.as_millis(), Missing(missing_ranks, waiting_for.as_deref()), Departures(left, true), fmt_during(during))]
     Timeout {
         /// Every rank not in the exchange at the deadline, ascending: the
         /// silent ones and those in `left`. Empty when the engine cannot
@@ -211,6 +211,10 @@ pub enum Error {
         left: Vec<(u32, PeerLoss)>,
         /// How long this rank waited.
         waited: Duration,
+        /// What the wait was for, outside an exchange (a store key, a
+        /// rendezvous): `store key 'k' in the TCPStore at host:port`
+        /// ([`Error::waiting_for`]).
+        waiting_for: Option<String>,
         /// The exchange that timed out, when it happened in one.
         during: Option<Box<ExchangeInfo>>,
     },
@@ -349,14 +353,19 @@ impl fmt::Display for Departures<'_> {
 }
 
 /// "waiting for rank [3]", or a plain statement when the engine cannot tell.
-struct Missing<'a>(&'a [u32]);
+struct Missing<'a>(&'a [u32], Option<&'a str>);
 
 impl fmt::Display for Missing<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0.len() {
-            0 => f.write_str("waiting for peers (the engine cannot tell which)"),
-            1 => write!(f, "waiting for rank {}", RankList(self.0)),
+        match (self.0.len(), self.1) {
+            (0, Some(what)) => write!(f, "waiting for {what}"),
+            (0, None) => f.write_str("waiting for peers (the engine cannot tell which)"),
+            (1, _) => write!(f, "waiting for rank {}", RankList(self.0)),
             _ => write!(f, "waiting for ranks {}", RankList(self.0)),
+        }?;
+        match (self.0.len(), self.1) {
+            (n, Some(what)) if n > 0 => write!(f, " ({what})"),
+            _ => Ok(()),
         }
     }
 }
@@ -446,8 +455,19 @@ impl Error {
             missing_ranks,
             left,
             waited,
+            waiting_for: None,
             during: None,
         }
+    }
+
+    /// The same error, saying what a [`Error::Timeout`] outside an exchange
+    /// waited for (`store key 'k' in the TCPStore at host:port`); other
+    /// errors are returned as they are.
+    pub fn waiting_for(mut self, what: impl Into<String>) -> Self {
+        if let Error::Timeout { waiting_for, .. } = &mut self {
+            *waiting_for = Some(what.into());
+        }
+        self
     }
 
     /// Every rank not in the exchange left or died: `left` (in any order)

@@ -224,7 +224,8 @@ impl EnvConfig {
                 let here = job.local_ip().map(|ip| ip.to_string());
                 // The Gloo store holds the job's store (and its server, on
                 // the rank that serves) as long as the transport lives.
-                let store = GlooStore::from_store(Arc::new(job), timeout)?;
+                let store = GlooStore::from_store(Arc::new(job), timeout)?
+                    .with_description(format!("the TCPStore at {host}:{port}"));
                 (store, self.hostname.clone().or(here))
             }
         };

@@ -33,6 +33,8 @@ pub enum StoreKind {
 pub struct GlooStore {
     handle: Arc<StoreHandle>,
     kind: StoreKind,
+    /// What errors call it (`the TCPStore at host:port`), when not its kind's.
+    description: Option<String>,
 }
 
 impl GlooStore {
@@ -40,6 +42,7 @@ impl GlooStore {
         GlooStore {
             handle: Arc::new(handle),
             kind,
+            description: None,
         }
     }
 
@@ -106,6 +109,28 @@ impl GlooStore {
     /// What kind of store this is.
     pub fn kind(&self) -> &StoreKind {
         &self.kind
+    }
+
+    /// The same store, called `description` in errors (e.g. `the TCPStore
+    /// at 10.0.0.1:29500` for a Rust store).
+    pub fn with_description(mut self, description: impl Into<String>) -> Self {
+        self.description = Some(description.into());
+        self
+    }
+
+    /// What errors call this store: `the FileStore in DIR`, `Redis at
+    /// HOST:PORT`, or the description given.
+    pub fn describe(&self) -> String {
+        if let Some(d) = &self.description {
+            return d.clone();
+        }
+        match &self.kind {
+            StoreKind::File(dir) => format!("the FileStore in {}", dir.display()),
+            StoreKind::Redis { host, port } => format!("Redis at {host}:{port}"),
+            StoreKind::Hash => "the in-memory HashStore".into(),
+            StoreKind::Rust => "the rendezvous store".into(),
+            StoreKind::Prefix(p) => format!("the rendezvous store (under '{p}')"),
+        }
     }
 
     pub(crate) fn handle(&self) -> &StoreHandle {

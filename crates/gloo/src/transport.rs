@@ -373,6 +373,43 @@ enum Fail {
     Gloo(GlooError, Vec<u32>),
 }
 
+/// The key under the group's prefix that says `rank` came to the rendezvous.
+fn arrived_key(rank: u32) -> String {
+    format!("arrived/{rank}")
+}
+
+/// The timeout of a rendezvous: the ranks whose arrival key is missing, and
+/// where it should be.
+fn rendezvous_timeout(
+    store: &GlooStore,
+    scoped: &GlooStore,
+    prefix: &str,
+    rank: u32,
+    world: u32,
+    start: Instant,
+) -> Error {
+    let missing: Vec<u32> = (0..world)
+        .filter(|&r| r != rank)
+        .filter(|&r| {
+            scoped
+                .wait(&[&arrived_key(r)], Duration::from_millis(1))
+                .is_err()
+        })
+        .collect();
+    let keys = match missing.as_slice() {
+        [] => {
+            "every rank's arrival key is there: Gloo's own rendezvous keys are missing".to_owned()
+        }
+        [r] => format!("its key '{prefix}/{}' never appeared", arrived_key(*r)),
+        [r, ..] => format!(
+            "their keys '{prefix}/arrived/<rank>' never appeared (first '{prefix}/{}')",
+            arrived_key(*r)
+        ),
+    };
+    Error::timeout(missing, Vec::new(), start.elapsed())
+        .waiting_for(format!("Gloo's rendezvous in {}; {keys}", store.describe()))
+}
+
 impl GlooTransport {
     /// Joins a process group of `world_size` ranks as `rank`, rendezvousing
     /// through `store` under `options.prefix`.
@@ -404,6 +441,9 @@ impl GlooTransport {
         let scoped = store.prefixed(&options.prefix)?;
         let host = sys::cstring(&options.hostname, "hostname")?;
         let start = Instant::now();
+        // Each rank says it came before Gloo's own rendezvous, so that a
+        // rendezvous that times out names the ranks that never did.
+        scoped.set(&arrived_key(rank), b"1")?;
         let ctx = Context::connect(
             scoped.handle(),
             rank_i,
@@ -414,7 +454,7 @@ impl GlooTransport {
         .map_err(|e| {
             if e.status() == Some(sys::TIMEOUT) {
                 tracing::debug!(error = %e, "gloo rendezvous timed out");
-                Error::timeout(Vec::new(), Vec::new(), start.elapsed())
+                rendezvous_timeout(store, &scoped, &options.prefix, rank, world_size, start)
             } else {
                 e.into()
             }

@@ -258,3 +258,34 @@ fn a_rendezvous_removes_the_default_store_directory_once_connected() {
     assert_eq!(transports.len(), 2);
     assert!(!dir.exists(), "{} is left behind", dir.display());
 }
+
+/// A rank that never comes, over the job's TCPStore: the error names the
+/// key and the rank that should have written it.
+#[test]
+fn a_missing_rank_over_the_tcpstore_is_named_with_its_key() {
+    use compiler_collectives_tcpstore::{ServerOptions, TcpStoreServer};
+    let server = TcpStoreServer::bind("127.0.0.1:0", ServerOptions::default()).unwrap();
+    let cfg = EnvConfig {
+        rank: 0,
+        world_size: 2,
+        store: StoreSpec::Tcp {
+            host: "127.0.0.1".into(),
+            port: server.port(),
+            serve: false,
+        },
+        hostname: None,
+        prefix: "ccol/missing/0".into(),
+    };
+    let err = cfg
+        .connect(Duration::from_millis(800))
+        .expect_err("rank 1 never comes");
+    assert_eq!(err.kind(), "timeout", "{err}");
+    assert_eq!(err.missing_ranks(), [1], "{err}");
+    let text = err.to_string();
+    let want = format!(
+        "waiting for rank [1] (Gloo's rendezvous in the TCPStore at 127.0.0.1:{}; its key \
+         'ccol/missing/0/arrived/1' never appeared)",
+        server.port()
+    );
+    assert!(text.contains(&want), "{text}");
+}

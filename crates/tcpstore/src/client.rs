@@ -462,7 +462,30 @@ impl TcpStoreClient {
         })
     }
 
+    /// What a wait for `keys` waited for, for its timeout.
+    fn waited_for(&self, keys: &[&str]) -> String {
+        let shown: Vec<String> = keys.iter().take(4).map(|k| format!("'{k}'")).collect();
+        let more = keys.len().saturating_sub(4);
+        format!(
+            "store {} {}{} in the TCPStore at {}:{}",
+            if keys.len() == 1 { "key" } else { "keys" },
+            shown.join(", "),
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            },
+            self.host,
+            self.port
+        )
+    }
+
     fn do_wait(&self, keys: &[&str], deadline: Deadline) -> Result<()> {
+        self.wait_once(keys, deadline)
+            .map_err(|e| e.waiting_for(self.waited_for(keys)))
+    }
+
+    fn wait_once(&self, keys: &[&str], deadline: Deadline) -> Result<()> {
         let bytes = Request::Wait {
             keys: keys.iter().map(|k| self.key(k)).collect(),
         }
