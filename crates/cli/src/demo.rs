@@ -6,7 +6,8 @@
 //! The parent starts the ranks through `ccol run` (so they get torchrun's
 //! environment and the launcher's failure handling); each rank runs the
 //! hidden `ccol demo-worker`, which writes its report to a results directory
-//! that the parent reads and prints.
+//! that the parent reads and prints. The ranks rendezvous through the
+//! launcher's TCPStore, as they would under torchrun's agent.
 
 use crate::{count, print_table, ranks_word};
 use clap::Args;
@@ -23,11 +24,6 @@ const EXIT_RANK_FAILED: u8 = 3;
 const EXIT_USAGE: u8 = 2;
 /// Exit code after Ctrl-C / SIGTERM / SIGHUP (128 + SIGINT, as `ccol run`).
 const EXIT_INTERRUPTED: u8 = 130;
-/// The variable that names the ranks' Gloo rendezvous store.
-#[cfg(feature = "gloo")]
-const GLOO_STORE_ENV: &str = compiler_collectives::gloo::STORE_ENV;
-#[cfg(not(feature = "gloo"))]
-const GLOO_STORE_ENV: &str = "CCOL_GLOO_STORE";
 
 /// The corpus and batching options shared by `demo` and `demo-worker`.
 #[derive(Args, Debug, Clone)]
@@ -221,11 +217,9 @@ pub(crate) fn demo(args: &DemoArgs) -> ExitCode {
         .arg("--results")
         .arg(results.path())
         .args(args.data.to_args());
-    if std::env::var_os(GLOO_STORE_ENV).is_none() {
-        // The ranks' rendezvous directory, inside the results directory: gone
-        // with it even when a rank is killed before it could remove it.
-        cmd.env(GLOO_STORE_ENV, results.path().join("store"));
-    }
+    // The ranks rendezvous through the launcher's TCPStore (MASTER_ADDR,
+    // MASTER_PORT), unless CCOL_GLOO_STORE names another store: nothing is
+    // left on disk, even when a rank is killed.
     // Ctrl-C / SIGTERM / SIGHUP: the launcher stops the ranks, then
     // `results` is removed on return.
     let status = match crate::launch::run_launcher(&mut cmd) {

@@ -170,3 +170,80 @@ fn demo_without_gloo_says_how_to_get_it() {
     let (_, err) = usage_error(ccol().arg("demo"), LIMIT);
     assert!(err.contains("scripts/demo.sh"), "{err}");
 }
+
+/// torchrun's c10d rendezvous across two agents on this host (a two-node
+/// job simulated on one machine, `--nnodes 2 --nproc-per-node 1`), each
+/// starting one `ccol demo-worker`: the ranks meet through the store
+/// torchrun's agent serves (`TORCHELASTIC_USE_AGENT_STORE=True`) with no
+/// Redis and no store directory, and agree. The agents' own rendezvous
+/// endpoint is a TCPStore this test serves (the agents find it taken and
+/// join it as clients), so no port is probed and given up.
+#[cfg(feature = "gloo")]
+#[test]
+fn two_torchrun_agents_rendezvous_through_the_agent_store() {
+    use compiler_collectives::tcpstore::{ServerOptions, TcpStoreServer};
+    use compiler_collectives_conformance::process::Ranks;
+    use compiler_collectives_conformance::skip::{skip_test, Missing};
+    let Some(torchrun) = std::env::var_os("CCOL_TORCHRUN")
+        .map(std::path::PathBuf::from)
+        .filter(|p| p.is_file())
+    else {
+        return skip_test(
+            "two_torchrun_agents_rendezvous_through_the_agent_store",
+            Missing::install("CCOL_TORCHRUN is not set (run `eval \"$(scripts/setup-torch.sh)\"`)"),
+        );
+    };
+    let endpoint = TcpStoreServer::bind("127.0.0.1:0", ServerOptions::default()).unwrap();
+    let dir = corpus();
+    let results = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let run_id = format!("two-agents-{}", std::process::id());
+    let agents = (0..2)
+        .map(|_| {
+            let mut c = Command::new(&torchrun);
+            c.args(["--nnodes", "2", "--nproc-per-node", "1"])
+                .args(["--rdzv-backend", "c10d", "--rdzv-id", &run_id])
+                .arg(format!("--rdzv-endpoint=127.0.0.1:{}", endpoint.port()))
+                .arg("--no-python")
+                .arg(env!("CARGO_BIN_EXE_ccol"))
+                .args(["demo-worker", "--results"])
+                .arg(results.path())
+                .args(["--corpus", dir.path().to_str().unwrap()])
+                .args(["--batch-size", "1", "--seed", "1", "--steps", "8"])
+                .env_remove("CCOL_GLOO_STORE")
+                .env_remove("CCOL_TIMEOUT_S")
+                // Every store directory the ranks could make would be here.
+                .env("TMPDIR", tmp.path());
+            c
+        })
+        .collect();
+    let finished = Ranks::start(agents).expect("torchrun starts").finish(LIMIT);
+    for r in 0..2 {
+        assert_eq!(finished.ranks[r].code, Some(0), "{}", finished.describe());
+    }
+    let report = |rank: u32| -> Value {
+        let path = results.path().join(format!("rank-{rank}.json"));
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}\n{}", path.display(), finished.describe()));
+        serde_json::from_str(&text).expect("a report")
+    };
+    let (a, b) = (report(0), report(1));
+    assert!(
+        a.get("error").is_none() && b.get("error").is_none(),
+        "{a}\n{b}"
+    );
+    for field in ["compile_steps", "dynamic", "decided"] {
+        assert_eq!(a[field], b[field], "{field}: {a}\n{b}");
+    }
+    assert!(
+        a["compile_steps"].as_array().is_some_and(|s| !s.is_empty()),
+        "{a}"
+    );
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .filter(|n| n.to_string_lossy().starts_with("ccol-"))
+        .collect();
+    assert!(left.is_empty(), "store directories were made: {left:?}");
+}

@@ -40,6 +40,7 @@ fn main() -> ExitCode {
         Some("behaviour") => process::rank_behaviour(connect()),
         Some("kill_loop") => process::rank_kill_loop(connect(), KILL_DEADLINE),
         Some("env_exchange") => rank_env_exchange(),
+        Some("env_restart") => rank_env_restart(),
         Some("soak") => process::rank_soak(connect(), SOAK_WARMUP, SOAK_EXCHANGES),
         _ => return driver(),
     };
@@ -95,6 +96,31 @@ fn which(program: &str) -> Option<std::path::PathBuf> {
             .map(|d| d.join(program))
             .find(|p| p.is_file())
     })
+}
+
+/// Under `torchrun --max-restarts 1`: in attempt 0 the last rank dies right
+/// after the rendezvous (the agent then restarts every worker); in attempt
+/// 1 every rank exchanges as [`rank_env_exchange`], over keys of its own
+/// attempt.
+fn rank_env_restart() -> i32 {
+    let attempt = std::env::var("TORCHELASTIC_RESTART_COUNT").unwrap_or_default();
+    if attempt == "0" {
+        let t = match compiler_collectives_gloo::from_env() {
+            Ok(t) => t,
+            Err(e) => {
+                println!("VERDICT fail attempt 0: {e}");
+                return 1;
+            }
+        };
+        if t.rank() + 1 == t.world_size() {
+            println!("attempt 0: rank {} dies after the rendezvous", t.rank());
+            std::process::abort();
+        }
+        // The others wait to be stopped by the agent.
+        std::thread::sleep(Duration::from_secs(60));
+        return 1;
+    }
+    rank_env_exchange()
 }
 
 /// How long a rendezvous case may run.
@@ -261,6 +287,53 @@ fn torchrun_no_python() -> Result<(), Outcome> {
     }
 }
 
+/// `torchrun --max-restarts 1` with a rank killed after the rendezvous of
+/// attempt 0: attempt 1 meets again (new keys, same agent store) and
+/// succeeds.
+fn torchrun_restart() -> Result<(), Outcome> {
+    let torchrun = std::env::var_os("CCOL_TORCHRUN")
+        .map(std::path::PathBuf::from)
+        .filter(|p| p.is_file())
+        .or_else(|| which("torchrun"));
+    let Some(torchrun) = torchrun else {
+        return Err(Outcome::Skip(Missing::install(
+            "torchrun not found (run scripts/setup-torch.sh, or set CCOL_TORCHRUN)",
+        )));
+    };
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut c = Command::new(&torchrun);
+    c.args([
+        "--standalone",
+        "--nproc-per-node",
+        "3",
+        "--max-restarts",
+        "1",
+    ])
+    .args(["--monitor-interval", "0.2", "--no-python"])
+    .arg(&exe)
+    .env(ROLE, "env_restart")
+    .env_remove("CCOL_GLOO_STORE");
+    let out = process::run_within(c, RENDEZVOUS_LIMIT)?;
+    let text = out.lines.join("\n");
+    let died = out
+        .lines
+        .iter()
+        .any(|l| l.contains("attempt 0: rank 2 dies"));
+    let oks = out
+        .lines
+        .iter()
+        .filter(|l| l.trim_end().ends_with("VERDICT ok"))
+        .count();
+    if out.code == Some(0) && died && oks == 3 {
+        Ok(())
+    } else {
+        Err(Outcome::Fail(format!(
+            "torchrun exited {:?} (rank 2 died in attempt 0: {died}; {oks} ok verdicts):\n{text}",
+            out.code
+        )))
+    }
+}
+
 fn no_env() -> Vec<(&'static str, String)> {
     Vec::new()
 }
@@ -283,6 +356,10 @@ fn driver() -> ExitCode {
     trials.push(trial_or_skip(
         "gloo::rendezvous::torchrun_no_python",
         torchrun_no_python,
+    ));
+    trials.push(trial_or_skip(
+        "gloo::rendezvous::torchrun_restart",
+        torchrun_restart,
     ));
     trials.push(trial_or_skip("gloo::soak::two_ranks", || {
         Ok(process::soak_case("gloo", 2, &[], SOAK_EXCHANGES)?)
