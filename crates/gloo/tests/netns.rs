@@ -7,6 +7,11 @@
 //! is skipped with the reason (a failure under CCOL_STRICT_SKIPS=1 when run
 //! as root). The test makes and removes its namespaces itself.
 //!
+//! A second case runs a torchrun agent in each namespace (`--nnodes 3`,
+//! `--rdzv-backend c10d`, `--local-addr`): Gloo ranks on the three "hosts"
+//! rendezvous through the agents' TCPStore alone (no Redis), agree, and
+//! when the rank in h2 dies every survivor names it.
+//!
 //! Topology (documentation addresses, nothing leaves the machine):
 //!
 //! ```text
@@ -34,8 +39,63 @@ const PREFIX: &str = "CCOL_TEST_PREFIX";
 fn main() -> ExitCode {
     match process::role().as_deref() {
         Some("kill_loop") => std::process::exit(process::rank_kill_loop(connect(), DEADLINE)),
+        Some("agent_rank") => std::process::exit(agent_rank()),
         _ => driver(),
     }
+}
+
+/// A rank under torchrun: `from_env` (the agents' TCPStore), one exchange
+/// every rank checks (`AGREED`), then exchanges until the last rank dies
+/// after the third; the survivors print whom their error names.
+fn agent_rank() -> i32 {
+    use compiler_collectives_core::decisions::shapes::{FrameState, Observation};
+    use compiler_collectives_core::{Channel, ChannelOptions};
+    let t = match compiler_collectives_gloo::from_env() {
+        Ok(t) => t,
+        Err(e) => {
+            println!("RANK failed to connect: {e}");
+            return 1;
+        }
+    };
+    let (rank, world) = (t.rank(), t.world_size());
+    let mut ch = match Channel::with_options(
+        Arc::new(t),
+        ChannelOptions::default().with_timeout(DEADLINE),
+    ) {
+        Ok(c) => c,
+        Err(e) => {
+            println!("RANK {rank}: {e}");
+            return 1;
+        }
+    };
+    let mut s = FrameState::new();
+    s.record("x", &Observation::tensor([16 + u64::from(rank), 4]));
+    match ch.exchange("agree", &s) {
+        Ok(g) => println!("AGREED rank {rank}: x = {}", g.merged().get("x").size),
+        Err(e) => {
+            println!("RANK {rank}: the first exchange failed: {e}");
+            return 1;
+        }
+    }
+    for i in 0..1000u32 {
+        if rank + 1 == world && i == 3 {
+            println!("RANK {rank} dies");
+            std::process::abort();
+        }
+        if let Err(e) = ch.exchange("loop", &s) {
+            println!(
+                "SURVIVOR rank {rank}: {} naming {:?}: {e}",
+                e.kind(),
+                e.missing_ranks()
+            );
+            // A failed worker: its agent stops at once (a worker that
+            // succeeds waits in the agents' exit barrier for the agent
+            // whose worker died, 300 s).
+            return 1;
+        }
+    }
+    println!("RANK {rank}: no error after 1000 exchanges");
+    1
 }
 
 fn connect() -> Arc<dyn Transport> {
@@ -280,6 +340,59 @@ fn cut_trial(hosts: &Hosts, t: u32) -> Result<u128, String> {
     worst
 }
 
+/// One torchrun agent per host, c10d rendezvous on h0's address: the ranks
+/// meet through the agents' TCPStore, agree, and the survivors name the
+/// rank that died.
+fn torchrun_agents(hosts: &Hosts, torchrun: &std::path::Path) -> Result<(), String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let endpoint = format!("{}:29400", hosts.addr(0));
+    let run_id = format!("netns-{}", std::process::id());
+    let agents = (0..3usize)
+        .map(|h| {
+            let mut c = hosts.command(h, torchrun);
+            c.args(["--nnodes", "3", "--nproc-per-node", "1"])
+                .args(["--rdzv-backend", "c10d", "--rdzv-id", &run_id])
+                .args(["--rdzv-endpoint", &endpoint])
+                .args(["--local-addr", &hosts.addr(h)])
+                // torchrun cannot tell that a namespace's address is this
+                // host's: say which agent serves the rendezvous store.
+                .args([
+                    "--rdzv-conf",
+                    if h == 0 { "is_host=1" } else { "is_host=0" },
+                ])
+                .args(["--max-restarts", "0", "--no-python"])
+                .arg(&exe)
+                .env(ROLE, "agent_rank")
+                .env_remove("CCOL_GLOO_STORE")
+                .env_remove("CCOL_GLOO_HOSTNAME");
+            c
+        })
+        .collect();
+    let done = Ranks::start(agents)?.finish(Duration::from_secs(120));
+    done.within_limit()?;
+    let text = done.describe();
+    // What each "host" said, for the record (the case's summary).
+    for (h, r) in done.ranks.iter().enumerate() {
+        for l in r.lines.iter().filter(|l| {
+            l.starts_with("AGREED") || l.starts_with("SURVIVOR") || l.starts_with("RANK")
+        }) {
+            println!("    host h{h}: {l}");
+        }
+    }
+    let lines = |h: usize| done.ranks[h].lines.join("\n");
+    for h in 0..3 {
+        if !lines(h).contains("x = (Dyn,4)") {
+            return Err(format!("host {h}'s rank did not agree:\n{text}"));
+        }
+    }
+    for h in 0..2 {
+        if !lines(h).contains("naming [2]") {
+            return Err(format!("host {h}'s rank did not name rank 2:\n{text}"));
+        }
+    }
+    Ok(())
+}
+
 fn driver() -> ExitCode {
     let name = "gloo::netns::cut_link_mid_exchange";
     let why = match (missing_privilege(), which("redis-server")) {
@@ -320,6 +433,22 @@ fn driver() -> ExitCode {
             let t = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let hosts = trial_hosts.lock().map_err(|e| e.to_string())?;
             cut_trial(&hosts, t)
+        },
+    ));
+    let agent_hosts = Arc::clone(&hosts);
+    trials.push(process::trial_or_skip(
+        "gloo::netns::torchrun_agents",
+        move || {
+            let torchrun = std::env::var_os("CCOL_TORCHRUN")
+                .map(std::path::PathBuf::from)
+                .filter(|p| p.is_file());
+            let Some(torchrun) = torchrun else {
+                return Err(process::Outcome::Skip(Missing::install(
+                    "CCOL_TORCHRUN is not set (run `eval \"$(scripts/setup-torch.sh)\"`)",
+                )));
+            };
+            let hosts = agent_hosts.lock().map_err(|e| e.to_string())?;
+            Ok(torchrun_agents(&hosts, &torchrun)?)
         },
     ));
     let code = process::run(trials);

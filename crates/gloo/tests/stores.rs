@@ -289,3 +289,51 @@ fn a_missing_rank_over_the_tcpstore_is_named_with_its_key() {
     );
     assert!(text.contains(&want), "{text}");
 }
+
+/// After a peer's connection closed under an exchange, dropping a
+/// survivor's transport (what a program that caught the error and exits
+/// does) ends within the drain bound.
+#[test]
+fn a_survivor_drops_its_transport_within_the_drain_bound() {
+    use compiler_collectives_core::decisions::shapes::{FrameState, Observation};
+    use compiler_collectives_core::{Channel, ChannelOptions};
+    let store = GlooStore::hash().expect("hash store");
+    let ranks: Vec<_> = (0..3u32)
+        .map(|rank| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                let opts = GlooOptions::default()
+                    .with_hostname("127.0.0.1")
+                    .with_prefix("survivor-drop")
+                    .with_connect_timeout(Duration::from_secs(30));
+                let t = GlooTransport::connect(&store, rank, 3, &opts).expect("connect");
+                let mut ch = Channel::with_options(
+                    Arc::new(t),
+                    ChannelOptions::default().with_timeout(Duration::from_secs(5)),
+                )
+                .expect("channel");
+                let mut s = FrameState::new();
+                s.record("x", &Observation::tensor([u64::from(rank) + 2, 8]));
+                ch.exchange("f", &s).expect("first exchange");
+                if rank == 2 {
+                    // Gone without a word: its connections close.
+                    drop(ch);
+                    return Duration::ZERO;
+                }
+                let err = ch.exchange("f", &s).expect_err("rank 2 left");
+                assert!(err.missing_ranks().contains(&2), "{err}");
+                let start = Instant::now();
+                drop(ch);
+                start.elapsed()
+            })
+        })
+        .collect();
+    for h in ranks {
+        let took = h.join().expect("rank thread");
+        assert!(
+            took < compiler_collectives_core::transport::toolkit::DRAIN_LIMIT
+                + Duration::from_secs(1),
+            "dropping took {took:?}"
+        );
+    }
+}
