@@ -22,10 +22,7 @@
 //!   [`MAX_VALUE_BYTES`](crate::wire::MAX_VALUE_BYTES) (the
 //!   libuv server's limit) is refused before it is sent, naming the limit.
 
-use crate::wire::{
-    Limits, Query, Reader, Request, WireError, CHECK_NOT_READY, CHECK_READY, STOP_WAITING,
-    VALIDATION_MAGIC, WAIT_CANCELED,
-};
+use crate::wire::{Limits, Query, Reader, Reply, Request, WireError, VALIDATION_MAGIC};
 use compiler_collectives_core::{Deadline, Error, Result, Store};
 use std::io::{self, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
@@ -421,7 +418,10 @@ impl TcpStoreClient {
         bytes.extend(Request::Ping { nonce: n }.encode());
         self.call(Query::Set, true, deadline, |c, limits| {
             write(c, Query::Set, &bytes)?;
-            let echo = read(c, Query::Set, limits, |r| r.u32())?;
+            let echo = match reply(c, Query::Ping, 0, limits)? {
+                Reply::Nonce(echo) => echo,
+                other => return Err(odd(c, Query::Ping, &other)),
+            };
             if echo == n {
                 Ok(())
             } else {
@@ -446,18 +446,9 @@ impl TcpStoreClient {
         .encode();
         self.call(Query::Check, true, deadline, |c, limits| {
             write(c, Query::Check, &bytes)?;
-            match read(c, Query::Check, limits, |r| r.byte())? {
-                CHECK_READY => Ok(true),
-                CHECK_NOT_READY => Ok(false),
-                got => Err(Failure::Broken(TcpStoreError::Query {
-                    addr: c.addr,
-                    query: "CHECK",
-                    error: WireError::UnexpectedReply {
-                        query: "CHECK",
-                        got,
-                        expected: "0 (ready) or 1 (not ready)",
-                    },
-                })),
+            match reply(c, Query::Check, 0, limits)? {
+                Reply::Ready(ready) => Ok(ready),
+                other => Err(odd(c, Query::Check, &other)),
             }
         })
     }
@@ -492,9 +483,9 @@ impl TcpStoreClient {
         .encode();
         self.call(Query::Wait, true, deadline, |c, limits| {
             write(c, Query::Wait, &bytes)?;
-            match read(c, Query::Wait, limits, |r| r.byte()) {
-                Ok(STOP_WAITING) => Ok(()),
-                Ok(got) => Err(unexpected(c.addr, "WAIT", got, "0 (stop waiting)")),
+            match reply(c, Query::Wait, 0, limits) {
+                Ok(Reply::StopWaiting) => Ok(()),
+                Ok(other) => Err(odd(c, Query::Wait, &other)),
                 Err(Failure::Timeout) => {
                     c.cancel_pending = true;
                     Err(Failure::Timeout)
@@ -518,11 +509,10 @@ impl TcpStoreClient {
         let n = keys.len();
         self.call(Query::MultiGet, true, deadline, |c, limits| {
             write(c, Query::MultiGet, &bytes)?;
-            read(c, Query::MultiGet, limits, |r| {
-                (0..n)
-                    .map(|_| r.value())
-                    .collect::<std::result::Result<Vec<_>, _>>()
-            })
+            match reply(c, Query::MultiGet, n, limits)? {
+                Reply::Values(v) => Ok(v),
+                other => Err(odd(c, Query::MultiGet, &other)),
+            }
         })
     }
 
@@ -551,7 +541,10 @@ impl TcpStoreClient {
         .encode();
         self.call(Query::CompareSet, false, deadline, |c, limits| {
             write(c, Query::CompareSet, &bytes)?;
-            read(c, Query::CompareSet, limits, |r| r.value())
+            match reply(c, Query::CompareSet, 0, limits)? {
+                Reply::Value(v) => Ok(v),
+                other => Err(odd(c, Query::CompareSet, &other)),
+            }
         })
     }
 
@@ -564,7 +557,10 @@ impl TcpStoreClient {
         let bytes = Request::NumKeys.encode();
         self.call(Query::NumKeys, true, deadline, |c, limits| {
             write(c, Query::NumKeys, &bytes)?;
-            read(c, Query::NumKeys, limits, |r| r.i64())
+            match reply(c, Query::NumKeys, 0, limits)? {
+                Reply::Int(v) => Ok(v),
+                other => Err(odd(c, Query::NumKeys, &other)),
+            }
         })
     }
 
@@ -577,7 +573,10 @@ impl TcpStoreClient {
         let bytes = Request::Ping { nonce: n }.encode();
         self.call(Query::Ping, true, deadline, |c, limits| {
             write(c, Query::Ping, &bytes)?;
-            let echo = read(c, Query::Ping, limits, |r| r.u32())?;
+            let echo = match reply(c, Query::Ping, 0, limits)? {
+                Reply::Nonce(echo) => echo,
+                other => return Err(odd(c, Query::Ping, &other)),
+            };
             if echo == n {
                 Ok(())
             } else {
@@ -623,15 +622,17 @@ fn write(c: &mut Conn, query: Query, bytes: &[u8]) -> std::result::Result<(), Fa
     }
 }
 
-fn read<T>(
+/// Reads the reply to `query` on `c` ([`Reply::read`]): a read that times
+/// out is [`Failure::Timeout`], anything else that fails breaks the
+/// connection.
+fn reply(
     c: &mut Conn,
     query: Query,
+    keys: usize,
     limits: &Limits,
-    f: impl FnOnce(&mut Reader<'_, &TcpStream>) -> std::result::Result<T, WireError>,
-) -> std::result::Result<T, Failure> {
+) -> std::result::Result<Reply, Failure> {
     let mut s = &c.stream;
-    let mut r = Reader::new(&mut s, limits);
-    match f(&mut r) {
+    match Reply::read(query, keys, &mut s, limits) {
         Ok(v) => Ok(v),
         Err(WireError::Io(e)) if timed_out(&e) => Err(Failure::Timeout),
         Err(WireError::Io(e)) if e.kind() == io::ErrorKind::UnexpectedEof => {
@@ -643,6 +644,18 @@ fn read<T>(
             error,
         })),
     }
+}
+
+/// A reply of another shape than the query's: the stream is out of step.
+fn odd(c: &Conn, query: Query, got: &Reply) -> Failure {
+    Failure::Broken(TcpStoreError::Query {
+        addr: c.addr,
+        query: query.name(),
+        error: WireError::Io(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("a reply of another query: {got:?}"),
+        )),
+    })
 }
 
 /// Cancels the wait that timed out on `c`, if any: `CANCEL_WAIT`, then the
@@ -658,13 +671,9 @@ fn settle(c: &mut Conn, deadline: Deadline) -> std::result::Result<(), Failure> 
     }
     c.cancel_sent = true;
     write(c, Query::CancelWait, &Request::CancelWait.encode())?;
-    let limits = Limits::default();
-    let mut got = read(c, Query::CancelWait, &limits, |r| r.byte())?;
-    if got == STOP_WAITING {
-        got = read(c, Query::CancelWait, &limits, |r| r.byte())?;
-    }
-    if got != WAIT_CANCELED {
-        return Err(unexpected(c.addr, "CANCEL_WAIT", got, "1 (wait canceled)"));
+    match reply(c, Query::CancelWait, 0, &Limits::default())? {
+        Reply::Canceled => {}
+        other => return Err(odd(c, Query::CancelWait, &other)),
     }
     c.cancel_pending = false;
     c.cancel_sent = false;
@@ -683,7 +692,10 @@ impl Store for TcpStoreClient {
         let bytes = Request::Get { key: self.key(key) }.encode();
         self.call(Query::Get, true, deadline, |c, limits| {
             write(c, Query::Get, &bytes)?;
-            read(c, Query::Get, limits, |r| r.value())
+            match reply(c, Query::Get, 0, limits)? {
+                Reply::Value(v) => Ok(v),
+                other => Err(odd(c, Query::Get, &other)),
+            }
         })
     }
 
@@ -695,7 +707,10 @@ impl Store for TcpStoreClient {
         .encode();
         self.call(Query::Add, false, deadline, |c, limits| {
             write(c, Query::Add, &bytes)?;
-            read(c, Query::Add, limits, |r| r.i64())
+            match reply(c, Query::Add, 0, limits)? {
+                Reply::Int(v) => Ok(v),
+                other => Err(odd(c, Query::Add, &other)),
+            }
         })
     }
 
@@ -707,7 +722,10 @@ impl Store for TcpStoreClient {
         let bytes = Request::DeleteKey { key: self.key(key) }.encode();
         self.call(Query::DeleteKey, false, deadline, |c, limits| {
             write(c, Query::DeleteKey, &bytes)?;
-            read(c, Query::DeleteKey, limits, |r| r.i64()).map(|n| n == 1)
+            match reply(c, Query::DeleteKey, 0, limits)? {
+                Reply::Int(v) => Ok(v == 1),
+                other => Err(odd(c, Query::DeleteKey, &other)),
+            }
         })
     }
 

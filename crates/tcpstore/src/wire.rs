@@ -543,3 +543,119 @@ pub fn put_value(out: &mut Vec<u8>, value: &[u8]) {
     out.extend_from_slice(&(value.len() as u64).to_le_bytes());
     out.extend_from_slice(value);
 }
+
+/// One reply, decoded (the client's side).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply {
+    /// The query gets no reply (`SET`, `APPEND`, `MULTI_SET`, `QUEUE_PUSH`,
+    /// `VALIDATE`).
+    Nothing,
+    /// A value (`GET`, `COMPARE_SET`).
+    Value(Vec<u8>),
+    /// An integer (`ADD`, `GETNUMKEYS`, `DELETE_KEY`, `QUEUE_LEN`).
+    Int(i64),
+    /// Whether every key is set (`CHECK`).
+    Ready(bool),
+    /// The wait ended: every key is set (`WAIT`, `BARRIER`).
+    StopWaiting,
+    /// The wait was cancelled (`CANCEL_WAIT`; a late [`STOP_WAITING`]
+    /// before it is read too).
+    Canceled,
+    /// The ping's nonce (`PING`).
+    Nonce(u32),
+    /// One value per key asked for (`MULTI_GET`).
+    Values(Vec<Vec<u8>>),
+    /// The front value of a queue, `None` when it was empty (`QUEUE_POP`).
+    Popped(Option<Vec<u8>>),
+    /// Every key the server holds (`LIST_KEYS`).
+    Keys(Vec<Vec<u8>>),
+}
+
+impl Reply {
+    /// Reads the reply to `query` (`keys`: how many keys a `MULTI_GET`
+    /// asked for), checking every length against `limits`.
+    ///
+    /// # Errors
+    /// [`WireError::Io`] (the connection ended, or its read timed out),
+    /// [`WireError::TooLarge`], [`WireError::UnexpectedReply`] for a reply
+    /// byte the query cannot give.
+    pub fn read(
+        query: Query,
+        keys: usize,
+        r: &mut impl Read,
+        limits: &Limits,
+    ) -> Result<Reply, WireError> {
+        let mut r = Reader::new(r, limits);
+        let name = query.name();
+        let unexpected = |got: u8, expected: &'static str| WireError::UnexpectedReply {
+            query: name,
+            got,
+            expected,
+        };
+        Ok(match query {
+            Query::Validate | Query::Set | Query::Append | Query::MultiSet | Query::QueuePush => {
+                Reply::Nothing
+            }
+            Query::Get | Query::CompareSet => Reply::Value(r.value()?),
+            Query::Add | Query::NumKeys | Query::DeleteKey | Query::QueueLen => {
+                Reply::Int(r.i64()?)
+            }
+            Query::Check => match r.byte()? {
+                CHECK_READY => Reply::Ready(true),
+                CHECK_NOT_READY => Reply::Ready(false),
+                got => return Err(unexpected(got, "0 (ready) or 1 (not ready)")),
+            },
+            Query::Wait | Query::Barrier => match r.byte()? {
+                STOP_WAITING => Reply::StopWaiting,
+                got => return Err(unexpected(got, "0 (stop waiting)")),
+            },
+            Query::CancelWait => {
+                let mut got = r.byte()?;
+                if got == STOP_WAITING {
+                    got = r.byte()?;
+                }
+                if got != WAIT_CANCELED {
+                    return Err(unexpected(got, "1 (wait canceled)"));
+                }
+                Reply::Canceled
+            }
+            Query::Ping => Reply::Nonce(r.u32()?),
+            Query::MultiGet => {
+                if keys > limits.max_keys {
+                    return Err(WireError::TooLarge {
+                        what: "key count",
+                        len: keys as u64,
+                        max: limits.max_keys,
+                    });
+                }
+                let mut values = Vec::with_capacity(keys.min(1024));
+                for _ in 0..keys {
+                    values.push(r.value()?);
+                }
+                Reply::Values(values)
+            }
+            Query::QueuePop => {
+                let len = r.i64()?;
+                Reply::Popped(if len > 0 { Some(r.value()?) } else { None })
+            }
+            Query::ListKeys => {
+                let n = r.i64()?;
+                let max = limits.max_keys;
+                let n =
+                    usize::try_from(n)
+                        .ok()
+                        .filter(|n| *n <= max)
+                        .ok_or(WireError::TooLarge {
+                            what: "key count",
+                            len: n.unsigned_abs(),
+                            max,
+                        })?;
+                let mut keys = Vec::with_capacity(n.min(1024));
+                for _ in 0..n {
+                    keys.push(r.key()?);
+                }
+                Reply::Keys(keys)
+            }
+        })
+    }
+}

@@ -29,6 +29,7 @@ use compiler_collectives_core::protocol::envelope::{
 };
 use compiler_collectives_core::Join;
 use compiler_collectives_harness::scenario::{Scenario, ScenarioLimits};
+use compiler_collectives_tcpstore::wire::{self as tcp, Query, Reply, Request};
 
 /// A check: panics when `data` breaks a property.
 pub type Check = fn(&[u8]);
@@ -41,6 +42,8 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("payload", payload_decode),
     ("scenario", scenario_parse),
     ("profile", profile_decode),
+    ("tcpstore_request", tcpstore_request_decode),
+    ("tcpstore_reply", tcpstore_reply_decode),
 ];
 
 /// Small limits, so the fuzzer reaches every "over the limit" branch.
@@ -220,5 +223,94 @@ fn profile_file(data: &[u8]) {
     }
     if Profile::decode(data, &SMALL_PROFILE_LIMITS).is_ok() {
         assert!(Profile::decode(data, &ProfileLimits::default()).is_ok());
+    }
+}
+
+/// Small TCPStore limits, so the fuzzer reaches every "over the limit"
+/// branch of the request and reply decoders.
+pub const TCP_SMALL_LIMITS: tcp::Limits = tcp::Limits {
+    max_key_bytes: 16,
+    max_value_bytes: 64,
+    max_keys: 4,
+    max_message_bytes: 128,
+};
+
+fn tcp_within(limits: &tcp::Limits, keys: &[&Vec<u8>], values: &[&Vec<u8>]) {
+    assert!(keys.len() <= limits.max_keys.max(1));
+    assert!(keys.iter().all(|k| k.len() <= limits.max_key_bytes));
+    assert!(values.iter().all(|v| v.len() <= limits.max_value_bytes));
+    let total: usize = keys.iter().chain(values).map(|b| b.len()).sum();
+    assert!(total <= limits.max_message_bytes);
+}
+
+/// A request a TCPStore client sent (the server's decoder): decoded under
+/// the default and [`TCP_SMALL_LIMITS`]; an accepted one respects the
+/// limits and re-encodes to exactly the bytes it was read from.
+///
+/// # Panics
+/// When a property is broken.
+pub fn tcpstore_request_decode(data: &[u8]) {
+    for limits in [tcp::Limits::default(), TCP_SMALL_LIMITS] {
+        let mut rest = data;
+        if let Ok(req) = Request::read(&mut rest, &limits) {
+            let used = &data[..data.len() - rest.len()];
+            assert_eq!(req.encode(), used, "decode/encode is not the identity");
+            let (keys, values): (Vec<&Vec<u8>>, Vec<&Vec<u8>>) = match &req {
+                Request::Set { key, value }
+                | Request::Append { key, value }
+                | Request::QueuePush { key, value } => (vec![key], vec![value]),
+                Request::CompareSet {
+                    key,
+                    expected,
+                    desired,
+                } => (vec![key], vec![expected, desired]),
+                Request::Get { key }
+                | Request::DeleteKey { key }
+                | Request::QueuePop { key }
+                | Request::QueueLen { key }
+                | Request::Add { key, .. }
+                | Request::Barrier { key, .. } => (vec![key], vec![]),
+                Request::Check { keys } | Request::Wait { keys } | Request::MultiGet { keys } => {
+                    (keys.iter().collect(), vec![])
+                }
+                Request::MultiSet { pairs } => (
+                    pairs.iter().map(|(k, _)| k).collect(),
+                    pairs.iter().map(|(_, v)| v).collect(),
+                ),
+                _ => (vec![], vec![]),
+            };
+            tcp_within(&limits, &keys, &values);
+        }
+    }
+}
+
+/// A server's reply (the client's decoder): the first byte picks the query
+/// (and how many keys a `MULTI_GET` asked for), the rest is what the server
+/// sent; an accepted reply respects the limits.
+///
+/// # Panics
+/// When a property is broken.
+pub fn tcpstore_reply_decode(data: &[u8]) {
+    let Some((&pick, rest)) = data.split_first() else {
+        return;
+    };
+    let Some(query) = Query::from_byte(pick % 19) else {
+        return;
+    };
+    let keys = usize::from(pick / 19);
+    for limits in [tcp::Limits::default(), TCP_SMALL_LIMITS] {
+        let mut input = rest;
+        if let Ok(reply) = Reply::read(query, keys, &mut input, &limits) {
+            match &reply {
+                Reply::Value(v) => tcp_within(&limits, &[], &[v]),
+                Reply::Popped(Some(v)) => tcp_within(&limits, &[], &[v]),
+                Reply::Values(vs) => {
+                    assert_eq!(vs.len(), keys);
+                    tcp_within(&limits, &[], &vs.iter().collect::<Vec<_>>());
+                }
+                Reply::Keys(ks) => tcp_within(&limits, &ks.iter().collect::<Vec<_>>(), &[]),
+                _ => {}
+            }
+        }
     }
 }
