@@ -343,8 +343,16 @@ impl<'a, R: Read> Reader<'a, R> {
             });
         }
         self.total = total;
-        let mut out = vec![0u8; n];
-        self.inner.read_exact(&mut out)?;
+        // Grow with what arrives, not with what the peer announced: a length
+        // it never sends reserves nothing.
+        let mut out = Vec::with_capacity(n.min(64 * 1024));
+        let got = (&mut *self.inner).take(len).read_to_end(&mut out)?;
+        if got < n {
+            return Err(WireError::Io(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("{what} of {n} bytes ended after {got}"),
+            )));
+        }
         Ok(out)
     }
 
