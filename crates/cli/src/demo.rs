@@ -477,7 +477,8 @@ fn worker_inner(args: &WorkerArgs) -> anyhow::Result<ExitCode> {
     if let Some(o) = out.as_object_mut() {
         o.insert("decided".into(), json!(report.decided));
     }
-    std::fs::write(&path, out.to_string())?;
+    std::fs::write(&path, out.to_string())
+        .map_err(|e| anyhow::anyhow!("cannot write the report {}: {e}", path.display()))?;
     if let Some(e) = &report.error {
         eprintln!("rank {rank} failed: {}", e.message);
         let reported = compiler_collectives::launch::torchelastic::ErrorReport::new(

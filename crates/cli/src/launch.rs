@@ -316,10 +316,12 @@ pub(crate) fn run(args: &LaunchArgs) -> ExitCode {
     ) {
         Ok(s) => s,
         Err(e) => {
+            let port = args
+                .master_port
+                .map_or("any port".to_owned(), |p| p.to_string());
             eprintln!(
-                "ccol run: cannot serve the job's TCPStore on {}:{}: {e}",
-                args.master_addr,
-                args.master_port.unwrap_or(0)
+                "ccol run: cannot serve the job's TCPStore on {}:{port}: {e}",
+                args.master_addr
             );
             return ExitCode::FAILURE;
         }

@@ -4,7 +4,7 @@
 
 use crate::sys::{self, StoreHandle};
 use crate::GlooError;
-use compiler_collectives_core::Store;
+use compiler_collectives_core::{Deadline, Result, Store};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -89,8 +89,14 @@ impl GlooStore {
     /// # Errors
     /// [`GlooError`] if the adapter cannot load.
     pub fn from_store(store: Arc<dyn Store>, timeout: Duration) -> Result<Self, GlooError> {
+        // Gloo's `set` carries no timeout: bound it (and every other call)
+        // by `timeout` too.
+        let bounded: Arc<dyn Store> = Arc::new(Bounded {
+            inner: store,
+            timeout,
+        });
         Ok(Self::new(
-            StoreHandle::rust(store, timeout)?,
+            StoreHandle::rust(bounded, timeout)?,
             StoreKind::Rust,
         ))
     }
@@ -166,5 +172,41 @@ impl GlooStore {
             .map(|k| sys::cstring(k, "key"))
             .collect::<Result<Vec<_>, _>>()?;
         self.handle.wait(&owned, timeout)
+    }
+}
+
+/// A Rust store whose calls end by `timeout` from their start at the latest
+/// (what Gloo gives a Rust store no deadline for, `set`, otherwise waits
+/// its own).
+#[derive(Debug)]
+struct Bounded {
+    inner: Arc<dyn Store>,
+    timeout: Duration,
+}
+
+impl Bounded {
+    fn bound(&self, deadline: Deadline) -> Deadline {
+        Deadline::after(self.timeout).min(deadline)
+    }
+}
+
+impl Store for Bounded {
+    fn set(&self, key: &str, value: &[u8], deadline: Deadline) -> Result<()> {
+        self.inner.set(key, value, self.bound(deadline))
+    }
+    fn get(&self, key: &str, deadline: Deadline) -> Result<Vec<u8>> {
+        self.inner.get(key, self.bound(deadline))
+    }
+    fn add(&self, key: &str, delta: i64, deadline: Deadline) -> Result<i64> {
+        self.inner.add(key, delta, self.bound(deadline))
+    }
+    fn wait(&self, keys: &[&str], deadline: Deadline) -> Result<()> {
+        self.inner.wait(keys, self.bound(deadline))
+    }
+    fn delete(&self, key: &str, deadline: Deadline) -> Result<bool> {
+        self.inner.delete(key, self.bound(deadline))
+    }
+    fn try_get(&self, key: &str, deadline: Deadline) -> Result<Option<Vec<u8>>> {
+        self.inner.try_get(key, self.bound(deadline))
     }
 }

@@ -337,3 +337,52 @@ fn a_survivor_drops_its_transport_within_the_drain_bound() {
         );
     }
 }
+
+/// A store that answers the handshake and then nothing (a hung agent):
+/// the rendezvous ends by its timeout, naming the store and the query, not
+/// after Gloo's own 300 s.
+#[test]
+fn a_hung_tcpstore_ends_the_rendezvous_by_its_timeout() {
+    use compiler_collectives_tcpstore::wire::{Limits, Request};
+    use std::io::Write;
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in l.incoming() {
+            let Ok(mut s) = conn else { return };
+            std::thread::spawn(move || {
+                let limits = Limits::default();
+                while let Ok(r) = Request::read(&mut s, &limits) {
+                    if let Request::Ping { nonce } = r {
+                        let _ = s.write_all(&nonce.to_le_bytes());
+                        break;
+                    }
+                }
+                // Then silence: read what comes, answer nothing.
+                while Request::read(&mut s, &limits).is_ok() {}
+            });
+        }
+    });
+    let cfg = EnvConfig {
+        rank: 1,
+        world_size: 2,
+        store: StoreSpec::Tcp {
+            host: "127.0.0.1".into(),
+            port,
+            serve: false,
+        },
+        hostname: None,
+        prefix: "ccol/hung/0".into(),
+    };
+    let start = Instant::now();
+    let err = cfg
+        .connect(Duration::from_secs(1))
+        .expect_err("the store never answers");
+    let took = start.elapsed();
+    assert!(took < Duration::from_secs(3), "took {took:?}: {err}");
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!("the TCPStore at 127.0.0.1:{port} to answer")),
+        "{text}"
+    );
+}

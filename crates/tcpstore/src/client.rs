@@ -50,7 +50,7 @@ const BACKEND: &str = "tcpstore";
 #[non_exhaustive]
 pub enum TcpStoreError {
     /// No connection could be made before the deadline.
-    #[error("cannot reach the TCPStore at {host}:{port}: tried for {} ms ({attempts} attempts); last error: {last}", tried.as_millis())]
+    #[error("cannot reach the TCPStore at {host}:{port}: tried for {} ms ({}); last error: {last}", tried.as_millis(), compiler_collectives_core::counted(*attempts, "attempt", "attempts"))]
     Unreachable {
         /// The host as given.
         host: String,
@@ -369,7 +369,13 @@ impl TcpStoreClient {
                         // A reply may still be on its way: the stream is out of step.
                         *guard = None;
                     }
-                    return Err(Error::timeout(Vec::new(), Vec::new(), start.elapsed()));
+                    return Err(Error::timeout(Vec::new(), Vec::new(), start.elapsed())
+                        .waiting_for(format!(
+                            "the TCPStore at {}:{} to answer {}",
+                            self.host,
+                            self.port,
+                            query.name()
+                        )));
                 }
                 Err(Failure::Broken(e)) => {
                     *guard = None;

@@ -45,4 +45,4 @@ pub mod wire;
 
 pub use client::{TcpStoreClient, TcpStoreError, DEFAULT_PREFIX, HANDSHAKE_LIMIT, RECONNECT_LIMIT};
 pub use job::JobStore;
-pub use server::{ServerOptions, TcpStoreServer, WRITE_LIMIT};
+pub use server::{ServerOptions, TcpStoreServer, VALIDATE_LIMIT, WRITE_LIMIT};

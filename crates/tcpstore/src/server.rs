@@ -30,14 +30,21 @@ use std::time::Duration;
 /// read before it closes that connection: 10 s.
 pub const WRITE_LIMIT: Duration = Duration::from_secs(10);
 
+/// How long a new connection has to send its `VALIDATE`: 10 s (torch's
+/// client sends it at once; a connection that says nothing is closed, so
+/// idle connections cannot use up the server's threads and descriptors).
+pub const VALIDATE_LIMIT: Duration = Duration::from_secs(10);
+
 /// A running server's options.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServerOptions {
     /// Bounds on one request.
     pub limits: Limits,
-    /// Most bytes of keys, values and queued values held in all: 1 GiB. A
-    /// request that would pass it closes its connection.
+    /// Most bytes of keys, values, queued values and awaited keys held in
+    /// all: 1 GiB. A request that would pass it closes its connection.
     pub max_stored_bytes: usize,
+    /// How long a new connection has to send `VALIDATE` ([`VALIDATE_LIMIT`]).
+    pub validate_limit: Duration,
 }
 
 impl Default for ServerOptions {
@@ -45,6 +52,7 @@ impl Default for ServerOptions {
         ServerOptions {
             limits: Limits::default(),
             max_stored_bytes: 1 << 30,
+            validate_limit: VALIDATE_LIMIT,
         }
     }
 }
@@ -62,11 +70,46 @@ struct State {
     awaited: HashMap<ConnId, usize>,
 }
 
+/// A connection's writing half, and a wake-up it still owes its client.
+#[derive(Debug)]
+struct Writer {
+    stream: Mutex<TcpStream>,
+    /// A `STOP_WAITING` to send (a connection has at most one pending wait).
+    wake: AtomicBool,
+}
+
+impl Writer {
+    /// Sends the owed wake-up if nobody is writing to this connection now;
+    /// whoever is writing sends it when done. Never waits for another
+    /// connection's write.
+    fn deliver(&self) {
+        while self.wake.load(Ordering::SeqCst) {
+            let Ok(mut w) = self.stream.try_lock() else {
+                // The holder re-checks `wake` after it lets go.
+                return;
+            };
+            if self.wake.swap(false, Ordering::SeqCst) {
+                if let Err(e) = w.write_all(&[STOP_WAITING]) {
+                    tracing::warn!(error = %e, "TCPStore server: cannot wake a waiting client");
+                    let _ = w.shutdown(Shutdown::Both);
+                }
+            }
+        }
+    }
+
+    /// Writes a reply, then what is owed.
+    fn send(&self, bytes: &[u8]) -> io::Result<()> {
+        lock(&self.stream).write_all(bytes)?;
+        self.deliver();
+        Ok(())
+    }
+}
+
 #[derive(Debug, Default)]
 struct Shared {
     state: Mutex<State>,
     /// Each open connection's writing half.
-    conns: Mutex<HashMap<ConnId, Arc<Mutex<TcpStream>>>>,
+    conns: Mutex<HashMap<ConnId, Arc<Writer>>>,
     stop: AtomicBool,
 }
 
@@ -98,7 +141,11 @@ impl State {
 
     /// Connections whose wait ends now that `key` is set.
     fn woken(&mut self, key: &[u8], out: &mut Vec<ConnId>) {
-        for c in self.waiting.remove(key).unwrap_or_default() {
+        let list = self.waiting.remove(key).unwrap_or_default();
+        if !list.is_empty() {
+            self.stored -= key.len();
+        }
+        for c in list {
             if let Some(n) = self.awaited.get_mut(&c) {
                 *n -= 1;
                 if *n == 0 {
@@ -114,7 +161,36 @@ impl State {
         for list in self.waiting.values_mut() {
             list.retain(|c| *c != conn);
         }
-        self.waiting.retain(|_, l| !l.is_empty());
+        let mut freed = 0;
+        self.waiting.retain(|k, l| {
+            let keep = !l.is_empty();
+            if !keep {
+                freed += k.len();
+            }
+            keep
+        });
+        self.stored -= freed;
+    }
+
+    /// Registers `conn` as waiting on `key`; a key's first waiter counts
+    /// its bytes against `max`. `false` when `conn` waits on it already.
+    fn await_key(&mut self, key: Vec<u8>, conn: ConnId, max: usize) -> Result<bool, String> {
+        if let Some(list) = self.waiting.get_mut(&key) {
+            if list.contains(&conn) {
+                return Ok(false);
+            }
+            list.push(conn);
+            return Ok(true);
+        }
+        let stored = self.stored + key.len();
+        if stored > max {
+            return Err(format!(
+                "waiting on more keys would hold {stored} bytes in all, over the server's {max}"
+            ));
+        }
+        self.stored = stored;
+        self.waiting.insert(key, vec![conn]);
+        Ok(true)
     }
 
     fn counter(&self, key: &[u8]) -> Result<i64, String> {
@@ -145,7 +221,6 @@ impl TcpStoreServer {
     /// The bind's I/O error (address in use, not an address of this host).
     pub fn bind(addr: impl ToSocketAddrs, options: ServerOptions) -> io::Result<Self> {
         let listener = TcpListener::bind(addr)?;
-        listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared::default());
         let workers = Arc::new(Mutex::new(Vec::new()));
@@ -179,16 +254,33 @@ impl TcpStoreServer {
     pub fn num_keys(&self) -> usize {
         lock(&self.shared.state).kv.len()
     }
+
+    /// Bytes held: keys, values, queued values and the keys clients wait
+    /// on ([`ServerOptions::max_stored_bytes`] bounds it).
+    pub fn stored_bytes(&self) -> usize {
+        lock(&self.shared.state).stored
+    }
 }
 
 impl Drop for TcpStoreServer {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::SeqCst);
+        // Wake the blocking accept with a connection of our own.
+        let mut wake_at = self.addr;
+        if wake_at.ip().is_unspecified() {
+            wake_at.set_ip(match wake_at {
+                SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+            });
+        }
+        let woke = TcpStream::connect_timeout(&wake_at, Duration::from_secs(1)).is_ok();
         if let Some(h) = self.accept.take() {
-            let _ = h.join();
+            if woke {
+                let _ = h.join();
+            }
         }
         for conn in lock(&self.shared.conns).values() {
-            let _ = lock(conn).shutdown(Shutdown::Both);
+            let _ = lock(&conn.stream).shutdown(Shutdown::Both);
         }
         let workers: Vec<_> = lock(&self.workers).drain(..).collect();
         for h in workers {
@@ -206,15 +298,13 @@ fn accept_loop(
     let mut next: ConnId = 0;
     while !shared.stop.load(Ordering::SeqCst) {
         match listener.accept() {
+            Ok(_) if shared.stop.load(Ordering::SeqCst) => break,
             Ok((stream, peer)) => {
                 next += 1;
                 let id = next;
                 if let Err(e) = start_connection(stream, peer, id, shared, workers, options) {
                     tracing::warn!(%peer, error = %e, "TCPStore server: cannot serve a connection");
                 }
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(5));
             }
             Err(e) => {
                 tracing::warn!(error = %e, "TCPStore server: accept failed");
@@ -237,7 +327,12 @@ fn start_connection(
     stream.set_nonblocking(false)?;
     stream.set_nodelay(true)?;
     stream.set_write_timeout(Some(WRITE_LIMIT))?;
-    let writer = Arc::new(Mutex::new(stream.try_clone()?));
+    // A client has this long to say it is one (`VALIDATE`).
+    stream.set_read_timeout(Some(options.validate_limit))?;
+    let writer = Arc::new(Writer {
+        stream: Mutex::new(stream.try_clone()?),
+        wake: AtomicBool::new(false),
+    });
     lock(&shared.conns).insert(id, Arc::clone(&writer));
     let shared = Arc::clone(shared);
     let options = options.clone();
@@ -251,7 +346,7 @@ fn start_connection(
             }
             lock(&shared.state).forget(id);
             if let Some(w) = lock(&shared.conns).remove(&id) {
-                let _ = lock(&w).shutdown(Shutdown::Both);
+                let _ = lock(&w.stream).shutdown(Shutdown::Both);
             }
         })?;
     lock(workers).push(handle);
@@ -267,10 +362,6 @@ enum Closed {
     Refused(String),
 }
 
-fn send(to: &Mutex<TcpStream>, bytes: &[u8]) -> io::Result<()> {
-    lock(to).write_all(bytes)
-}
-
 fn wake(shared: &Shared, conns: &[ConnId]) {
     if conns.is_empty() {
         return;
@@ -280,10 +371,8 @@ fn wake(shared: &Shared, conns: &[ConnId]) {
         conns.iter().filter_map(|c| all.get(c).cloned()).collect()
     };
     for w in writers {
-        if let Err(e) = send(&w, &[STOP_WAITING]) {
-            tracing::warn!(error = %e, "TCPStore server: cannot wake a waiting client");
-            let _ = lock(&w).shutdown(Shutdown::Both);
-        }
+        w.wake.store(true, Ordering::SeqCst);
+        w.deliver();
     }
 }
 
@@ -291,7 +380,7 @@ fn wake(shared: &Shared, conns: &[ConnId]) {
 fn serve(
     stream: TcpStream,
     id: ConnId,
-    writer: &Mutex<TcpStream>,
+    writer: &Writer,
     shared: &Shared,
     options: &ServerOptions,
 ) -> Result<(), Closed> {
@@ -299,6 +388,12 @@ fn serve(
     let limits = &options.limits;
     match Request::read(&mut reader, limits) {
         Ok(Request::Validate { magic }) if magic == VALIDATION_MAGIC => {}
+        Ok(Request::Validate { magic }) => {
+            return Err(Closed::Refused(format!(
+                "VALIDATE with magic {magic:#x}, not {VALIDATION_MAGIC:#x}: not a TCPStore client \
+                 (or another version)"
+            )))
+        }
         Ok(other) => {
             return Err(Closed::Refused(format!(
                 "the first request was {} with no VALIDATE: not a TCPStore client",
@@ -306,8 +401,24 @@ fn serve(
             )))
         }
         Err(WireError::Io(e)) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
+        Err(WireError::Io(e))
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) =>
+        {
+            return Err(Closed::Refused(format!(
+                "no VALIDATE within {} ms: not a TCPStore client",
+                options.validate_limit.as_millis()
+            )))
+        }
         Err(e) => return Err(Closed::Refused(format!("not a TCPStore client: {e}"))),
     }
+    // A validated client may stay idle as long as it likes.
+    reader
+        .get_ref()
+        .set_read_timeout(None)
+        .map_err(WireError::Io)?;
     loop {
         let request = match Request::read(&mut reader, limits) {
             Ok(r) => r,
@@ -325,12 +436,12 @@ fn serve(
         let mut woken = Vec::new();
         let reply = {
             let mut st = lock(&shared.state);
-            answer(&mut st, id, request, options.max_stored_bytes, &mut woken)
+            answer(&mut st, id, request, options, &mut woken)
                 .map_err(|why| Closed::Refused(format!("{query}: {why}")))?
         };
         wake(shared, &woken);
         if let Some(bytes) = reply {
-            send(writer, &bytes).map_err(WireError::Io)?;
+            writer.send(&bytes).map_err(WireError::Io)?;
         }
     }
 }
@@ -341,9 +452,11 @@ fn answer(
     st: &mut State,
     conn: ConnId,
     request: Request,
-    max: usize,
+    options: &ServerOptions,
     woken: &mut Vec<ConnId>,
 ) -> Result<Option<Vec<u8>>, String> {
+    let max = options.max_stored_bytes;
+    let limits = &options.limits;
     Ok(match request {
         Request::Validate { .. } => return Err("VALIDATE twice".into()),
         Request::Set { key, value } => {
@@ -397,12 +510,8 @@ fn answer(
             }
             let mut missing = 0;
             for k in keys {
-                if !st.present(&k) {
-                    let list = st.waiting.entry(k).or_default();
-                    if !list.contains(&conn) {
-                        list.push(conn);
-                        missing += 1;
-                    }
+                if !st.present(&k) && st.await_key(k, conn, max)? {
+                    missing += 1;
                 }
             }
             if missing == 0 {
@@ -430,13 +539,30 @@ fn answer(
         }
         Request::Append { key, value } => {
             let mut now = st.kv.get(&key).cloned().unwrap_or_default();
+            if now.len() + value.len() > limits.max_message_bytes {
+                return Err(format!(
+                    "APPEND would make a value of {} bytes, over the message limit of {}",
+                    now.len() + value.len(),
+                    limits.max_message_bytes
+                ));
+            }
             now.extend_from_slice(&value);
             st.put(key.clone(), now, max)?;
             st.woken(&key, woken);
             None
         }
         Request::MultiGet { keys } => {
-            let mut out = Vec::new();
+            let size: usize = keys
+                .iter()
+                .map(|k| 8 + st.kv.get(k).map_or(0, Vec::len))
+                .sum();
+            if size > limits.max_message_bytes {
+                return Err(format!(
+                    "a MULTI_GET reply of {size} bytes, over the message limit of {}",
+                    limits.max_message_bytes
+                ));
+            }
+            let mut out = Vec::with_capacity(size);
             for k in keys {
                 put_value(&mut out, st.kv.get(&k).map_or(&[][..], Vec::as_slice));
             }
@@ -455,7 +581,8 @@ fn answer(
         }
         Request::Ping { nonce } => Some(nonce.to_le_bytes().to_vec()),
         Request::QueuePush { key, value } => {
-            let stored = st.stored + value.len();
+            let new_queue = !st.queues.contains_key(&key);
+            let stored = st.stored + value.len() + if new_queue { key.len() } else { 0 };
             if stored > max {
                 return Err(format!(
                     "queueing {} bytes passes the server's {max}",
@@ -465,9 +592,11 @@ fn answer(
             st.stored = stored;
             st.queues.entry(key.clone()).or_default().push_back(value);
             // One waiter takes the value.
+            let mut last = false;
             if let Some(list) = st.waiting.get_mut(&key) {
                 if !list.is_empty() {
                     let c = list.remove(0);
+                    last = list.is_empty();
                     if let Some(n) = st.awaited.get_mut(&c) {
                         *n -= 1;
                         if *n == 0 {
@@ -477,15 +606,32 @@ fn answer(
                     }
                 }
             }
+            if last {
+                st.waiting.remove(&key);
+                st.stored -= key.len();
+            }
             None
         }
         Request::QueuePop { key } => {
-            let q = st.queues.entry(key).or_default();
-            let len = i64::try_from(q.len()).unwrap_or(i64::MAX);
-            let mut out = len.to_le_bytes().to_vec();
-            if let Some(v) = q.pop_front() {
+            let (len, front, emptied) = match st.queues.get_mut(&key) {
+                None => (0, None, false),
+                Some(q) => {
+                    let len = q.len();
+                    let front = q.pop_front();
+                    (len, front, q.is_empty())
+                }
+            };
+            let mut out = i64::try_from(len)
+                .unwrap_or(i64::MAX)
+                .to_le_bytes()
+                .to_vec();
+            if let Some(v) = front {
                 put_value(&mut out, &v);
                 st.stored -= v.len();
+            }
+            if emptied {
+                st.queues.remove(&key);
+                st.stored -= key.len();
             }
             Some(out)
         }
@@ -499,6 +645,13 @@ fn answer(
             )
         }
         Request::ListKeys => {
+            let size: usize = 8 + st.kv.keys().map(|k| 8 + k.len()).sum::<usize>();
+            if size > limits.max_message_bytes {
+                return Err(format!(
+                    "a LIST_KEYS reply of {size} bytes, over the message limit of {}",
+                    limits.max_message_bytes
+                ));
+            }
             let mut out = i64::try_from(st.kv.len())
                 .unwrap_or(i64::MAX)
                 .to_le_bytes()
@@ -521,10 +674,123 @@ fn answer(
                 if st.awaited.contains_key(&conn) {
                     return Err("BARRIER while a WAIT of this connection is pending".into());
                 }
-                st.waiting.entry(key).or_default().push(conn);
-                st.awaited.insert(conn, 1);
-                None
+                if st.await_key(key, conn, max)? {
+                    st.awaited.insert(conn, 1);
+                    None
+                } else {
+                    Some(vec![STOP_WAITING])
+                }
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(i: usize) -> Vec<u8> {
+        format!("/k{i:04}").into_bytes()
+    }
+
+    /// Pops of queues that do not exist leave nothing behind; a queue's key
+    /// counts while it exists; awaited keys count while awaited.
+    #[test]
+    fn what_the_server_holds_is_counted_and_freed() {
+        let options = ServerOptions::default();
+        let mut st = State::default();
+        let mut woken = Vec::new();
+        for i in 0..100 {
+            let r = answer(
+                &mut st,
+                1,
+                Request::QueuePop { key: key(i) },
+                &options,
+                &mut woken,
+            );
+            assert_eq!(r.unwrap().unwrap(), 0i64.to_le_bytes());
+        }
+        assert!(st.queues.is_empty());
+        assert_eq!(st.stored, 0);
+        let push = Request::QueuePush {
+            key: key(1),
+            value: b"abc".to_vec(),
+        };
+        answer(&mut st, 1, push, &options, &mut woken).unwrap();
+        assert_eq!(st.stored, key(1).len() + 3);
+        answer(
+            &mut st,
+            1,
+            Request::QueuePop { key: key(1) },
+            &options,
+            &mut woken,
+        )
+        .unwrap();
+        assert_eq!((st.stored, st.queues.len()), (0, 0));
+        let wait = Request::Wait {
+            keys: vec![key(2), key(3)],
+        };
+        assert_eq!(
+            answer(&mut st, 7, wait, &options, &mut woken).unwrap(),
+            None
+        );
+        assert_eq!(st.stored, 2 * key(2).len());
+        st.forget(7);
+        assert_eq!((st.stored, st.waiting.len()), (0, 0));
+        // Awaited keys count against the bound.
+        let small = ServerOptions {
+            max_stored_bytes: 3 * key(0).len(),
+            ..ServerOptions::default()
+        };
+        let wait = Request::Wait {
+            keys: (0..4).map(key).collect(),
+        };
+        assert!(answer(&mut st, 8, wait, &small, &mut woken).is_err());
+    }
+
+    /// A reply over the message limit is refused before it is built.
+    #[test]
+    fn a_multi_get_reply_over_the_limit_is_refused() {
+        let options = ServerOptions::default();
+        let mut st = State::default();
+        let mut woken = Vec::new();
+        let set = Request::Set {
+            key: key(0),
+            value: vec![1u8; 8 << 20],
+        };
+        answer(&mut st, 1, set, &options, &mut woken).unwrap();
+        let get = |n: usize| Request::MultiGet {
+            keys: vec![key(0); n],
+        };
+        let ok = answer(&mut st, 1, get(7), &options, &mut woken)
+            .unwrap()
+            .unwrap();
+        assert_eq!(ok.len(), 7 * (8 + (8 << 20)));
+        let err = answer(&mut st, 1, get(8), &options, &mut woken).unwrap_err();
+        assert!(err.contains("over the message limit"), "{err}");
+    }
+
+    /// A wake-up for a connection whose reply is still being written does
+    /// not wait for that write: it follows the reply.
+    #[test]
+    fn a_wake_up_never_waits_for_another_write() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (server_end, _) = l.accept().unwrap();
+        let w = Arc::new(Writer {
+            stream: Mutex::new(server_end),
+            wake: AtomicBool::new(false),
+        });
+        let held = lock(&w.stream);
+        w.wake.store(true, Ordering::SeqCst);
+        let start = std::time::Instant::now();
+        w.deliver();
+        assert!(start.elapsed() < Duration::from_millis(100));
+        assert!(w.wake.load(Ordering::SeqCst), "still owed");
+        drop(held);
+        w.send(b"reply").unwrap();
+        let mut got = [0u8; 6];
+        std::io::Read::read_exact(&mut &client, &mut got).unwrap();
+        assert_eq!(&got, b"reply\0");
+    }
 }

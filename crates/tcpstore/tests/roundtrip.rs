@@ -388,3 +388,24 @@ fn a_broken_connection_is_reopened_once_for_a_query_that_can_repeat() {
         "the next call reconnects"
     );
 }
+
+/// A connection that never says it is a client is closed at the limit.
+#[test]
+fn a_silent_connection_is_closed_at_the_validate_limit() {
+    let s = TcpStoreServer::bind(
+        "127.0.0.1:0",
+        ServerOptions {
+            validate_limit: Duration::from_millis(200),
+            ..ServerOptions::default()
+        },
+    )
+    .unwrap();
+    let start = Instant::now();
+    let c = raw(s.port());
+    assert!(closed(c));
+    assert!(start.elapsed() < Duration::from_secs(3));
+    // A client that validates stays as long as it likes.
+    let a = client(&s);
+    std::thread::sleep(Duration::from_millis(400));
+    a.ping(secs(5)).unwrap();
+}
