@@ -247,17 +247,22 @@ fn agent_tcpstore() -> Result<(), String> {
     Ok(())
 }
 
-/// `torchrun --no-python` from the project's torch set-up, when present.
-fn torchrun_no_python() -> Result<(), Outcome> {
-    let torchrun = std::env::var_os("CCOL_TORCHRUN")
+/// torchrun from the project's torch set-up (`CCOL_TORCHRUN`) or `PATH`.
+fn torchrun() -> Result<std::path::PathBuf, Outcome> {
+    std::env::var_os("CCOL_TORCHRUN")
         .map(std::path::PathBuf::from)
         .filter(|p| p.is_file())
-        .or_else(|| which("torchrun"));
-    let Some(torchrun) = torchrun else {
-        return Err(Outcome::Skip(Missing::install(
-            "torchrun not found (run scripts/setup-torch.sh, or set CCOL_TORCHRUN)",
-        )));
-    };
+        .or_else(|| which("torchrun"))
+        .ok_or_else(|| {
+            Outcome::Skip(Missing::install(
+                "torchrun not found (run scripts/setup-torch.sh, or set CCOL_TORCHRUN)",
+            ))
+        })
+}
+
+/// `torchrun --no-python` from the project's torch set-up, when present.
+fn torchrun_no_python() -> Result<(), Outcome> {
+    let torchrun = torchrun()?;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut c = Command::new(&torchrun);
     c.args(["--standalone", "--nproc-per-node", "2", "--no-python"])
@@ -291,15 +296,7 @@ fn torchrun_no_python() -> Result<(), Outcome> {
 /// attempt 0: attempt 1 meets again (new keys, same agent store) and
 /// succeeds.
 fn torchrun_restart() -> Result<(), Outcome> {
-    let torchrun = std::env::var_os("CCOL_TORCHRUN")
-        .map(std::path::PathBuf::from)
-        .filter(|p| p.is_file())
-        .or_else(|| which("torchrun"));
-    let Some(torchrun) = torchrun else {
-        return Err(Outcome::Skip(Missing::install(
-            "torchrun not found (run scripts/setup-torch.sh, or set CCOL_TORCHRUN)",
-        )));
-    };
+    let torchrun = torchrun()?;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut c = Command::new(&torchrun);
     c.args([

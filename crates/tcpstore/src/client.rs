@@ -424,20 +424,7 @@ impl TcpStoreClient {
         bytes.extend(Request::Ping { nonce: n }.encode());
         self.call(Query::Set, true, deadline, |c, limits| {
             write(c, Query::Set, &bytes)?;
-            let echo = match reply(c, Query::Ping, 0, limits)? {
-                Reply::Nonce(echo) => echo,
-                other => return Err(odd(c, Query::Ping, &other)),
-            };
-            if echo == n {
-                Ok(())
-            } else {
-                Err(unexpected(
-                    c.addr,
-                    "PING after SET",
-                    echo.to_le_bytes()[0],
-                    "its own nonce",
-                ))
-            }
+            echoed(c, n, limits)
         })
     }
 
@@ -579,23 +566,7 @@ impl TcpStoreClient {
         let bytes = Request::Ping { nonce: n }.encode();
         self.call(Query::Ping, true, deadline, |c, limits| {
             write(c, Query::Ping, &bytes)?;
-            let echo = match reply(c, Query::Ping, 0, limits)? {
-                Reply::Nonce(echo) => echo,
-                other => return Err(odd(c, Query::Ping, &other)),
-            };
-            if echo == n {
-                Ok(())
-            } else {
-                Err(Failure::Broken(TcpStoreError::Query {
-                    addr: c.addr,
-                    query: "PING",
-                    error: WireError::UnexpectedReply {
-                        query: "PING",
-                        got: echo.to_le_bytes()[0],
-                        expected: "its own nonce",
-                    },
-                }))
-            }
+            echoed(c, n, limits)
         })
     }
 }
@@ -649,6 +620,20 @@ fn reply(
             query: query.name(),
             error,
         })),
+    }
+}
+
+/// Reads a `PING`'s echo: `Ok` when it is `nonce`.
+fn echoed(c: &mut Conn, nonce: u32, limits: &Limits) -> std::result::Result<(), Failure> {
+    match reply(c, Query::Ping, 0, limits)? {
+        Reply::Nonce(echo) if echo == nonce => Ok(()),
+        Reply::Nonce(echo) => Err(unexpected(
+            c.addr,
+            "PING",
+            echo.to_le_bytes()[0],
+            "its own nonce",
+        )),
+        other => Err(odd(c, Query::Ping, &other)),
     }
 }
 
