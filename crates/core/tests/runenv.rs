@@ -7,7 +7,7 @@
 //! `rank R/W local L/LW node G master ADDR:PORT run ID restart N agent B
 //! error_file PATH` (`-` for `None`); an error as `err ` and its message.
 
-use compiler_collectives_core::launch::runenv::{dir_safe, RunEnv, MAX_DIR_NAME};
+use compiler_collectives_core::launch::runenv::{dir_safe, JobStoreAt, RunEnv, MAX_DIR_NAME};
 use compiler_collectives_core::Error;
 use std::path::Path;
 
@@ -171,4 +171,26 @@ fn dir_names() {
     // Longer than 128 bytes: the first 111, `-`, XXH3-64 of the whole id.
     check_dir_safe(&"a".repeat(129), &format!("{}-1586e7ed07cba75b", "a".repeat(111)));
     check_dir_safe(&format!("{}b", "a".repeat(200)), &format!("{}-e74c710dd58ad511", "a".repeat(111)));
+}
+
+/// The job's TCPStore: none without MASTER_PORT; rank 0 serves it unless
+/// an agent does.
+#[test]
+fn the_job_store_and_who_serves_it() {
+    let at = |vars: &str| parse(vars).expect("valid").job_store();
+    let store = |serve| {
+        Some(JobStoreAt {
+            host: "10.0.0.7".into(),
+            port: 29511,
+            serve,
+        })
+    };
+    let job = "WORLD_SIZE=2;MASTER_ADDR=10.0.0.7;MASTER_PORT=29511";
+    assert_eq!(at("RANK=0;WORLD_SIZE=2;MASTER_ADDR=10.0.0.7"), None);
+    assert_eq!(at(&format!("RANK=0;{job}")), store(true));
+    assert_eq!(at(&format!("RANK=1;{job}")), store(false));
+    assert_eq!(
+        at(&format!("RANK=0;{job};TORCHELASTIC_USE_AGENT_STORE=True")),
+        store(false)
+    );
 }

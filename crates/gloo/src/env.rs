@@ -95,12 +95,12 @@ impl EnvConfig {
     /// ranks on several nodes).
     pub fn read() -> Result<Self, GlooError> {
         let env = RunEnv::from_env().map_err(env_error)?;
-        let store = match (var(STORE_ENV), env.master_port) {
+        let store = match (var(STORE_ENV), env.job_store()) {
             (Some(s), _) => StoreSpec::Named(s),
-            (None, Some(port)) => StoreSpec::Tcp {
-                host: env.master_addr.clone(),
-                port,
-                serve: !env.use_agent_store && env.rank == 0,
+            (None, Some(at)) => StoreSpec::Tcp {
+                host: at.host,
+                port: at.port,
+                serve: at.serve,
             },
             (None, None) => StoreSpec::DefaultDir(
                 env.local_store_dir(

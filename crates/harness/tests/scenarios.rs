@@ -307,3 +307,23 @@ fn a_step_with_too_few_ranks_says_how_many() {
         "{err}"
     );
 }
+
+/// A rank whose profile cannot be read reports it as a `profile` error,
+/// naming no rank and no exchange (the profile's error is its own type,
+/// not core's `Error`).
+#[test]
+fn a_corrupt_profile_is_a_profile_error_of_the_rank() {
+    use compiler_collectives_core::persistence::profile::ProfileStore;
+    use compiler_collectives_harness::scenario::run_rank_with;
+    let text =
+        br#"{"name": "p", "world_size": 1, "steps": [[{"x": {"size": [2, 3]}}]], "expect": {}}"#;
+    let scenario = Scenario::from_slice(text, "p.json", &ScenarioLimits::default()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = ProfileStore::open(dir.path()).unwrap();
+    std::fs::write(store.path(), b"not a profile at all, longer than a header").unwrap();
+    let report = run_rank_with(&scenario, Mode::Collectives, 0, None, Some(&store));
+    let err = report.error.expect("the profile cannot be loaded");
+    assert_eq!(err.kind, "profile", "{}", err.message);
+    assert!(err.missing_ranks.is_empty() && err.exchange.is_none());
+    assert!(err.message.contains("move it aside"), "{}", err.message);
+}

@@ -81,12 +81,12 @@ impl EnvConfig {
     pub fn read() -> Result<Self, NcclError> {
         let env = RunEnv::from_env().map_err(env_error)?;
         let named = std::env::var(STORE_ENV).ok().filter(|v| !v.is_empty());
-        let store = match (named, env.master_port) {
+        let store = match (named, env.job_store()) {
             (Some(d), _) => NcclStore::Dir(PathBuf::from(d)),
-            (None, Some(port)) => NcclStore::Tcp {
-                host: env.master_addr.clone(),
-                port,
-                serve: !env.use_agent_store && env.rank == 0,
+            (None, Some(at)) => NcclStore::Tcp {
+                host: at.host,
+                port: at.port,
+                serve: at.serve,
             },
             (None, None) => NcclStore::Dir(
                 env.local_store_dir(

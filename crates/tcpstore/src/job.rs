@@ -43,12 +43,11 @@ impl JobStore {
     /// [`Error::Backend`]); the client's connect errors
     /// ([`TcpStoreClient::connect`]: unreachable, not a TCPStore).
     pub fn from_run_env(env: &RunEnv, deadline: Deadline) -> Result<Option<JobStore>> {
-        let Some(port) = env.master_port else {
+        let Some(at) = env.job_store() else {
             return Ok(None);
         };
-        let serve = !env.use_agent_store && env.rank == 0;
         let prefix = format!("ccol/{}/", env.key_prefix());
-        Self::open(&env.master_addr, port, serve, prefix, deadline).map(Some)
+        Self::open(&at.host, at.port, at.serve, prefix, deadline).map(Some)
     }
 
     /// The store at `host:port`, served by this process first when `serve`

@@ -89,6 +89,17 @@ fn bad(name: &str, value: &str, why: &str) -> Error {
     Error::InvalidArgument(format!("{name}={value:?} {why}"))
 }
 
+/// Where the job's TCPStore is ([`RunEnv::job_store`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobStoreAt {
+    /// `MASTER_ADDR`.
+    pub host: String,
+    /// `MASTER_PORT`.
+    pub port: u16,
+    /// Whether this rank serves it (rank 0, no agent).
+    pub serve: bool,
+}
+
 impl RunEnv {
     /// Reads torchrun's variables from this process's environment (a value
     /// that is not UTF-8 counts as unset): [`RunEnv::from_vars`] over
@@ -168,6 +179,20 @@ impl RunEnv {
             use_agent_store: get("TORCHELASTIC_USE_AGENT_STORE")
                 .is_some_and(|v| v.eq_ignore_ascii_case("true")),
             error_file: get("TORCHELASTIC_ERROR_FILE").map(PathBuf::from),
+        })
+    }
+
+    /// The job's TCPStore as torchrun's environment names it, `None` when
+    /// `MASTER_PORT` is unset: `MASTER_ADDR:MASTER_PORT`, served by this
+    /// rank when no agent serves it (`TORCHELASTIC_USE_AGENT_STORE` not
+    /// `True`) and this is rank 0 — the rule of `init_process_group`'s
+    /// `env://` (`torch/distributed/rendezvous.py`, `_create_c10d_store`),
+    /// one for every backend.
+    pub fn job_store(&self) -> Option<JobStoreAt> {
+        self.master_port.map(|port| JobStoreAt {
+            host: self.master_addr.clone(),
+            port,
+            serve: !self.use_agent_store && self.rank == 0,
         })
     }
 
