@@ -33,10 +33,6 @@ fn main() {
 fn run() -> Result<(), String> {
     println!("cargo:rerun-if-changed=adapter/ccol_gloo.cpp");
     println!("cargo:rerun-if-changed=adapter/ccol_gloo.h");
-    println!(
-        "cargo:rerun-if-changed={}/ccol_entry.hpp",
-        compiler_collectives_ffi::INCLUDE_DIR
-    );
     let root = env_path("GLOO_ROOT");
     let include = env_path("GLOO_INCLUDE_DIR")
         .or_else(|| root.as_ref().map(|r| r.join("include")))
@@ -71,6 +67,12 @@ fn run() -> Result<(), String> {
         env_path("HIREDIS_INCLUDE_DIR").unwrap_or_else(|| PathBuf::from("/usr/include/hiredis"));
 
     let out_dir = PathBuf::from(std::env::var("OUT_DIR").map_err(|e| e.to_string())?);
+    let entry_include = compiler_collectives_ffi::write_include_dir(&out_dir).map_err(|e| {
+        format!(
+            "cannot write ccol_entry.hpp into {}: {e}",
+            out_dir.display()
+        )
+    })?;
     let object = out_dir.join("libccol_gloo_adapter.so");
     let compiler = cc::Build::new()
         .cpp(true)
@@ -88,7 +90,7 @@ fn run() -> Result<(), String> {
         .arg("-I")
         .arg(Path::new("adapter"))
         .arg("-I")
-        .arg(compiler_collectives_ffi::INCLUDE_DIR)
+        .arg(&entry_include)
         .arg("-I")
         .arg(&include)
         .arg("-I")

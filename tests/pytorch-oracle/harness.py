@@ -293,8 +293,18 @@ def _patch_compiler_collective_device_context() -> None:
     og.OutputGraph.run_compiler_collective = namespace["run_compiler_collective"]
 
 
+#: The torch.distributed calls that would run a collective on, or create, a
+#: torch process group. With ``--exchange package`` the harness counts them
+#: during a job's steps: the package must call none.
+TORCH_COLLECTIVES = [
+    "all_gather_object", "all_gather", "all_reduce", "broadcast", "broadcast_object_list",
+    "barrier", "gather_object", "scatter_object_list", "all_to_all", "reduce", "new_group",
+]
+
+
 class Worker:
-    def __init__(self, rank: int, world_size: int, store: str, pg_timeout: float):
+    def __init__(self, rank: int, world_size: int, store: str, pg_timeout: float,
+                 exchange: str = "pytorch"):
         # Events go to the original stdout; everything else prints to stderr.
         self.events = os.fdopen(os.dup(1), "w", buffering=1)
         os.dup2(2, 1)
@@ -308,7 +318,15 @@ class Worker:
 
         self.torch = torch
         self.dist = dist
-        _patch_compiler_collective_device_context()
+        self.exchange = exchange
+        self.package = None
+        if exchange == "package":
+            # No patch: the package replaces the exchange whole.
+            import compiler_collectives.torch as package
+
+            self.package = package
+        else:
+            _patch_compiler_collective_device_context()
         dist.init_process_group(
             "cpu:gloo",
             init_method=f"file://{store}",
@@ -342,6 +360,25 @@ class Worker:
             return out
 
         dist.all_gather_object = all_gather_object
+        # Counts torch collectives and group creation during a job's steps.
+        self.in_steps = False
+        self.torch_calls = {}
+        import torch.distributed.distributed_c10d as c10d
+
+        def counted(owner, name):
+            real = getattr(owner, name)
+
+            def call(*args, **kwargs):
+                if worker.in_steps:
+                    worker.torch_calls[name] = worker.torch_calls.get(name, 0) + 1
+                return real(*args, **kwargs)
+
+            setattr(owner, name, call)
+
+        for name in TORCH_COLLECTIVES:
+            if hasattr(dist, name):
+                counted(dist, name)
+        counted(c10d, "_new_group_with_tag")
         self.emit(ev="ready")
 
     def emit(self, **ev) -> None:
@@ -414,18 +451,27 @@ class Worker:
 
         sc = job["scenario"]
         collectives, votes = MODE_FLAGS[job["mode"]]
+        package = self.package if (collectives or votes) else None
         torch._dynamo.reset()
-        torch._dynamo.config.enable_compiler_collectives = collectives
         torch._dynamo.config.recompile_limit = sc["options"]["recompile_limit"]
-        torch.compiler.set_enable_guard_collectives(votes)
         self.exchanges = 0
         self.job = job["id"]
         self.step = None
+        self.torch_calls = {}
         error = None
         try:
+            if package is not None:
+                # Our exchange: the package's channel, its deadline the
+                # harness's hang timeout. enable() turns the collectives
+                # flag on; the mode then sets it.
+                package.enable(timeout=job["timeout"], guard_votes=votes)
+            torch._dynamo.config.enable_compiler_collectives = collectives
+            if package is None:
+                torch.compiler.set_enable_guard_collectives(votes)
             fn = self.make_program(sc["sources"])
             compiled = torch.compile(fn, backend=self.backend)
             self.dist.barrier()
+            self.in_steps = True
             for s, step in enumerate(sc["steps"]):
                 self.step = s
                 inputs = step[self.rank]
@@ -433,16 +479,57 @@ class Worker:
                 compiled(*args)
         except Exception as e:  # noqa: BLE001 - reported to the parent
             traceback.print_exc()
-            error = {
-                "kind": "exception",
-                "missing_ranks": [],
-                "exchange": None,
-                "message": f"{type(e).__name__}: {e}"[:2000],
-            }
+            error = self.error_of(e)
         finally:
-            torch.compiler.set_enable_guard_collectives(False)
+            self.in_steps = False
+            if package is not None:
+                package.disable()
+            else:
+                torch.compiler.set_enable_guard_collectives(False)
+        if error is None and self.exchange == "package":
+            error = self.torch_group_use()
         self.emit(ev="done", error=error)
         self.job = None
+
+    def error_of(self, e: Exception) -> dict:
+        if self.package is not None:
+            import compiler_collectives
+
+            if isinstance(e, compiler_collectives.Error):
+                # The package's channel begins with enable()'s check
+                # (exchange #0): a compile or vote exchange k of the job is
+                # the channel's exchange k + 1.
+                exchange = None if e.exchange is None else e.exchange - 1
+                return {
+                    "kind": e.kind,
+                    "missing_ranks": e.missing_ranks,
+                    "exchange": exchange,
+                    "message": str(e)[:2000],
+                }
+        return {
+            "kind": "exception",
+            "missing_ranks": [],
+            "exchange": None,
+            "message": f"{type(e).__name__}: {e}"[:2000],
+        }
+
+    def torch_group_use(self):
+        """An error when the package ran a torch collective or made a group."""
+        from torch._dynamo import distributed as dd
+
+        made = [n for n, g in (("_COMPILE_PG", dd._COMPILE_PG), ("_GUARD_PG", dd._GUARD_PG))
+                if g is not None]
+        if not self.torch_calls and not made:
+            return None
+        return {
+            "kind": "torch_collective",
+            "missing_ranks": [],
+            "exchange": None,
+            "message": (
+                f"harness: with --exchange package, torch.distributed calls during the steps: "
+                f"{self.torch_calls}; Dynamo groups created: {made}"
+            ),
+        }
 
     def serve(self) -> None:
         for line in sys.stdin:
@@ -465,7 +552,8 @@ class Worker:
 class World:
     """world_size rank processes joined by one Gloo process group."""
 
-    def __init__(self, world_size: int, start_timeout: float, pg_timeout: float):
+    def __init__(self, world_size: int, start_timeout: float, pg_timeout: float,
+                 exchange: str = "pytorch"):
         self.world_size = world_size
         self.dir = tempfile.mkdtemp(prefix="ccol-oracle-")
         self.events: queue.Queue = queue.Queue()
@@ -486,6 +574,7 @@ class World:
                     str(world_size),
                     store,
                     str(pg_timeout),
+                    exchange,
                 ],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
@@ -576,6 +665,7 @@ def run_job(world: World, job_id: int, sc: dict, mode: str, stall: float, deadli
             "op": "job",
             "id": job_id,
             "mode": mode,
+            "timeout": stall,
             "scenario": {
                 "sources": sc["sources"],
                 "steps": sc["steps"],
@@ -684,7 +774,7 @@ def run_job(world: World, job_id: int, sc: dict, mode: str, stall: float, deadli
     return {"name": sc["name"], "ranks": out_ranks}, healthy
 
 
-def run_jobs(jobs, stall: float, deadline: float, start_timeout: float):
+def run_jobs(jobs, stall: float, deadline: float, start_timeout: float, exchange: str = "pytorch"):
     """jobs: list of (scenario, mode). Yields (scenario, mode, status, output, reason)."""
     worlds: dict[int, World] = {}
     pg_timeout = max(deadline, stall) + 120
@@ -700,7 +790,7 @@ def run_jobs(jobs, stall: float, deadline: float, start_timeout: float):
                 for w in list(worlds.values()):
                     w.close()
                 worlds.clear()
-                worlds[ws] = World(ws, start_timeout, pg_timeout)
+                worlds[ws] = World(ws, start_timeout, pg_timeout, exchange)
             world = worlds[ws]
             output, healthy = run_job(world, i, sc, mode, stall, deadline)
             if not healthy:
@@ -726,7 +816,8 @@ def default_timeout() -> float:
 def main(argv) -> int:
     if argv and argv[0] == "--worker":
         rank, ws, store, pg_timeout = int(argv[1]), int(argv[2]), argv[3], float(argv[4])
-        Worker(rank, ws, store, pg_timeout).serve()
+        exchange = argv[5] if len(argv) > 5 else "pytorch"
+        Worker(rank, ws, store, pg_timeout, exchange).serve()
         return 0
     ap = argparse.ArgumentParser(
         description="Run scenario files on real PyTorch Dynamo (the PyTorch oracle)."
@@ -747,6 +838,13 @@ def main(argv) -> int:
         "after which the job counts as hung (default CCOL_TIMEOUT_S, else 10)",
     )
     ap.add_argument("--deadline", type=float, default=300.0, help="seconds per job")
+    ap.add_argument(
+        "--exchange",
+        choices=["pytorch", "package"],
+        default="pytorch",
+        help="whose exchange runs in the collective modes: PyTorch's own (with the CPU "
+        "device patch; default) or the compiler_collectives package (no patch)",
+    )
     ap.add_argument("--start-timeout", type=float, default=300.0)
     a = ap.parse_args(argv)
     stall = a.timeout if a.timeout is not None else default_timeout()
@@ -775,7 +873,7 @@ def main(argv) -> int:
             modes = [mode_of(c, v)]
         jobs += [(sc, m) for m in modes]
     code = EXIT_MALFORMED if bad else EXIT_OK
-    for sc, mode, status, output, reason in run_jobs(jobs, stall, a.deadline, a.start_timeout):
+    for sc, mode, status, output, reason in run_jobs(jobs, stall, a.deadline, a.start_timeout, a.exchange):
         if a.batch:
             print(dumps({"file": sc["file"], "name": sc["name"], "mode": mode,
                          "status": status, "output": output, "reason": reason}), flush=True)

@@ -5,7 +5,9 @@
 //!   and through real PyTorch Dynamo (`tests/pytorch-oracle/harness.py`:
 //!   CPU ranks joined by Gloo), in every mode the file has an expectation for
 //!   (or the given modes), and prints a per-rank diff of ccol, PyTorch and
-//!   the file's expectation. Outputs compare by parsed equality, ignoring
+//!   the file's expectation. `--exchange package` runs the collective modes
+//!   on the `compiler_collectives` Python package instead of PyTorch's own
+//!   exchange. Outputs compare by parsed equality, ignoring
 //!   error `message` texts. Exit codes: 0 every job equal (ccol = PyTorch, and
 //!   PyTorch = the expectation where the file has one); 1 a difference; 2 a
 //!   malformed file, bad arguments, or an oracle that cannot run.
@@ -66,6 +68,12 @@ pub(crate) struct CompareArgs {
     /// One JSON line per job, then a summary line, instead of text.
     #[arg(long)]
     json: bool,
+    /// Whose exchange the harness runs in the collective modes: `pytorch`
+    /// (Dynamo's own, with the harness's CPU device patch) or `package` (the
+    /// `compiler_collectives` Python package, no patch; it must be installed
+    /// in the harness's Python).
+    #[arg(long, value_name = "WHOSE", default_value = "pytorch", value_parser = ["pytorch", "package"])]
+    exchange: String,
 }
 
 fn parse_mode(s: &str) -> Result<Mode, String> {
@@ -196,7 +204,9 @@ fn compare_inner(args: &CompareArgs) -> anyhow::Result<ExitCode> {
     cmd.arg(&harness)
         .arg("--batch")
         .arg("--timeout")
-        .arg(format!("{}", timeout.as_secs_f64()));
+        .arg(format!("{}", timeout.as_secs_f64()))
+        .arg("--exchange")
+        .arg(&args.exchange);
     for m in &args.modes {
         cmd.arg("--mode").arg(m.name());
     }

@@ -44,11 +44,20 @@ pub fn libtorch() -> Result<Libtorch, String> {
 
 /// A C++20 `cc::Build` of `file` against `torch`'s c10d with the flags
 /// docs/environment.md gives (`_GLIBCXX_USE_CXX11_ABI=1`, `USE_C10D_GLOO`), libtorch's
-/// two include directories, the system's, and [`crate::INCLUDE_DIR`];
+/// two include directories, the system's, and [`crate::write_include_dir`]'s
+/// copy of `ccol_entry.hpp` in `OUT_DIR`;
 /// warnings off (libtorch's headers are noisy). Prints its
 /// `rerun-if-changed` line.
 pub fn c10d_shim(torch: &Libtorch, file: &str) -> cc::Build {
     println!("cargo:rerun-if-changed={file}");
+    let out_dir = std::path::PathBuf::from(std::env::var_os("OUT_DIR").unwrap_or_default());
+    let entry_include = match crate::write_include_dir(&out_dir) {
+        Ok(dir) => dir,
+        Err(e) => panic!(
+            "cannot write ccol_entry.hpp into OUT_DIR ({}): {e}",
+            out_dir.display()
+        ),
+    };
     let mut build = cc::Build::new();
     build
         .cpp(true)
@@ -56,7 +65,7 @@ pub fn c10d_shim(torch: &Libtorch, file: &str) -> cc::Build {
         .std("c++20")
         .define("_GLIBCXX_USE_CXX11_ABI", "1")
         .define("USE_C10D_GLOO", None)
-        .include(crate::INCLUDE_DIR)
+        .include(&entry_include)
         .include(&torch.include)
         .include(torch.include.join("torch/csrc/api/include"))
         .include("/usr/include")

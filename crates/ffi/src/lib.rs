@@ -3,7 +3,7 @@
 //!
 //! - [`sys::append_to_vec`], the callback through which a shim hands bytes
 //!   to Rust, and its type [`sys::AppendFn`];
-//! - `include/ccol_entry.hpp` ([`INCLUDE_DIR`]): the templates that guard a
+//! - `include/ccol_entry.hpp` ([`ENTRY_HEADER`], [`write_include_dir`]): the templates that guard a
 //!   C entry point (clear the error, run the body, turn any exception into
 //!   the shim's status and text, never unwind into Rust);
 //! - with the `build` feature, for build scripts: [`build::libtorch`] (where
@@ -30,9 +30,31 @@ pub fn message_text(buf: &[std::ffi::c_char]) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
-/// The directory holding `ccol_entry.hpp`, to pass to the C++ compiler as
-/// an include directory (an absolute path inside this crate's source).
-pub const INCLUDE_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/include");
+/// The text of `include/ccol_entry.hpp`, embedded (a change to the file
+/// rebuilds this crate, and so reruns the build scripts that use it).
+pub const ENTRY_HEADER: &str = include_str!("../include/ccol_entry.hpp");
+
+/// Writes `ccol_entry.hpp` into `out_dir/ccol-ffi-include` (a build
+/// script's `OUT_DIR`) and returns that directory, to pass to the C++
+/// compiler as an include directory.
+///
+/// A build script's own copy, not a path into this crate's source: a
+/// build output shared by several checkouts (one `CARGO_TARGET_DIR`) would
+/// otherwise keep the path of the checkout that built this crate first.
+///
+/// # Errors
+/// The I/O error of creating the directory or writing the file.
+pub fn write_include_dir(out_dir: &std::path::Path) -> std::io::Result<std::path::PathBuf> {
+    let dir = out_dir.join("ccol-ffi-include");
+    std::fs::create_dir_all(&dir)?;
+    let file = dir.join("ccol_entry.hpp");
+    // Rewritten only when it changed, so the C++ compiler's inputs keep
+    // their times.
+    if std::fs::read_to_string(&file).ok().as_deref() != Some(ENTRY_HEADER) {
+        std::fs::write(&file, ENTRY_HEADER)?;
+    }
+    Ok(dir)
+}
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,53 @@
+"""compiler_collectives: every rank's compiler takes the same compile-time decisions.
+
+The Python package of the compiler-collectives project. For torch.compile::
+
+    import torch.distributed as dist
+    import compiler_collectives.torch
+
+    dist.init_process_group("gloo")          # or torchrun's env://
+    compiler_collectives.torch.enable()      # Dynamo's compiler collectives, on our protocol
+
+    try:
+        loss = compiled_model(batch)
+    except compiler_collectives.Error as e:  # Timeout, PeerLost, Desync, ...
+        print(e.kind, e.missing_ranks, e.exchange)
+        raise
+
+Importing this module does not import torch; ``compiler_collectives.torch``
+does. See docs/python.md in the repository.
+"""
+
+from ._errors import (
+    BackendError,
+    ChannelUnusable,
+    DecodeError,
+    Desync,
+    Disagreement,
+    Error,
+    IncompatibleTorch,
+    InvalidArgument,
+    PeerLost,
+    Timeout,
+    Unsupported,
+    VersionMismatch,
+)
+from ._native import VERSION as __version__
+from ._native import WIRE_VERSION
+
+__all__ = [
+    "BackendError",
+    "ChannelUnusable",
+    "DecodeError",
+    "Desync",
+    "Disagreement",
+    "Error",
+    "IncompatibleTorch",
+    "InvalidArgument",
+    "PeerLost",
+    "Timeout",
+    "Unsupported",
+    "VersionMismatch",
+    "WIRE_VERSION",
+    "__version__",
+]

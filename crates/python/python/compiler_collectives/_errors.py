@@ -1,0 +1,196 @@
+"""The package's exceptions: one class per kind of error of the protocol.
+
+Every error a rank gets from an exchange is an :class:`Error`; the subclass
+says which kind (``kind`` holds the same as a string). An error in an
+exchange is the same on every rank that takes part in it (docs/failures.md).
+"""
+
+from __future__ import annotations
+
+import builtins
+from typing import Optional, Sequence, Tuple
+
+__all__ = [
+    "Error",
+    "Timeout",
+    "PeerLost",
+    "Desync",
+    "VersionMismatch",
+    "Disagreement",
+    "DecodeError",
+    "BackendError",
+    "InvalidArgument",
+    "Unsupported",
+    "ChannelUnusable",
+    "IncompatibleTorch",
+]
+
+
+class Error(Exception):
+    """An error of compiler_collectives.
+
+    Attributes:
+        kind: the machine-readable kind (``"timeout"``, ``"peer_lost"``,
+            ``"desync"``, ``"version_mismatch"``, ``"disagreement"``,
+            ``"decode"``, ``"backend"``, ``"invalid_argument"``,
+            ``"unsupported"``, ``"channel_unusable"``).
+        message: the full message (also ``str(error)``), naming the ranks
+            and the exchange.
+        missing_ranks: for ``Timeout`` and ``PeerLost``, every rank that was
+            not in the exchange, ascending; empty otherwise.
+        departures: ``(rank, how)`` for the missing ranks known to have left
+            (``how`` is ``"shutdown"``, ``"disconnected"`` or ``"aborted"``).
+        exchange: the 0-based number of the exchange on this rank's channel
+            (guard votes and compile exchanges counted together), or None
+            when the error happened outside one.
+        key: the compile key of that exchange (for a compile: ``torch.frame
+            <module>:<qualname>:<first line>#<compile of that frame>``).
+        last_completed: the last exchange every rank completed, or None.
+    """
+
+    kind: str = "error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        missing_ranks: Sequence[int] = (),
+        departures: Sequence[Tuple[int, str]] = (),
+        exchange: Optional[int] = None,
+        key: Optional[str] = None,
+        last_completed: Optional[int] = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.missing_ranks = list(missing_ranks)
+        self.departures = [(int(r), str(how)) for r, how in departures]
+        self.exchange = exchange
+        self.key = key
+        self.last_completed = last_completed
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __reduce__(self):
+        # Picklable (multiprocessing, torch.distributed.elastic), keeping fields.
+        return (
+            _rebuild,
+            (
+                type(self),
+                self.message,
+                self.missing_ranks,
+                self.departures,
+                self.exchange,
+                self.key,
+                self.last_completed,
+            ),
+        )
+
+
+def _rebuild(cls, message, missing_ranks, departures, exchange, key, last_completed):
+    return cls(
+        message,
+        missing_ranks=missing_ranks,
+        departures=departures,
+        exchange=exchange,
+        key=key,
+        last_completed=last_completed,
+    )
+
+
+class Timeout(Error, builtins.TimeoutError):
+    """Ranks did not arrive before the deadline; ``missing_ranks`` names them."""
+
+    kind = "timeout"
+
+
+class PeerLost(Error):
+    """Ranks left (shut their channel down, disconnected or aborted) while
+    this rank waited for them; ``missing_ranks`` names them."""
+
+    kind = "peer_lost"
+
+
+class Desync(Error):
+    """Ranks were at different exchanges: a different compile key (another
+    frame, or another compile of it) or sequence number."""
+
+    kind = "desync"
+
+
+class VersionMismatch(Error):
+    """Ranks speak different wire versions of the protocol."""
+
+    kind = "version_mismatch"
+
+
+class Disagreement(Error):
+    """What must be equal on every rank (torch version, Dynamo's
+    configuration, options) differs; the message names the ranks and values."""
+
+    kind = "disagreement"
+
+
+class DecodeError(Error):
+    """A rank's message could not be decoded."""
+
+    kind = "decode"
+
+
+class BackendError(Error):
+    """The transport (Gloo) or the store failed; the message has its text."""
+
+    kind = "backend"
+
+
+class InvalidArgument(Error, ValueError):
+    """An argument, a variable or a call order is wrong. Nothing was sent."""
+
+    kind = "invalid_argument"
+
+
+class Unsupported(Error):
+    """The operation is not supported here."""
+
+    kind = "unsupported"
+
+
+class ChannelUnusable(Error):
+    """An earlier error (or ``disable()``) left the channel unusable."""
+
+    kind = "channel_unusable"
+
+
+class IncompatibleTorch(Unsupported):
+    """``enable()`` refused: the installed torch is not the version, or its
+    functions are not the source, this package was written for."""
+
+
+_BY_KIND = {
+    cls.kind: cls
+    for cls in (
+        Timeout,
+        PeerLost,
+        Desync,
+        VersionMismatch,
+        Disagreement,
+        DecodeError,
+        BackendError,
+        InvalidArgument,
+        Unsupported,
+        ChannelUnusable,
+    )
+}
+
+
+def _from_native(kind, message, missing_ranks, exchange, key, last_completed, departures):
+    """Builds the exception for a core error (called by the extension)."""
+    cls = _BY_KIND.get(kind, Error)
+    return cls(
+        message,
+        missing_ranks=missing_ranks,
+        departures=departures,
+        exchange=exchange,
+        key=key,
+        last_completed=last_completed,
+    )

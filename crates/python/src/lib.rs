@@ -1,0 +1,298 @@
+//! # compiler_collectives._native
+//!
+//! The extension module of the `compiler_collectives` Python package
+//! (`crates/python/python/compiler_collectives`): one [`CompileChannel`] —
+//! core's `Channel` over the Gloo transport, bootstrapped through the job's
+//! own c10d store object — and the conversion between Dynamo's `LocalState`
+//! and core's `FrameState`. The Python modules build the user API
+//! (`compiler_collectives.torch.enable`) on it; see
+//! `docs/python.md`.
+//!
+//! Every method that waits on peers releases the GIL for the wait. Errors
+//! are raised as the package's exception classes
+//! (`compiler_collectives.Error` and its subclasses, one per core error
+//! kind), built by `compiler_collectives._errors._from_native`.
+
+#![forbid(unsafe_code)]
+
+mod frame;
+mod store;
+
+use compiler_collectives_core::decisions::shapes::FrameState;
+use compiler_collectives_core::decisions::votes::AnyVote;
+use compiler_collectives_core::protocol::envelope::WIRE_VERSION;
+use compiler_collectives_core::{Channel, ChannelOptions, Error, ExchangeOptions, Transport};
+use compiler_collectives_gloo::{GlooOptions, GlooStore, GlooTransport};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// Core's error as the package's exception (`compiler_collectives._errors`).
+fn to_py(py: Python<'_>, e: &Error) -> PyErr {
+    let made = (|| -> PyResult<PyErr> {
+        let module = py.import("compiler_collectives._errors")?;
+        let (seq, key, last) = match e.exchange() {
+            Some(info) => (Some(info.seq), Some(info.key.clone()), info.last_completed),
+            None => (None, None, None),
+        };
+        let departures: Vec<(u32, String)> = e
+            .departures()
+            .iter()
+            .map(|(r, how)| (*r, format!("{how:?}").to_lowercase()))
+            .collect();
+        let value = module.getattr("_from_native")?.call1((
+            e.kind(),
+            e.to_string(),
+            e.missing_ranks().to_vec(),
+            seq,
+            key,
+            last,
+            departures,
+        ))?;
+        Ok(PyErr::from_value(value))
+    })();
+    made.unwrap_or_else(|import_failed| import_failed)
+}
+
+/// Seconds (a finite, positive float) as a duration.
+fn seconds(name: &str, s: f64) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(s)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "{name} must be a positive number of seconds, not {s}"
+            ))
+        })
+}
+
+struct Inner {
+    channel: Option<Channel>,
+}
+
+/// One rank's channel for compile decisions: core's `Channel` over a Gloo
+/// process group of its own, rendezvoused through `store`.
+///
+/// `CompileChannel(store, rank, world_size, *, prefix, timeout_s, hostname,
+/// pgo, local_state_type)`:
+/// - `store`: a c10d store object (`set`, `get`, `add`, `wait`, `check`,
+///   `delete_key`), e.g. the default process group's;
+/// - `prefix`: the key prefix of this group in the store (distinct per
+///   group);
+/// - `timeout_s`: the deadline of the rendezvous and of every exchange, in
+///   seconds;
+/// - `hostname`: the address peers connect to for this rank;
+/// - `pgo`, `local_state_type`: `torch._dynamo.pgo` and
+///   `torch._dynamo.symbolic_convert.LocalState`.
+///
+/// Raises the package's `Timeout` if peers do not rendezvous in time,
+/// `InvalidArgument` for a bad rank, `BackendError` for Gloo's errors.
+#[pyclass(frozen, module = "compiler_collectives._native")]
+struct CompileChannel {
+    inner: Mutex<Inner>,
+    types: frame::TorchTypes,
+    rank: u32,
+    world_size: u32,
+    timeout: Duration,
+    store: String,
+}
+
+impl CompileChannel {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `f` on the channel with the GIL released.
+    fn with_channel<R: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut Channel) -> compiler_collectives_core::Result<R> + Send,
+    ) -> PyResult<R> {
+        let outcome = py.detach(|| {
+            let mut inner = self.lock();
+            match inner.channel.as_mut() {
+                Some(channel) => f(channel),
+                None => Err(Error::unusable(
+                    "shutdown",
+                    "this CompileChannel was shut down (compiler_collectives.torch.disable)",
+                )),
+            }
+        });
+        outcome.map_err(|e| to_py(py, &e))
+    }
+}
+
+#[pymethods]
+impl CompileChannel {
+    #[new]
+    #[pyo3(signature = (store, rank, world_size, *, prefix, timeout_s, hostname, pgo, local_state_type))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        store: Py<PyAny>,
+        rank: u32,
+        world_size: u32,
+        prefix: &str,
+        timeout_s: f64,
+        hostname: &str,
+        pgo: &Bound<'_, PyAny>,
+        local_state_type: &Bound<'_, PyAny>,
+    ) -> PyResult<Self> {
+        let timeout = seconds("timeout_s", timeout_s)?;
+        let types = frame::TorchTypes::new(pgo, local_state_type)?;
+        let store = store::PyStore::new(py, store)?;
+        let described = store.describe().to_owned();
+        let options = GlooOptions::default()
+            .with_hostname(hostname)
+            .with_connect_timeout(timeout)
+            .with_prefix(prefix);
+        let channel = py
+            .detach(|| {
+                let gloo = GlooStore::from_store(Arc::new(store), timeout)
+                    .map_err(Error::from)?
+                    .with_description(described.clone());
+                let transport = GlooTransport::connect(&gloo, rank, world_size, &options)?;
+                let transport: Arc<dyn Transport> = Arc::new(transport);
+                // Dynamo applies every rank's state in rank order
+                // (process_automatic_dynamic), so every exchange is flat:
+                // the tree exchange moves joins, not each rank's value.
+                let options = ChannelOptions::from_env()?
+                    .with_timeout(timeout)
+                    .with_hierarchical_from(u32::MAX);
+                Channel::with_options(transport, options)
+            })
+            .map_err(|e| to_py(py, &e))?;
+        Ok(CompileChannel {
+            inner: Mutex::new(Inner {
+                channel: Some(channel),
+            }),
+            types,
+            rank,
+            world_size,
+            timeout,
+            store: described,
+        })
+    }
+
+    /// This rank.
+    #[getter]
+    fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    /// The number of ranks.
+    #[getter]
+    fn world_size(&self) -> u32 {
+        self.world_size
+    }
+
+    /// The deadline of each exchange, in seconds.
+    #[getter]
+    fn timeout_s(&self) -> f64 {
+        self.timeout.as_secs_f64()
+    }
+
+    /// The store the group rendezvoused through, in words.
+    #[getter]
+    fn store(&self) -> String {
+        self.store.clone()
+    }
+
+    /// The sequence number the next exchange will have (0-based), or None
+    /// after `shutdown`.
+    #[getter]
+    fn next_exchange(&self) -> Option<u64> {
+        self.lock().channel.as_ref().map(Channel::next_seq)
+    }
+
+    /// Exchanges a Dynamo `LocalState` under `key` and returns every rank's
+    /// state, index = rank (`DistributedState.all_states`). When every rank
+    /// sent the same bytes the list holds `local_state` itself at every
+    /// index.
+    ///
+    /// Cost: one 32-byte all_gather when all ranks agree, else one more of
+    /// the encoded states. Raises the package's errors (`Timeout`,
+    /// `PeerLost`, `Desync` when ranks are at different keys, …) — the
+    /// same on every rank.
+    fn exchange_local_state<'py>(
+        &self,
+        py: Python<'py>,
+        key: &str,
+        local_state: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let state = self.types.frame_state(local_state)?;
+        let gathered = self.with_channel(py, |c| c.exchange::<FrameState>(key, &state))?;
+        let all = match gathered.per_rank() {
+            None => vec![local_state.clone(); self.world_size as usize],
+            Some(states) => states
+                .iter()
+                .enumerate()
+                .map(|(r, s)| {
+                    if r == self.rank as usize {
+                        Ok(local_state.clone())
+                    } else {
+                        self.types.local_state(py, s)
+                    }
+                })
+                .collect::<PyResult<Vec<_>>>()?,
+        };
+        PyList::new(py, all)
+    }
+
+    /// A guard vote under `key`: returns whether every rank's guards hit
+    /// (`hit` is this rank's). Errors as `exchange_local_state`.
+    fn vote_all_hit(&self, py: Python<'_>, key: &str, hit: bool) -> PyResult<bool> {
+        let gathered = self.with_channel(py, |c| c.exchange(key, &AnyVote(!hit)))?;
+        Ok(!gathered.merged().0)
+    }
+
+    /// Checks that every rank passed the same `config` text under `key`;
+    /// raises `Disagreement` naming the ranks and their values otherwise.
+    fn agree(&self, py: Python<'_>, key: &str, config: &str) -> PyResult<()> {
+        let options = ExchangeOptions::default().with_config(config);
+        self.with_channel(py, |c| {
+            c.exchange_with(key, &AnyVote(false), &options).map(drop)
+        })
+    }
+
+    /// Tells the other ranks this rank has no more exchanges and closes the
+    /// group (theirs then end with `PeerLost` naming this rank, not a
+    /// timeout). Later calls raise `ChannelUnusable`. Idempotent.
+    fn shutdown(&self, py: Python<'_>) -> PyResult<()> {
+        let taken = self.lock().channel.take();
+        match taken {
+            None => Ok(()),
+            Some(mut channel) => py.detach(|| channel.shutdown()).map_err(|e| to_py(py, &e)),
+        }
+    }
+
+    /// Closes the group without telling the others (they see a lost peer).
+    fn abort(&self, py: Python<'_>) {
+        let taken = self.lock().channel.take();
+        if let Some(mut channel) = taken {
+            py.detach(|| channel.abort());
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "CompileChannel(rank={}, world_size={}, timeout_s={}, open={})",
+            self.rank,
+            self.world_size,
+            self.timeout.as_secs_f64(),
+            self.lock().channel.is_some()
+        )
+    }
+}
+
+/// The module: `CompileChannel`, `WIRE_VERSION` (the protocol's wire
+/// version), `VERSION` (this build's).
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<CompileChannel>()?;
+    m.add("WIRE_VERSION", WIRE_VERSION)?;
+    m.add("VERSION", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}
