@@ -25,6 +25,11 @@ features=(--features compiler-collectives-cli/gloo)
 # `ccol` for the README's commands: $CCOL_CACHE/bin/ccol (prints the PATH line).
 step "build and install ccol"
 install_ccol
+# The Python package (maturin wheel into the torch environment) for the
+# PyTorch oracle's package runs and pytest; PyO3's build finds this Python.
+step "compiler_collectives Python package (maturin, into the torch environment)"
+eval "$(scripts/setup-python.sh)"
+export PYO3_PYTHON="$CCOL_TORCH_PYTHON"
 
 step "cargo fmt --check"
 cargo fmt --all --check
@@ -90,4 +95,6 @@ cargo test -p compiler-collectives-tch -- --quiet 2>&1
 # tch-rs documents).
 LD_LIBRARY_PATH="$LIBTORCH/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
     cargo test -p compiler-collectives --all-features -- --quiet 2>&1
+step "pytest: the Python package (torch.compile on our protocol, real ranks)"
+"$CCOL_TORCH_PYTHON" -m pytest -q -p no:cacheprovider crates/python/tests
 steps_done

@@ -67,8 +67,15 @@ fn report(text: &str) {
 }
 
 fn compare(python: &Path, args: &[&Path]) -> Output {
+    compare_with(python, "pytorch", args)
+}
+
+/// `ccol scenario compare --exchange <exchange>` (`pytorch`: Dynamo's own
+/// exchange; `package`: the compiler_collectives Python package).
+fn compare_with(python: &Path, exchange: &str, args: &[&Path]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_ccol"))
         .args(["scenario", "compare", "--json", "--timeout", "5"])
+        .args(["--exchange", exchange])
         .args(args)
         .env("CCOL_TORCH_PYTHON", python)
         .env("CCOL_PYTORCH_ORACLE", oracle_dir().join("harness.py"))
@@ -110,8 +117,43 @@ fn listed_unsupported() -> Vec<String> {
 #[test]
 fn every_scenario_matches_pytorch_in_every_listed_mode() {
     let Some(python) = torch_python() else { return };
+    every_scenario_matches(&python, "pytorch");
+}
+
+/// The same corpus with the collective modes on the compiler_collectives
+/// package (`enable()` in each rank, no device patch). The harness also
+/// fails a job in which a rank ran a torch collective or Dynamo made a
+/// group of its own during the steps.
+#[test]
+fn every_scenario_matches_pytorch_with_the_package() {
+    let Some(python) = torch_python() else { return };
+    let probe = Command::new(&python)
+        .args(["-c", "import compiler_collectives.torch"])
+        .output_within(LIMIT);
+    match probe {
+        Ok(o) if o.status.success() => {}
+        other => {
+            let why = match other {
+                Ok(o) => String::from_utf8_lossy(&o.stderr).trim().to_owned(),
+                Err(e) => e.to_string(),
+            };
+            skip_test(
+                "pytorch_oracle",
+                Missing::install(format!(
+                    "the package runs need compiler_collectives installed in {} \
+                     (scripts/setup-python.sh builds and installs it): {why}",
+                    python.display()
+                )),
+            );
+            return;
+        }
+    }
+    every_scenario_matches(&python, "package");
+}
+
+fn every_scenario_matches(python: &Path, exchange: &str) {
     let dir = repo().join("tests/scenarios");
-    let out = compare(&python, &[&dir]);
+    let out = compare_with(python, exchange, &[&dir]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let lines = json_lines(&out);
     let summary = lines
@@ -176,7 +218,7 @@ fn every_scenario_matches_pytorch_in_every_listed_mode() {
     let compared = summary["compared"].as_u64().unwrap_or(0);
     let differ = summary["differ"].as_u64().unwrap_or(u64::MAX);
     report(&format!(
-        "pytorch oracle: compared {compared} scenario-modes with real PyTorch: {} equal, {differ} differ, {} not expressible in PyTorch",
+        "pytorch oracle ({exchange} exchange): compared {compared} scenario-modes with real PyTorch: {} equal, {differ} differ, {} not expressible in PyTorch",
         summary["equal"],
         unsupported.len()
     ));

@@ -198,7 +198,7 @@ impl fmt::Display for RankValues<'_> {
             // A rank sends exactly one value per name it lists.
             let shown = cut(name);
             match self.values.single(name) {
-                Some(v) => write!(f, "{shown}={}", ConfigText(v))?,
+                Some(v) => write!(f, "{shown}={}", ConfigText::new(v))?,
                 None => write!(f, "{shown}=<absent>")?,
             }
         }

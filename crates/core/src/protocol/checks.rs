@@ -165,10 +165,24 @@ impl Census {
             });
         }
         if self.configs.len() > 1 {
+            // Long texts that share a start are shown from just before
+            // where they first differ, so the message shows the difference.
+            let first = self.configs[0].0.as_bytes();
+            let same = self.configs[1..]
+                .iter()
+                .map(|(c, _)| {
+                    first
+                        .iter()
+                        .zip(c.as_bytes())
+                        .take_while(|(a, b)| a == b)
+                        .count()
+                })
+                .min()
+                .unwrap_or(0);
             let text: Vec<(ConfigText<'_>, &Ranges)> = self
                 .configs
                 .iter()
-                .map(|(c, r)| (ConfigText(c), r))
+                .map(|(c, r)| (ConfigText::differing_from(c, same), r))
                 .collect();
             return Err(Error::Disagreement {
                 what: CONFIG_WHAT.into(),
@@ -206,26 +220,86 @@ pub(crate) const CONFIG_WHAT: &str =
     "the configuration that shapes this decision (overrides, options)";
 
 /// Quotes text for error groups, cut after 200 bytes.
-pub(crate) struct ConfigText<'a>(pub(crate) &'a str);
+pub(crate) struct ConfigText<'a>(pub(crate) &'a str, usize);
+
+/// Bytes of a quoted text an error shows.
+const SHOWN: usize = 200;
+/// Bytes shown before the first difference of texts longer than [`SHOWN`].
+const BEFORE_DIFFERENCE: usize = 40;
+
+impl<'a> ConfigText<'a> {
+    /// The text from its start.
+    pub(crate) fn new(text: &'a str) -> Self {
+        ConfigText(text, 0)
+    }
+
+    /// A text that is the same as the others of its error up to byte
+    /// `same`: when it is too long to show whole, shown from a little
+    /// before that byte, so the difference is in the message.
+    pub(crate) fn differing_from(text: &'a str, same: usize) -> Self {
+        if text.len() <= SHOWN || same + BEFORE_DIFFERENCE < SHOWN {
+            return ConfigText(text, 0);
+        }
+        let mut from = same.saturating_sub(BEFORE_DIFFERENCE).min(text.len());
+        while !text.is_char_boundary(from) {
+            from -= 1;
+        }
+        ConfigText(text, from)
+    }
+}
 
 impl fmt::Display for ConfigText<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const SHOWN: usize = 200;
-        if self.0.len() <= SHOWN {
-            write!(f, "'{}'", self.0)
-        } else {
-            let mut end = SHOWN;
-            while !self.0.is_char_boundary(end) {
-                end -= 1;
-            }
-            write!(f, "'{}…' ({} bytes)", &self.0[..end], self.0.len())
+        let (text, from) = (self.0, self.1);
+        if from == 0 && text.len() <= SHOWN {
+            return write!(f, "'{text}'");
         }
+        let mut end = (from + SHOWN).min(text.len());
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let open = if from > 0 { "…" } else { "" };
+        let close = if end < text.len() { "…" } else { "" };
+        write!(
+            f,
+            "'{open}{}{close}' ({} bytes",
+            &text[from..end],
+            text.len()
+        )?;
+        if from > 0 {
+            write!(f, ", shown from byte {from}")?;
+        }
+        f.write_str(")")
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_configurations_are_shown_where_they_differ() {
+        let common = "x".repeat(500);
+        let (a, b) = (
+            format!("{common}limit=8;tail"),
+            format!("{common}limit=4;tail"),
+        );
+        let mut census = Census::default();
+        add(&mut census.configs, a.clone(), &[(0, 1)]);
+        add(&mut census.configs, b.clone(), &[(1, 2)]);
+        let text = census.verdict(None).expect_err("they differ").to_string();
+        assert!(text.contains("limit=8;tail'"), "{text}");
+        assert!(text.contains("limit=4;tail'"), "{text}");
+        assert!(text.contains("(512 bytes, shown from byte 466)"), "{text}");
+        // Short texts are shown whole.
+        assert_eq!(ConfigText::differing_from("a=1", 2).to_string(), "'a=1'");
+        // A long text that differs early is shown from its start.
+        let early = ConfigText::differing_from(&a, 3).to_string();
+        assert!(
+            early.starts_with("'xxx") && early.ends_with("…' (512 bytes)"),
+            "{early}"
+        );
+    }
 
     #[test]
     fn ranges_coalesce_in_any_order() {
