@@ -1,20 +1,89 @@
-//! Dynamo's `LocalState` ↔ core's [`FrameState`].
+//! Dynamo's `LocalState` ↔ the state this package exchanges.
 //!
 //! A `LocalState.automatic_dynamic` maps source names to
 //! `FrameStateSizeEntry(scalar, size, stride)` (torch/_dynamo/pgo.py, torch
-//! 2.13). Its atoms map one to one onto core's lattice
+//! 2.13). Sizes and strides map one to one onto core's lattice
 //! (`compiler_collectives_core::decisions::lattice`, the same join — the
 //! PyTorch oracle checks it): `auto_unset` = ⊥ (`Unset`), `auto_dynamic` =
 //! ⊤ (`Dynamic`), an int = `Static`, `InferStride(dim)` = `Stride::Infer`.
+//! A scalar is wider than core's int atom: Dynamo records ints, floats
+//! (unspecialised float attributes, e.g. a module's `norm_type = 2.0`) and,
+//! in principle, bools and ints beyond 64 bits; [`Scalar`] carries each
+//! exactly (floats by their bits), so every rank's state reaches Dynamo as
+//! that rank recorded it.
+//!
 //! The entry's `excluded_sizes` / `excluded_scalar` are not carried: they
 //! are not compared, and Dynamo's `|=` reads only the other side's
 //! `scalar`, `size` and `stride` (what an exchanged state is used for).
 
-use compiler_collectives_core::decisions::lattice::{Atom, Dims, SizeEntry, Stride};
-use compiler_collectives_core::decisions::shapes::FrameState;
+use compiler_collectives_core::decisions::lattice::{Atom, Dims, Stride};
+use compiler_collectives_core::Join;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple};
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyTuple};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A `FrameStateSizeEntry.scalar`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum Scalar {
+    /// `auto_unset`.
+    Unset,
+    /// `auto_dynamic`.
+    Dynamic,
+    /// An int that fits in 64 bits.
+    Int(i64),
+    /// A float, by its IEEE 754 bits.
+    Float(u64),
+    /// A bool.
+    Bool(bool),
+    /// An int beyond 64 bits, in decimal.
+    BigInt(String),
+}
+
+/// One source's entry, as exchanged.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Entry {
+    scalar: Scalar,
+    size: Dims<u64>,
+    stride: Dims<Stride>,
+}
+
+/// A frame's `LocalState.automatic_dynamic`, as exchanged: source name →
+/// entry, in name order (the canonical encoding).
+///
+/// Join (the protocol needs one; Dynamo does its own merging of every
+/// rank's state): per source, missing = ⊥; scalars equal or else dynamic,
+/// sizes and strides as core's lattice.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct DynamoState {
+    entries: BTreeMap<String, Entry>,
+}
+
+impl Join for DynamoState {
+    const KIND: &'static str = "torch.local_state";
+
+    fn join(&mut self, other: &Self) {
+        for (name, theirs) in &other.entries {
+            match self.entries.get_mut(name) {
+                None => {
+                    self.entries.insert(name.clone(), theirs.clone());
+                }
+                Some(mine) if mine == theirs => {}
+                Some(mine) => {
+                    mine.scalar = match (&mine.scalar, &theirs.scalar) {
+                        (Scalar::Unset, t) => t.clone(),
+                        (m, Scalar::Unset) => m.clone(),
+                        (m, t) if m == t => m.clone(),
+                        _ => Scalar::Dynamic,
+                    };
+                    mine.size = mine.size.join(&theirs.size);
+                    mine.stride = mine.stride.join(&theirs.stride);
+                }
+            }
+        }
+    }
+}
 
 /// The torch objects a conversion needs, looked up once.
 #[derive(Debug)]
@@ -43,18 +112,16 @@ impl TorchTypes {
     /// # Errors
     /// `TypeError` naming the source and field whose value is not one of
     /// the atoms above.
-    pub(crate) fn frame_state(&self, local_state: &Bound<'_, PyAny>) -> PyResult<FrameState> {
+    pub(crate) fn state(&self, local_state: &Bound<'_, PyAny>) -> PyResult<DynamoState> {
         let py = local_state.py();
         let entries = local_state.getattr("automatic_dynamic")?;
         let entries = entries
             .cast::<PyDict>()
             .map_err(|_| PyTypeError::new_err("LocalState.automatic_dynamic is not a dict"))?;
-        let mut state = FrameState::new();
+        let mut state = DynamoState::default();
         for (name, entry) in entries.iter() {
             let name: String = name.extract()?;
-            let scalar = self.atom(py, &entry.getattr("scalar")?, &name, "scalar", |v| {
-                v.extract::<i64>().ok()
-            })?;
+            let scalar = self.scalar(py, &entry.getattr("scalar")?, &name)?;
             let size = self.dims(py, &entry.getattr("size")?, &name, "size", |v| {
                 v.extract::<u64>().ok()
             })?;
@@ -71,7 +138,7 @@ impl TorchTypes {
             })?;
             state.entries.insert(
                 name,
-                SizeEntry {
+                Entry {
                     scalar,
                     size,
                     stride,
@@ -79,6 +146,25 @@ impl TorchTypes {
             );
         }
         Ok(state)
+    }
+
+    fn scalar(&self, py: Python<'_>, v: &Bound<'_, PyAny>, source: &str) -> PyResult<Scalar> {
+        Ok(if v.is(self.auto_unset.bind(py)) {
+            Scalar::Unset
+        } else if v.is(self.auto_dynamic.bind(py)) {
+            Scalar::Dynamic
+        } else if let Ok(b) = v.cast::<PyBool>() {
+            Scalar::Bool(b.is_true())
+        } else if let Ok(f) = v.cast::<PyFloat>() {
+            Scalar::Float(f.value().to_bits())
+        } else if let Ok(i) = v.cast::<PyInt>() {
+            match i.extract::<i64>() {
+                Ok(n) => Scalar::Int(n),
+                Err(_) => Scalar::BigInt(i.str()?.to_string()),
+            }
+        } else {
+            return Err(bad(source, "scalar", v));
+        })
     }
 
     fn atom<V>(
@@ -128,17 +214,22 @@ impl TorchTypes {
     pub(crate) fn local_state<'py>(
         &self,
         py: Python<'py>,
-        state: &FrameState,
+        state: &DynamoState,
     ) -> PyResult<Bound<'py, PyAny>> {
         let entries = PyDict::new(py);
         for (name, entry) in &state.entries {
             let kwargs = PyDict::new(py);
             let int =
                 |v: i128| -> PyResult<Bound<'py, PyAny>> { Ok(v.into_pyobject(py)?.into_any()) };
-            kwargs.set_item(
-                "scalar",
-                self.atom_obj(py, &entry.scalar, |v| int(i128::from(*v)))?,
-            )?;
+            let scalar = match &entry.scalar {
+                Scalar::Unset => self.auto_unset.bind(py).clone(),
+                Scalar::Dynamic => self.auto_dynamic.bind(py).clone(),
+                Scalar::Int(v) => int(i128::from(*v))?,
+                Scalar::Float(bits) => PyFloat::new(py, f64::from_bits(*bits)).into_any(),
+                Scalar::Bool(b) => PyBool::new(py, *b).to_owned().into_any(),
+                Scalar::BigInt(text) => py.get_type::<PyInt>().call1((text.as_str(),))?,
+            };
+            kwargs.set_item("scalar", scalar)?;
             kwargs.set_item(
                 "size",
                 self.dims_obj(py, &entry.size, |v| int(i128::from(*v)))?,

@@ -4,7 +4,7 @@
 //! (`crates/python/python/compiler_collectives`): one [`CompileChannel`] —
 //! core's `Channel` over the Gloo transport, bootstrapped through the job's
 //! own c10d store object — and the conversion between Dynamo's `LocalState`
-//! and core's `FrameState`. The Python modules build the user API
+//! and the state it exchanges (`frame.rs`). The Python modules build the user API
 //! (`compiler_collectives.torch.enable`) on it; see
 //! `docs/python.md`.
 //!
@@ -18,7 +18,6 @@
 mod frame;
 mod store;
 
-use compiler_collectives_core::decisions::shapes::FrameState;
 use compiler_collectives_core::decisions::votes::AnyVote;
 use compiler_collectives_core::protocol::envelope::WIRE_VERSION;
 use compiler_collectives_core::{Channel, ChannelOptions, Error, ExchangeOptions, Transport};
@@ -222,8 +221,15 @@ impl CompileChannel {
         key: &str,
         local_state: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyList>> {
-        let state = self.types.frame_state(local_state)?;
-        let gathered = self.with_channel(py, |c| c.exchange::<FrameState>(key, &state))?;
+        // A state this build cannot carry is this package's error (raised to
+        // the caller as one), not Dynamo's internal one.
+        let state = self.types.state(local_state).map_err(|e| {
+            to_py(
+                py,
+                &Error::InvalidArgument(format!("cannot send the state of '{key}': {e}")),
+            )
+        })?;
+        let gathered = self.with_channel(py, |c| c.exchange::<frame::DynamoState>(key, &state))?;
         let all = match gathered.per_rank() {
             None => vec![local_state.clone(); self.world_size as usize],
             Some(states) => states

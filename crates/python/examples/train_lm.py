@@ -1,0 +1,183 @@
+"""A small transformer language model trained with torch.compile + DDP on CPU
+Gloo, each rank reading variable-length batches of a real text corpus, with
+compiler_collectives deciding what every rank compiles.
+
+Run it under torchrun (after the README's set-up, in the torch environment)::
+
+    torchrun --standalone --nproc-per-node 2 crates/python/examples/train_lm.py
+
+Every rank draws its own sequence lengths, so without an exchange each rank
+decides static or dynamic on its own; with the package every rank compiles
+the same graphs at the same steps. Options:
+
+--exchange package|pytorch|none
+    ``package`` (default): ``compiler_collectives.torch.enable()``;
+    ``pytorch``: Dynamo's own compiler collectives
+    (``torch._dynamo.config.enable_compiler_collectives``; on a CPU-only
+    job PyTorch 2.13 needs a device patch, which this example does not
+    apply: crates/python/tests/pytorch_patched.py runs it with the PyTorch
+    oracle's); ``none``: no exchange.
+--backend aot_eager|inductor|eager   the torch.compile backend (aot_eager).
+--steps N, --timeout S, --corpus DIR, --seed N
+--graph-break-rank R --graph-break-step K
+    rank R alone takes a graph break from step K: it recompiles while the
+    others do not. With the package its exchange ends with a Timeout naming
+    the others within the deadline (written to torchrun's error file); with
+    Dynamo's own exchange it waits for the process group's timeout.
+--report PATH   each rank writes its compile steps and losses to PATH.<rank>.json.
+--log-steps     print a line as each step starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import random
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+CORPUS = "/usr/share/common-licenses"
+
+
+def read_corpus(path: str) -> bytes:
+    """Every regular file of the directory, in name order, as bytes."""
+    files = sorted(p for p in Path(path).iterdir() if p.is_file() and not p.is_symlink())
+    if not files:
+        raise SystemExit(f"train_lm: no text files in {path}")
+    return b"\n".join(p.read_bytes() for p in files)
+
+
+class TinyLM(nn.Module):
+    """Byte-level causal transformer: 256 tokens, 2 layers of width 64."""
+
+    def __init__(self, width: int = 64, layers: int = 2, heads: int = 4) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(256, width)
+        self.position = nn.Embedding(512, width)
+        layer = nn.TransformerEncoderLayer(
+            width, heads, dim_feedforward=2 * width, dropout=0.0, batch_first=True
+        )
+        self.blocks = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.head = nn.Linear(width, 256)
+        self.break_graph = False
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        n = tokens.shape[1]
+        positions = torch.arange(n, device=tokens.device)
+        h = self.embed(tokens) + self.position(positions)
+        if self.break_graph:
+            torch._dynamo.graph_break()
+        mask = nn.Transformer.generate_square_subsequent_mask(n, device=tokens.device)
+        h = self.blocks(h, mask=mask, is_causal=True)
+        return self.head(h)
+
+
+def batches(corpus: bytes, rank: int, steps: int, seed: int, batch: int = 4):
+    """Per-rank batches of (tokens, targets): lengths 16..96 drawn per rank
+    and step (every rank its own), windows drawn from the corpus."""
+    rng = random.Random(seed * 1000 + rank)
+    for _ in range(steps):
+        n = rng.randint(16, 96)
+        rows = []
+        for _ in range(batch):
+            start = rng.randrange(0, len(corpus) - n - 1)
+            rows.append(list(corpus[start : start + n + 1]))
+        t = torch.tensor(rows, dtype=torch.long)
+        yield t[:, :-1], t[:, 1:]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--exchange", choices=["package", "pytorch", "none"], default="package")
+    ap.add_argument("--backend", default="aot_eager")
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--timeout", type=float, default=None)
+    ap.add_argument("--corpus", default=CORPUS)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--graph-break-rank", type=int, default=None)
+    ap.add_argument("--graph-break-step", type=int, default=2)
+    ap.add_argument("--report", default=None)
+    ap.add_argument("--log-steps", action="store_true", help="print a line as each step starts")
+    a = ap.parse_args()
+
+    torch.set_num_threads(1)
+    # CPU only ("cpu:gloo": one device type, as Dynamo's own exchange asserts).
+    dist.init_process_group("cpu:gloo", timeout=datetime.timedelta(minutes=30))
+    rank = dist.get_rank()
+    if a.exchange == "package":
+        import compiler_collectives.torch
+
+        compiler_collectives.torch.enable(timeout=a.timeout)
+    elif a.exchange == "pytorch":
+        torch._dynamo.config.enable_compiler_collectives = True
+
+    torch.manual_seed(a.seed)
+    model = TinyLM()
+    ddp = DDP(model)
+    compile_steps: list[int] = []
+    step_now = [0]
+    from torch._dynamo.backends.registry import lookup_backend
+
+    inner = lookup_backend(a.backend)
+
+    def backend(gm, example_inputs):
+        compile_steps.append(step_now[0])
+        return inner(gm, example_inputs)
+
+    compiled = torch.compile(ddp, backend=backend)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    loss_fn = nn.CrossEntropyLoss()
+    losses: list[float] = []
+    corpus = read_corpus(a.corpus)
+    started = time.monotonic()
+    step_started = started
+    try:
+        for step, (x, y) in enumerate(batches(corpus, rank, a.steps, a.seed)):
+            step_now[0] = step
+            step_started = time.monotonic()
+            if a.log_steps:
+                print(f"train_lm: rank {rank} step {step}", flush=True)
+            if a.graph_break_rank == rank and step >= a.graph_break_step:
+                model.break_graph = True
+            opt.zero_grad(set_to_none=True)
+            logits = compiled(x)
+            loss = loss_fn(logits.reshape(-1, 256), y.reshape(-1))
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+    finally:
+        if a.report:
+            failed_after = time.monotonic() - step_started
+            with open(f"{a.report}.{rank}.json", "w") as f:
+                json.dump(
+                    {
+                        "rank": rank,
+                        "compile_steps": compile_steps,
+                        "losses": [float.hex(v) for v in losses],
+                        "steps_done": len(losses),
+                        "seconds": time.monotonic() - started,
+                        "last_step_seconds": failed_after,
+                    },
+                    f,
+                )
+    if rank == 0:
+        print(
+            f"train_lm: {a.steps} steps, final loss {losses[-1]:.4f} "
+            f"(perplexity {math.exp(losses[-1]):.1f}), compiles at steps {compile_steps}"
+        )
+    if a.exchange == "package":
+        compiler_collectives.torch.disable()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

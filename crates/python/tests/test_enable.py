@@ -1,0 +1,212 @@
+"""enable()/disable() in one process (a world of one): what they check,
+what they replace and restore, the errors' fields."""
+
+from __future__ import annotations
+
+import datetime
+import pickle
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import compiler_collectives
+import compiler_collectives.torch as cct
+from compiler_collectives import _errors
+
+
+@pytest.fixture(scope="module")
+def world_of_one(tmp_path_factory):
+    store = tmp_path_factory.mktemp("store") / "store"
+    dist.init_process_group(
+        "gloo", init_method=f"file://{store}", rank=0, world_size=1,
+        timeout=datetime.timedelta(seconds=60),
+    )
+    yield
+    cct.disable()
+    dist.destroy_process_group()
+
+
+def replaced_objects():
+    import torch._dynamo.convert_frame as cf
+    import torch._dynamo.distributed as dd
+    import torch._dynamo.eval_frame as ef
+    import torch._dynamo.output_graph as og
+
+    return {
+        "run_compiler_collective": og.OutputGraph.__dict__["run_compiler_collective"],
+        "distributed.get_compile_pg": dd.get_compile_pg,
+        "convert_frame.get_compile_pg": cf.get_compile_pg,
+        "CatchErrorsWrapper.__call__": cf.CatchErrorsWrapper.__dict__["__call__"],
+        "guard_collectives_hook": ef.guard_collectives_hook,
+        "enable_compiler_collectives": torch._dynamo.config.enable_compiler_collectives,
+    }
+
+
+def test_enable_before_init_process_group_is_refused():
+    if dist.is_initialized():
+        pytest.skip("the module's process group is up")
+    with pytest.raises(compiler_collectives.InvalidArgument, match="init_process_group"):
+        cct.enable()
+    assert not cct.is_enabled()
+
+
+def test_enable_replaces_and_disable_restores_everything(world_of_one):
+    from torch._C._dynamo.eval_frame import set_guard_complete_hook
+
+    before = replaced_objects()
+    cct.enable(timeout=20, guard_votes=True)
+    during = replaced_objects()
+    for name in before:
+        if name == "enable_compiler_collectives":
+            assert during[name] is True
+        else:
+            assert during[name] is not before[name], name
+    # Our guard vote is the installed hook.
+    assert set_guard_complete_hook(cct._guard_vote) is cct._guard_vote
+    info = cct.channel_info()
+    assert info["rank"] == 0 and info["world_size"] == 1 and info["timeout_s"] == 20
+    assert info["guard_votes"] is True
+    assert info["next_exchange"] == 1  # the enable check was #0
+    cct.disable()
+    after = replaced_objects()
+    assert after == before
+    assert set_guard_complete_hook(None) is None
+    assert cct.channel_info() is None
+    cct.disable()  # idempotent
+
+
+def test_enable_twice_is_refused(world_of_one):
+    cct.enable(timeout=20)
+    try:
+        with pytest.raises(compiler_collectives.InvalidArgument, match="already enabled"):
+            cct.enable(timeout=20)
+    finally:
+        cct.disable()
+
+
+def test_compiles_in_a_world_of_one_take_one_exchange_each(world_of_one):
+    torch._dynamo.reset()
+    cct.enable(timeout=20)
+    try:
+        compiles = []
+
+        def backend(gm, example_inputs):
+            compiles.append(len(example_inputs))
+            return gm.forward
+
+        @torch.compile(backend=backend)
+        def f(x):
+            return x.sum()
+
+        for n in (3, 3, 5, 7):
+            f(torch.ones(n))
+        # Step 0 compiles static, step 2 recompiles with dim 0 dynamic (a
+        # symbol and the tensor), step 3 hits: two exchanges after enable's.
+        assert compiles == [1, 2]
+        assert cct.channel_info()["next_exchange"] == 3
+    finally:
+        cct.disable()
+
+
+def test_another_torch_version_is_refused_and_nothing_changes(world_of_one, monkeypatch):
+    before = replaced_objects()
+    monkeypatch.setattr(torch, "__version__", "2.14.0")
+    with pytest.raises(compiler_collectives.IncompatibleTorch, match="torch 2.14.0"):
+        cct.enable()
+    assert replaced_objects() == before
+    assert not cct.is_enabled()
+
+
+def test_a_changed_torch_function_is_refused_naming_it(world_of_one, monkeypatch):
+    import torch._dynamo.output_graph as og
+
+    def run_compiler_collective(self):  # another body than torch 2.13's
+        return None
+
+    monkeypatch.setattr(og.OutputGraph, "run_compiler_collective", run_compiler_collective)
+    with pytest.raises(compiler_collectives.IncompatibleTorch) as e:
+        cct.enable()
+    assert "OutputGraph.run_compiler_collective (its source differs)" in str(e.value)
+    assert e.value.kind == "unsupported"
+    assert not cct.is_enabled()
+
+
+@pytest.mark.parametrize(
+    "timeout, env, match",
+    [
+        (-1, None, "positive"),
+        (0, None, "positive"),
+        (float("nan"), None, "positive"),
+        (float("inf"), None, "positive"),
+        (True, None, "seconds"),
+        ("10", None, "seconds"),
+        (None, "soon", "CCOL_TIMEOUT_S='soon'"),
+        (None, "-3", "CCOL_TIMEOUT_S='-3'"),
+    ],
+)
+def test_bad_deadlines_are_refused(world_of_one, monkeypatch, timeout, env, match):
+    if env is not None:
+        monkeypatch.setenv("CCOL_TIMEOUT_S", env)
+    with pytest.raises(compiler_collectives.InvalidArgument, match=match):
+        cct.enable(timeout=timeout)
+    assert not cct.is_enabled()
+
+
+def test_deadline_sources_in_order(world_of_one, monkeypatch):
+    monkeypatch.setenv("CCOL_TIMEOUT_S", "42")
+    assert cct._timeout_seconds(None) == 42.0
+    assert cct._timeout_seconds(7) == 7.0
+    assert cct._timeout_seconds(datetime.timedelta(minutes=2)) == 120.0
+    monkeypatch.delenv("CCOL_TIMEOUT_S")
+    assert cct._timeout_seconds(None) == 300.0
+
+
+def test_guard_votes_must_be_a_bool(world_of_one):
+    with pytest.raises(compiler_collectives.InvalidArgument, match="guard_votes"):
+        cct.enable(guard_votes="yes")
+
+
+def test_errors_form_one_hierarchy_with_their_kinds():
+    kinds = {
+        "timeout": compiler_collectives.Timeout,
+        "peer_lost": compiler_collectives.PeerLost,
+        "desync": compiler_collectives.Desync,
+        "version_mismatch": compiler_collectives.VersionMismatch,
+        "disagreement": compiler_collectives.Disagreement,
+        "decode": compiler_collectives.DecodeError,
+        "backend": compiler_collectives.BackendError,
+        "invalid_argument": compiler_collectives.InvalidArgument,
+        "unsupported": compiler_collectives.Unsupported,
+        "channel_unusable": compiler_collectives.ChannelUnusable,
+    }
+    for kind, cls in kinds.items():
+        e = _errors._from_native(kind, f"text of {kind}", [1, 3], 4, "k", 3, [(1, "shutdown")])
+        assert type(e) is cls and isinstance(e, compiler_collectives.Error)
+        assert (e.kind, str(e), e.missing_ranks, e.exchange, e.key, e.last_completed) == (
+            kind, f"text of {kind}", [1, 3], 4, "k", 3,
+        )
+        assert e.departures == [(1, "shutdown")]
+        back = pickle.loads(pickle.dumps(e))
+        assert type(back) is cls and back.missing_ranks == [1, 3] and str(back) == str(e)
+    # A kind this Python side does not know yet is still an Error.
+    assert type(_errors._from_native("new_kind", "t", [], None, None, None, [])) is (
+        compiler_collectives.Error
+    )
+    assert issubclass(compiler_collectives.Timeout, TimeoutError)
+    assert issubclass(compiler_collectives.InvalidArgument, ValueError)
+
+
+def test_the_package_imports_without_torch_and_says_its_versions():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, compiler_collectives as c; "
+        "assert 'torch' not in sys.modules, 'imported torch'; "
+        "print(c.__version__, c.WIRE_VERSION)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    version, wire = out.stdout.split()
+    assert version == compiler_collectives.__version__
+    assert int(wire) == compiler_collectives.WIRE_VERSION >= 1
