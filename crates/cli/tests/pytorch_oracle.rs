@@ -66,10 +66,6 @@ fn report(text: &str) {
     let _ = writeln!(err, "{}", text.trim_end());
 }
 
-fn compare(python: &Path, args: &[&Path]) -> Output {
-    compare_with(python, "pytorch", args)
-}
-
 /// `ccol scenario compare --exchange <exchange>` (`pytorch`: Dynamo's own
 /// exchange; `package`: the compiler_collectives Python package).
 fn compare_with(python: &Path, exchange: &str, args: &[&Path]) -> Output {
