@@ -186,11 +186,4 @@ _BY_KIND = {
 def _from_native(kind, message, missing_ranks, exchange, key, last_completed, departures):
     """Builds the exception for a core error (called by the extension)."""
     cls = _BY_KIND.get(kind, Error)
-    return cls(
-        message,
-        missing_ranks=missing_ranks,
-        departures=departures,
-        exchange=exchange,
-        key=key,
-        last_completed=last_completed,
-    )
+    return _rebuild(cls, message, missing_ranks, departures, exchange, key, last_completed)
