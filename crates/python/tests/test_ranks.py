@@ -230,3 +230,36 @@ cct.disable()
     ranks = run_ranks(tmp_path, 2, body)
     assert ranks[0].event("done")["compiles"] == [[], []]
     assert ranks[1].event("done")["compiles"] == [[], [0]]
+
+
+def test_a_rank_waiting_in_an_exchange_lets_its_other_threads_run(tmp_path):
+    # The wait releases the GIL: a thread of the waiting rank keeps counting
+    # while rank 1 arrives two seconds late.
+    body = PROGRAM + """
+import threading
+ticks = [0]
+stop = threading.Event()
+def count():
+    while not stop.is_set():
+        ticks[0] += 1
+        time.sleep(0.01)
+cct.enable(timeout=30)
+if RANK == 1:
+    time.sleep(2)
+counter = threading.Thread(target=count)
+counter.start()
+start = time.monotonic()
+before = ticks[0]
+f(torch.ones(4, 8))
+waited = time.monotonic() - start
+during = ticks[0] - before
+stop.set()
+counter.join()
+emit(ev="done", waited=waited, during=during)
+cct.disable()
+"""
+    ranks = run_ranks(tmp_path, 2, body)
+    done = ranks[0].event("done")
+    assert done["waited"] >= 1.5, done
+    # About 100 ticks a second while rank 0 waited; with the GIL held, none.
+    assert done["during"] >= 50 * done["waited"], done
