@@ -263,3 +263,22 @@ cct.disable()
     assert done["waited"] >= 1.5, done
     # About 100 ticks a second while rank 0 waited; with the GIL held, none.
     assert done["during"] >= 50 * done["waited"], done
+
+
+def test_compiles_in_another_thread_exchange_too(tmp_path):
+    # torch 2.13's Dynamo settings are per thread: enable()'s flag reads as
+    # off in a new thread, where Dynamo's own exchange would not run.
+    body = PROGRAM + """
+import threading
+cct.enable(timeout=30)
+worker = threading.Thread(target=run, args=([[4, 4, 4], [5, 6, 7]][RANK],))
+worker.start()
+worker.join()
+emit(ev="done", compiles=compiles, next=cct.channel_info()["next_exchange"])
+cct.disable()
+"""
+    for r in run_ranks(tmp_path, 2, body):
+        done = r.event("done")
+        # Step 0: 4 against 5 -> dynamic at once, on both ranks.
+        assert done["compiles"] == [[0]], (done, r.stderr[-3000:])
+        assert done["next"] == 2

@@ -317,9 +317,28 @@ def _make_run_compiler_collective(original):
     return run_compiler_collective
 
 
+def _collectives_on() -> bool:
+    """Whether compile exchanges are on for a compile in this thread.
+
+    Dynamo's settings are per thread in torch 2.13 (a user's value is a
+    ``ContextVar``): what ``enable()`` set in its caller's thread reads as the
+    default (off) in every other thread. A compile in another thread must
+    exchange all the same, or ranks diverge: so the flag counts only where
+    it was set in this thread (the way to turn exchanges off), and is on
+    otherwise while the package is enabled."""
+    try:
+        from torch.utils._config_module import _UNSET_SENTINEL
+
+        entry = torch._dynamo.config._config["enable_compiler_collectives"]
+        value = entry.user_override.get()
+    except (ImportError, AttributeError, KeyError, LookupError):
+        return bool(torch._dynamo.config.enable_compiler_collectives)
+    return True if value is _UNSET_SENTINEL else bool(value)
+
+
 def _get_compile_pg():
     st = _state
-    if st is not None and torch._dynamo.config.enable_compiler_collectives:
+    if st is not None and _collectives_on():
         return st.group
     return None
 
