@@ -157,9 +157,15 @@ impl CompileChannel {
                 // Dynamo applies every rank's state in rank order
                 // (process_automatic_dynamic), so every exchange is flat:
                 // the tree exchange moves joins, not each rank's value.
-                let options = ChannelOptions::from_env()?
+                // The deadline is the caller's (Python resolved `timeout`,
+                // then CCOL_TIMEOUT_S, with core's parser); only the trace
+                // directory comes from the environment here.
+                let mut options = ChannelOptions::default()
                     .with_timeout(timeout)
                     .with_hierarchical_from(u32::MAX);
+                if let Some(dir) = std::env::var_os("CCOL_TRACE_DIR").filter(|d| !d.is_empty()) {
+                    options = options.with_trace_dir(dir);
+                }
                 Channel::with_options(transport, options)
             })
             .map_err(|e| to_py(py, &e))?;
@@ -202,8 +208,9 @@ impl CompileChannel {
     /// The sequence number the next exchange will have (0-based), or None
     /// after `shutdown`.
     #[getter]
-    fn next_exchange(&self) -> Option<u64> {
-        self.lock().channel.as_ref().map(Channel::next_seq)
+    fn next_exchange(&self, py: Python<'_>) -> Option<u64> {
+        // The lock is held for a whole exchange: wait for it without the GIL.
+        py.detach(|| self.lock().channel.as_ref().map(Channel::next_seq))
     }
 
     /// Exchanges a Dynamo `LocalState` under `key` and returns every rank's
@@ -267,7 +274,7 @@ impl CompileChannel {
     /// group (theirs then end with `PeerLost` naming this rank, not a
     /// timeout). Later calls raise `ChannelUnusable`. Idempotent.
     fn shutdown(&self, py: Python<'_>) -> PyResult<()> {
-        let taken = self.lock().channel.take();
+        let taken = py.detach(|| self.lock().channel.take());
         match taken {
             None => Ok(()),
             Some(mut channel) => py.detach(|| channel.shutdown()).map_err(|e| to_py(py, &e)),
@@ -276,28 +283,66 @@ impl CompileChannel {
 
     /// Closes the group without telling the others (they see a lost peer).
     fn abort(&self, py: Python<'_>) {
-        let taken = self.lock().channel.take();
+        let taken = py.detach(|| self.lock().channel.take());
         if let Some(mut channel) = taken {
             py.detach(|| channel.abort());
         }
     }
 
+    /// In a process forked from a rank: forgets the channel without
+    /// closing it (Gloo's threads did not survive the fork, and closing would
+    /// wait for them for ever; the parent's connections stay the parent's).
+    /// Returns whether there was one to forget.
+    fn forget_after_fork(&self) -> bool {
+        match self.inner.try_lock() {
+            Ok(mut inner) => match inner.channel.take() {
+                Some(channel) => {
+                    std::mem::forget(channel);
+                    true
+                }
+                None => false,
+            },
+            Err(_) => false,
+        }
+    }
+
     fn __repr__(&self) -> String {
+        let open = match self.inner.try_lock() {
+            Ok(inner) => {
+                if inner.channel.is_some() {
+                    "open"
+                } else {
+                    "closed"
+                }
+            }
+            Err(_) => "in an exchange",
+        };
         format!(
-            "CompileChannel(rank={}, world_size={}, timeout_s={}, open={})",
+            "CompileChannel(rank={}, world_size={}, timeout_s={}, {open})",
             self.rank,
             self.world_size,
             self.timeout.as_secs_f64(),
-            self.lock().channel.is_some()
         )
     }
 }
 
-/// The module: `CompileChannel`, `WIRE_VERSION` (the protocol's wire
-/// version), `VERSION` (this build's).
+/// Seconds from `CCOL_TIMEOUT_S`-style text, by core's rule (the one every
+/// tool of the project uses): a finite, positive number.
+///
+/// Raises the package's `InvalidArgument` otherwise.
+#[pyfunction]
+fn parse_timeout_secs(py: Python<'_>, text: &str) -> PyResult<f64> {
+    compiler_collectives_core::protocol::parse_timeout_secs(text)
+        .map(|d| d.as_secs_f64())
+        .map_err(|e| to_py(py, &e))
+}
+
+/// The module: `CompileChannel`, `parse_timeout_secs`, `WIRE_VERSION` (the
+/// protocol's wire version), `VERSION` (this build's).
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<CompileChannel>()?;
+    m.add_function(wrap_pyfunction!(parse_timeout_secs, m)?)?;
     m.add("WIRE_VERSION", WIRE_VERSION)?;
     m.add("VERSION", env!("CARGO_PKG_VERSION"))?;
     Ok(())

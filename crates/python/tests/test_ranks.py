@@ -282,3 +282,78 @@ cct.disable()
         # Step 0: 4 against 5 -> dynamic at once, on both ranks.
         assert done["compiles"] == [[0]], (done, r.stderr[-3000:])
         assert done["next"] == 2
+
+
+def test_a_forked_child_does_not_hang_in_the_package(tmp_path):
+    # The child's copy of the channel is forgotten, not closed (closing
+    # would wait for Gloo threads that did not survive the fork). The child
+    # leaves by os._exit: torch's own Gloo process group hangs a forked
+    # child's normal exit, with or without this package.
+    body = """
+cct.enable(timeout=10)
+pid = os.fork()
+if pid == 0:
+    enabled = cct.is_enabled()
+    cct.disable()
+    cct._at_exit()
+    os._exit(3 if enabled else 0)
+start = time.monotonic()
+_, status = os.waitpid(pid, 0)
+emit(ev="done", waited=time.monotonic() - start, status=status, enabled=cct.is_enabled())
+cct.disable()
+"""
+    for r in run_ranks(tmp_path, 2, body, limit=60):
+        done = r.event("done")
+        assert done["status"] == 0 and done["waited"] < 5, done
+        assert done["enabled"] is True
+
+
+def test_ranks_compiling_different_modules_get_a_desync_error(tmp_path):
+    # torch.compile(module) compiles one torch wrapper frame for every
+    # module: the key names what it wraps.
+    body = """
+cct.enable(timeout=10)
+a = torch.compile(torch.nn.Linear(4, 2), backend="eager")
+b = torch.compile(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()), backend="eager")
+try:
+    (a if RANK == 0 else b)(torch.ones(3, 4))
+    emit(ev="done", error=None)
+except compiler_collectives.Error as e:
+    emit(ev="done", error=e.kind, message=str(e))
+"""
+    for r in run_ranks(tmp_path, 2, body):
+        done = r.event("done")
+        assert done["error"] == "desync", (done, r.stderr[-3000:])
+        assert "[Linear]" in done["message"] and "[Sequential]" in done["message"], done
+
+
+def test_an_explicit_timeout_ignores_ccol_timeout_s(tmp_path):
+    body = PROGRAM + """
+cct.enable(timeout=10)
+run([4, 4])
+emit(ev="done", timeout=cct.channel_info()["timeout_s"], compiles=len(compiles))
+cct.disable()
+"""
+    for r in run_ranks(tmp_path, 2, body, env={"CCOL_TIMEOUT_S": "junk"}):
+        done = r.event("done")
+        assert done == {"ev": "done", "timeout": 10.0, "compiles": 1}, (done, r.stderr[-3000:])
+
+
+def test_a_rank_that_dies_of_an_exception_is_reported_lost_not_finished(tmp_path):
+    body = PROGRAM + """
+cct.enable(timeout=10)
+f(torch.ones(4, 8))
+if RANK == 1:
+    raise RuntimeError("the real bug, on rank 1")
+try:
+    f(torch.ones(6, 8))
+    emit(ev="done", error=None)
+except compiler_collectives.PeerLost as e:
+    emit(ev="done", error=e.kind, departures=e.departures, message=str(e))
+"""
+    ranks = run_ranks(tmp_path, 2, body)
+    assert ranks[1].returncode == 1 and "the real bug, on rank 1" in ranks[1].stderr
+    done = ranks[0].event("done")
+    assert done["error"] == "peer_lost", done
+    assert done["departures"] == [[1, "aborted"]], done
+    assert "no more exchanges" not in done["message"]

@@ -48,6 +48,7 @@ import logging
 import math
 import os
 import socket
+import sys
 import textwrap
 import threading
 import time
@@ -124,11 +125,16 @@ class _State:
         self.pending: Optional[BaseException] = None
         self.restore: list[Callable[[], None]] = []
         self.lock = threading.Lock()
+        self.pid = os.getpid()
+        # An uncaught exception is on its way out of the process: at exit the
+        # channel aborts (peers see this rank lost), it does not say "no
+        # more exchanges".
+        self.crashed = False
 
 
 _state: Optional[_State] = None
 _generation = 0
-_atexit_registered = False
+_hooks_registered = False
 
 
 # --------------------------------------------------------------------------
@@ -181,12 +187,13 @@ def _timeout_seconds(timeout: Union[None, float, int, datetime.timedelta]) -> fl
         text = os.environ.get("CCOL_TIMEOUT_S", "")
         if not text:
             return _DEFAULT_TIMEOUT_S
+        from ._native import parse_timeout_secs
+
+        # Core's parser, as every tool of the project reads the variable.
         try:
-            value = float(text)
-        except ValueError:
-            raise InvalidArgument(
-                f"CCOL_TIMEOUT_S={text!r} is not a number of seconds"
-            ) from None
+            value = parse_timeout_secs(text)
+        except InvalidArgument as e:
+            raise InvalidArgument(f"CCOL_TIMEOUT_S={text!r}: {e}") from None
         what = f"CCOL_TIMEOUT_S={text!r}"
     elif isinstance(timeout, datetime.timedelta):
         value, what = timeout.total_seconds(), f"timeout={timeout!r}"
@@ -274,11 +281,31 @@ def _frame_key(tx) -> str:
 
     compile_id = CompileContext.current_compile_id()
     count = getattr(compile_id, "frame_compile_id", None)
-    key = f"torch.frame {module}:{qualname}:{code.co_firstlineno}#{count}"
+    wrapped = _wrapped(tx) if module.startswith("torch.") else ""
+    key = f"torch.frame {module}:{qualname}:{code.co_firstlineno}{wrapped}#{count}"
     if len(key.encode()) > _MAX_KEY:
         digest = hashlib.sha256(key.encode()).hexdigest()[:16]
         key = key.encode()[: _MAX_KEY - 20].decode(errors="ignore") + f"…{digest}"
     return key
+
+
+def _wrapped(tx) -> str:
+    """What a torch wrapper frame calls (``torch.compile(module)`` compiles
+    ``external_utils.wrap_inline``'s ``inner`` for every module): the names
+    of the classes or functions in its closure, ``[Linear]``, so that ranks
+    compiling different modules do not share a key."""
+    names = []
+    for cell in getattr(tx, "closure", None) or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:
+            continue
+        target = getattr(value, "__self__", value)
+        if isinstance(target, torch.nn.Module) or not callable(target):
+            names.append(type(target).__qualname__)
+        else:
+            names.append(getattr(target, "__qualname__", type(target).__qualname__))
+    return f"[{','.join(names)}]" if names else ""
 
 
 def _make_run_compiler_collective(original):
@@ -401,7 +428,8 @@ def _surface(e: BaseException):
         st.pending = None
     if isinstance(e, Error):
         _report(e)
-    raise e.with_traceback(e.__traceback__)
+    # Dynamo's InternalTorchDynamoError wrapping it says nothing more.
+    raise e.with_traceback(e.__traceback__) from None
 
 
 def _make_catch_errors_call(original):
@@ -435,6 +463,19 @@ def _patch(st: _State, owner, name: str, value) -> None:
     old = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
     setattr(owner, name, value)
     st.restore.append(lambda: setattr(owner, name, old))
+
+
+def _connect(channel_type, store, timeout_s: float, pgo, local_state_type):
+    return channel_type(
+        store,
+        dist.get_rank(),
+        dist.get_world_size(),
+        prefix=f"ccol/torch/{_generation}",
+        timeout_s=timeout_s,
+        hostname=_hostname(),
+        pgo=pgo,
+        local_state_type=local_state_type,
+    )
 
 
 def enable(
@@ -471,7 +512,7 @@ def enable(
         Disagreement: ranks differ in what must be equal (names the ranks
             and values).
     """
-    global _state, _generation, _atexit_registered
+    global _state, _generation, _hooks_registered
     if _state is not None:
         raise InvalidArgument(
             "compiler_collectives.torch is already enabled; call disable() first"
@@ -497,17 +538,13 @@ def enable(
 
     store = dist.distributed_c10d._get_default_store()
     _generation += 1
-    channel = CompileChannel(
-        store,
-        dist.get_rank(),
-        dist.get_world_size(),
-        prefix=f"ccol/torch/{_generation}",
-        timeout_s=timeout_s,
-        hostname=_hostname(),
-        pgo=pgo,
-        local_state_type=LocalState,
-    )
+    try:
+        channel = _connect(CompileChannel, store, timeout_s, pgo, LocalState)
+    except Error as e:
+        _report(e)
+        raise
     st = _State(channel, guard_votes)
+
     previous_flag = torch._dynamo.config.enable_compiler_collectives
     torch._dynamo.config.enable_compiler_collectives = True
     st.restore.append(
@@ -515,10 +552,12 @@ def enable(
     )
     try:
         channel.agree(ENABLE_KEY, _must_agree(guard_votes))
-    except BaseException:
+    except BaseException as e:
         for undo in reversed(st.restore):
             undo()
         channel.abort()
+        if isinstance(e, Error):
+            _report(e)
         raise
     og = output_graph.OutputGraph
     _patch(st, og, "run_compiler_collective",
@@ -531,10 +570,20 @@ def enable(
     if guard_votes:
         previous_hook = set_guard_complete_hook(_guard_vote)
         st.restore.append(lambda: set_guard_complete_hook(previous_hook))
+    previous_excepthook = sys.excepthook
+
+    def excepthook(kind, value, tb):
+        st.crashed = True
+        previous_excepthook(kind, value, tb)
+
+    sys.excepthook = excepthook
+    st.restore.append(lambda: setattr(sys, "excepthook", previous_excepthook))
     _state = st
-    if not _atexit_registered:
+    if not _hooks_registered:
         atexit.register(_at_exit)
-        _atexit_registered = True
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=_forget_in_child)
+        _hooks_registered = True
 
 
 def disable() -> None:
@@ -548,6 +597,10 @@ def disable() -> None:
     _state = None
     for undo in reversed(st.restore):
         undo()
+    if st.pid != os.getpid():
+        # A forked child: the channel is the parent's.
+        st.channel.forget_after_fork()
+        return
     try:
         st.channel.shutdown()
     except ChannelUnusable:
@@ -579,9 +632,23 @@ def channel_info() -> Optional[dict]:
 
 def _at_exit() -> None:
     # Tell the other ranks this one has no more exchanges, so that a rank
-    # still waiting gets PeerLost naming it, not a timeout.
+    # still waiting gets PeerLost naming it, not a timeout; after an uncaught
+    # exception, abort instead (they see this rank lost, not finished).
+    st = _state
     try:
+        if st is not None and st.crashed and st.pid == os.getpid():
+            st.channel.abort()
         disable()
     except Exception as e:  # noqa: BLE001 - exiting anyway
         log.debug("compiler_collectives: shutdown at exit: %s", e)
+
+
+def _forget_in_child() -> None:
+    # A process forked from a rank is not a rank: its copy of the channel
+    # (whose Gloo threads did not survive the fork) is never used or closed.
+    global _state
+    st = _state
+    if st is not None:
+        _state = None
+        st.channel.forget_after_fork()
 
