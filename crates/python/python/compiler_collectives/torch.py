@@ -50,7 +50,6 @@ import os
 import socket
 import sys
 import textwrap
-import threading
 import time
 import traceback
 from typing import Callable, Optional, Union
@@ -124,7 +123,6 @@ class _State:
         # (a failed guard vote, or one Dynamo suppressed).
         self.pending: Optional[BaseException] = None
         self.restore: list[Callable[[], None]] = []
-        self.lock = threading.Lock()
         self.pid = os.getpid()
         # An uncaught exception is on its way out of the process: at exit the
         # channel aborts (peers see this rank lost), it does not say "no
