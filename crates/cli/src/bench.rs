@@ -157,6 +157,7 @@ fn worker_inner(args: &WorkerArgs) -> anyhow::Result<()> {
         usize_of(args.warmup),
         usize_of(args.rounds),
         Duration::from_secs(args.timeout),
+        Some(&compiler_collectives_cli::heap::COUNTER),
     )?;
     let path = args.results.join(format!("bench-rank-{rank}.json"));
     std::fs::write(&path, samples_json(rank, &samples).to_string())
@@ -228,6 +229,9 @@ struct Row {
     /// One 16-byte all_gather on torch's own gloo (the engine PyTorch uses).
     torch_gloo16: Option<Stat>,
     pickle_bytes: Option<u64>,
+    /// Per exchange of differing states, the median over rounds, the most
+    /// of any rank: bytes allocated, allocations, peak live bytes.
+    heap: Option<(u64, u64, u64)>,
 }
 
 /// Reads every rank's file `<prefix>-rank-<r>.json` from `dir`.
@@ -248,6 +252,30 @@ fn series(ranks: &[Value], i: usize, field: &str) -> Vec<Vec<f64>> {
         .iter()
         .map(|r| f64_list(&r["sizes"][i][field]))
         .collect()
+}
+
+/// The heap figures of state size `i`: per rank the median over rounds of
+/// each field, then the most of any rank; `None` when no rank counted.
+fn heap_of(ranks: &[Value], i: usize) -> Option<(u64, u64, u64)> {
+    let median = |field: &str| -> Option<u64> {
+        ranks
+            .iter()
+            .filter_map(|r| {
+                let mut v: Vec<u64> = r["sizes"][i][field]
+                    .as_array()?
+                    .iter()
+                    .filter_map(Value::as_u64)
+                    .collect();
+                v.sort_unstable();
+                v.get(v.len() / 2).copied()
+            })
+            .max()
+    };
+    Some((
+        median("alloc_bytes")?,
+        median("allocations")?,
+        median("peak_live_bytes")?,
+    ))
 }
 
 fn stat_of(ranks: &[Value], i: usize, field: &str) -> Stat {
@@ -352,7 +380,8 @@ fn run_ours(
                 std::thread::spawn(move || {
                     let rank = t.rank();
                     let t: Arc<dyn Transport> = Arc::new(t);
-                    measure_exchange(t, &sizes, warmup, rounds, timeout)
+                    // Threads share one heap: no allocation figures.
+                    measure_exchange(t, &sizes, warmup, rounds, timeout, None)
                         .map(|s| samples_json(rank, &s))
                 })
             })
@@ -574,6 +603,7 @@ fn bench_inner(args: &BenchArgs) -> anyhow::Result<()> {
                     pickle_bytes: theirs
                         .as_ref()
                         .and_then(|t| t[0]["sizes"][i]["pickle_bytes"].as_u64()),
+                    heap: heap_of(&ours, i),
                 });
             }
         }
@@ -831,6 +861,23 @@ fn print_table(
             r.torch_gloo16.map_or("-".into(), pair),
         );
     }
+    if rows.iter().any(|r| r.heap.is_some()) {
+        println!(
+            "\nheap per exchange of differing states (median over rounds, the most of any rank)"
+        );
+        println!(
+            "  {:>6} {:>5} {:>7} {:>14} {:>12} {:>16}",
+            "engine", "ranks", "sources", "bytes alloc'd", "allocations", "peak live bytes"
+        );
+        for r in rows {
+            if let Some((bytes, count, peak)) = r.heap {
+                println!(
+                    "  {:>6} {:>5} {:>7} {bytes:>14} {count:>12} {peak:>16}",
+                    r.engine, r.world_size, r.sources
+                );
+            }
+        }
+    }
     println!(
         "\njoin, {JOIN_RANKS} ranks × {JOIN_SOURCES} sources: ours {our_join:.3} ms, PyTorch {} ms, PyTorch/ours {}",
         their_join.map_or("-".into(), |t| format!("{t:.1}")),
@@ -897,6 +944,11 @@ fn to_json(
             "ours_over_floor": ratio(r.ours.p50, r.floor.p50),
             "pytorch_over_ours": r.pytorch.map(|p| ratio(p.p50, r.ours.p50)),
             "fast_over_floor16": ratio(r.fast.p50, r.floor16.p50),
+            "heap_per_exchange": r.heap.map(|(bytes, count, peak)| json!({
+                "allocated_bytes": bytes,
+                "allocations": count,
+                "peak_live_bytes": peak,
+            })),
         })).collect::<Vec<_>>(),
         "join": {
             "ranks": JOIN_RANKS,

@@ -8,7 +8,9 @@
 //! | [`logging`] | the `tracing` subscriber every program installs: `RUST_LOG`, `CCOL_LOG_FORMAT=json`, stderr |
 //! | [`args`] | clap value parsers with the same messages everywhere (`at_least_one`) |
 //! | [`cache`] | the project's cache directory and the torch the scripts install there |
+//! | [`heap`] | the counting allocator behind `ccol bench`'s allocations per exchange |
 
 pub mod args;
 pub mod cache;
+pub mod heap;
 pub mod logging;

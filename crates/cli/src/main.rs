@@ -36,6 +36,12 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 mod bench;
+
+/// Counts allocations for `ccol bench`'s figures per exchange (see
+/// `compiler_collectives_cli::heap`).
+#[global_allocator]
+static HEAP: compiler_collectives_cli::heap::CountingAlloc =
+    compiler_collectives_cli::heap::CountingAlloc;
 mod demo;
 mod launch;
 mod oracle;

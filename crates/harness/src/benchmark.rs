@@ -9,7 +9,10 @@
 //!   bytes, then an all_gather of the envelope's byte count), our exchange
 //!   (`Channel::exchange` of the rank's state: digest round, envelopes,
 //!   checks, decode, join), the fast path (identical states) and its floor
-//!   (a 16-byte all_gather). Each timing follows a barrier.
+//!   (a 16-byte all_gather). Each timing follows a barrier. Every round
+//!   builds its states afresh (equal-valued, new allocations), so nothing
+//!   keyed on a value's identity can serve a round. With a [`HeapCounter`]
+//!   it also records the heap cost of each exchange of differing states.
 //! - [`simulate`]: in-process ranks (threads) exchanging 20-source states,
 //!   flat or hierarchical, with the bytes each rank received.
 
@@ -56,6 +59,30 @@ pub fn envelope_bytes<J: Join>(value: &J) -> Result<usize> {
         .map_err(|e| Error::InvalidArgument(e.to_string()))
 }
 
+/// Process-wide allocator counters at one instant (bytes as requested of
+/// the allocator).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HeapCount {
+    /// Bytes allocated since the process started (a realloc counts its new size).
+    pub allocated_bytes: u64,
+    /// Allocations since the process started (a realloc counts one).
+    pub allocations: u64,
+    /// Bytes live now.
+    pub live_bytes: u64,
+    /// Most bytes live at once since the last [`HeapCounter::start`].
+    pub peak_live_bytes: u64,
+}
+
+/// A counting global allocator's view, for the allocation figures of
+/// [`measure_exchange`] (the `ccol` binary and the c10d worker install one:
+/// `compiler_collectives_cli::heap`).
+pub trait HeapCounter: Sync {
+    /// Starts a window: the peak is reset to what is live now.
+    fn start(&self);
+    /// The counters now; `None` when no counting allocator is installed.
+    fn read(&self) -> Option<HeapCount>;
+}
+
 /// This rank's timings for one state size, in milliseconds per round.
 #[derive(Clone, Debug, Default)]
 pub struct Samples {
@@ -71,6 +98,14 @@ pub struct Samples {
     pub fast_ms: Vec<f64>,
     /// One 16-byte all_gather.
     pub floor16_ms: Vec<f64>,
+    /// Per exchange of differing states: bytes allocated (empty without a
+    /// [`HeapCounter`]).
+    pub alloc_bytes: Vec<u64>,
+    /// Per exchange of differing states: allocations.
+    pub allocations: Vec<u64>,
+    /// Per exchange of differing states: the peak of live heap above what
+    /// was live when it started, bytes.
+    pub peak_live_bytes: Vec<u64>,
 }
 
 fn timed(t: &dyn Transport, deadline: Deadline, f: impl FnOnce() -> Result<()>) -> Result<f64> {
@@ -82,7 +117,8 @@ fn timed(t: &dyn Transport, deadline: Deadline, f: impl FnOnce() -> Result<()>) 
 
 /// One rank's samples as the JSON `ccol bench` reads back from each rank
 /// (`bench-rank-<R>.json`): `{"rank": R, "sizes": [{"sources", "envelope_bytes",
-/// "floor_ms", "ours_ms", "fast_ms", "floor16_ms"}, …]}`, times in ms.
+/// "floor_ms", "ours_ms", "fast_ms", "floor16_ms", "alloc_bytes",
+/// "allocations", "peak_live_bytes"}, …]}`, times in ms.
 pub fn samples_json(rank: u32, samples: &[Samples]) -> serde_json::Value {
     serde_json::json!({
         "rank": rank,
@@ -93,13 +129,18 @@ pub fn samples_json(rank: u32, samples: &[Samples]) -> serde_json::Value {
             "ours_ms": s.ours_ms,
             "fast_ms": s.fast_ms,
             "floor16_ms": s.floor16_ms,
+            "alloc_bytes": s.alloc_bytes,
+            "allocations": s.allocations,
+            "peak_live_bytes": s.peak_live_bytes,
         })).collect::<Vec<_>>(),
     })
 }
 
 /// Runs the interleaved measurement of the module docs for each state size
 /// in `sizes`: `warmup` rounds, then `rounds` recorded ones. Every rank must
-/// call it with the same arguments.
+/// call it with the same arguments. `heap`, when given and installed,
+/// records the allocations of each recorded exchange of differing states
+/// ([`Samples::alloc_bytes`]).
 ///
 /// Cost per round: 4 barriers, 3 all_gathers of ≤ 32 bytes, 2 of the
 /// envelope's size.
@@ -114,6 +155,7 @@ pub fn measure_exchange(
     warmup: usize,
     rounds: usize,
     timeout: Duration,
+    heap: Option<&dyn HeapCounter>,
 ) -> Result<Vec<Samples>> {
     let rank = u64::from(transport.rank());
     let t = &*transport;
@@ -122,9 +164,7 @@ pub fn measure_exchange(
     let max = Limits::default().max_message_bytes;
     let mut out = Vec::new();
     for &sources in sizes {
-        let state = bench_state(sources, rank);
-        let same = bench_state(sources, 0);
-        let len = envelope_bytes(&state)?;
+        let len = envelope_bytes(&bench_state(sources, rank))?;
         let filler = vec![0x5au8; len];
         let mut s = Samples {
             sources,
@@ -132,14 +172,26 @@ pub fn measure_exchange(
             ..Samples::default()
         };
         for round in 0..warmup + rounds {
+            // Fresh, equal-valued states every round (see the module docs).
+            let state = bench_state(sources, rank);
+            let same = bench_state(sources, 0);
             let deadline = Deadline::after(timeout);
             let floor = timed(t, deadline, || {
                 t.all_gather_fixed(&(len as u64).to_le_bytes(), deadline)?;
                 t.all_gather(&filler, max, deadline).map(|_| ())
             })?;
             let mut fast_path = true;
+            let mut before = None;
+            let mut after = None;
             let ours = timed(t, deadline, || {
-                fast_path = channel.exchange(BENCH_KEY, &state)?.fast_path();
+                if let Some(h) = heap {
+                    h.start();
+                    before = h.read();
+                }
+                let got = channel.exchange(BENCH_KEY, &state)?;
+                fast_path = got.fast_path();
+                drop(got);
+                after = heap.and_then(HeapCounter::read);
                 Ok(())
             })?;
             let mut fast_ok = false;
@@ -162,6 +214,12 @@ pub fn measure_exchange(
                 s.ours_ms.push(ours);
                 s.fast_ms.push(fast);
                 s.floor16_ms.push(floor16);
+                if let (Some(b), Some(a)) = (before, after) {
+                    s.alloc_bytes.push(a.allocated_bytes - b.allocated_bytes);
+                    s.allocations.push(a.allocations - b.allocations);
+                    s.peak_live_bytes
+                        .push(a.peak_live_bytes.saturating_sub(b.live_bytes));
+                }
             }
         }
         out.push(s);

@@ -18,6 +18,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Counts allocations for `ccol bench`'s figures per exchange.
+#[global_allocator]
+static HEAP: compiler_collectives_cli::heap::CountingAlloc =
+    compiler_collectives_cli::heap::CountingAlloc;
+
 fn main() -> anyhow::Result<()> {
     // RUST_LOG, CCOL_LOG_FORMAT: the library's `tracing` events on stderr.
     compiler_collectives_cli::logging::init();
@@ -45,7 +50,14 @@ fn main() -> anyhow::Result<()> {
     let transport: Arc<dyn Transport> = Arc::new(compiler_collectives_tch::from_env()?);
     let rank = transport.rank();
     let timeout = Duration::from_secs(timeout);
-    let samples = measure_exchange(Arc::clone(&transport), &sources, warmup, rounds, timeout)?;
+    let samples = measure_exchange(
+        Arc::clone(&transport),
+        &sources,
+        warmup,
+        rounds,
+        timeout,
+        Some(&compiler_collectives_cli::heap::COUNTER),
+    )?;
     let path = results.join(format!("bench-rank-{rank}.json"));
     std::fs::write(&path, samples_json(rank, &samples).to_string())
         .with_context(|| format!("{}: cannot write", path.display()))?;
