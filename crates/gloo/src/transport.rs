@@ -5,9 +5,12 @@
 //! - a collective (all_gather, barrier; broadcast is core's, over
 //!   all_gather) is operation `k` of this
 //!   rank; each sender posts a 16-byte header (magic, flags, length) on slot
-//!   `2k` and its bytes on slot `2k + 1` to every receiver; receivers wait for
-//!   the headers (the ranks whose header has not come are the missing ranks),
-//!   check the announced lengths against `max_bytes`, then receive the data;
+//!   `2k` to every receiver, followed in the same message by its bytes when
+//!   they fit [`inline_capacity`] (one message per peer: the common small
+//!   collective costs one wake-up, not two), else its bytes on slot `2k + 1`;
+//!   receivers wait for the headers (the ranks whose header has not come are
+//!   the missing ranks), check the announced lengths against `max_bytes`,
+//!   then receive the bytes that did not come inline;
 //! - `send`/`recv` use one slot pair per message, counted per (peer, tag);
 //! - `shutdown` posts a header with the shutdown flag for the next operation
 //!   to every peer (peers already waiting there fail at once naming this
@@ -37,6 +40,25 @@ const FLAG_ABORT: u32 = 2;
 /// held up by the same cause, not as missing.
 const FLAG_FAILED: u32 = 3;
 const HEADER: usize = 16;
+/// Bytes a collective carries inside its header message (see
+/// [`inline_capacity`]): 4 KiB, core's default slot of the one-round
+/// exchange, plus room for a small transport-level envelope.
+const INLINE_BYTES: usize = 4096 + 64;
+/// Largest world whose inbox reserves [`INLINE_BYTES`] per peer (the inbox is
+/// `world × (16 + inline)` bytes; beyond this, headers only).
+const INLINE_MAX_WORLD: u32 = 1024;
+
+/// Bytes of data a collective on a world of `world` ranks sends inside its
+/// header message: [`INLINE_BYTES`] up to [`INLINE_MAX_WORLD`] ranks, else
+/// none. Every rank computes the same from the world size, so sender and
+/// receiver agree without a flag.
+fn inline_capacity(world: u32) -> usize {
+    if world <= INLINE_MAX_WORLD {
+        INLINE_BYTES
+    } else {
+        0
+    }
+}
 const P2P_BIT: u64 = 1 << 63;
 /// A slot nobody sends to: the inbox keeps a receive posted on it on every
 /// pair, so that a broken pair always has a pending operation to fail.
@@ -364,6 +386,8 @@ pub struct GlooTransport {
     failed: Failure,
     reaper: Mutex<Reaper>,
     watchdog: Watchdog,
+    /// [`inline_capacity`] of this world.
+    inline: usize,
     _store: GlooStore,
 }
 
@@ -460,9 +484,10 @@ impl GlooTransport {
             }
         })?;
         let failed: Failure = Arc::default();
-        let inbox = Buffer::new(&ctx, vec![0u8; world_size as usize * HEADER])?;
+        let place = HEADER + inline_capacity(world_size);
+        let inbox = Buffer::new(&ctx, vec![0u8; world_size as usize * place])?;
         for p in (0..world_size).filter(|&p| p != rank) {
-            inbox.recv(p, SENTINEL_SLOT, p as usize * HEADER, 1)?;
+            inbox.recv(p, SENTINEL_SLOT, p as usize * place, 1)?;
         }
         Ok(GlooTransport {
             rank,
@@ -474,6 +499,7 @@ impl GlooTransport {
             }),
             reaper: Mutex::new(Reaper::start(rank, Arc::clone(&failed))),
             watchdog: Watchdog::start(rank),
+            inline: inline_capacity(world_size),
             failed,
             _store: scoped,
         })
@@ -603,7 +629,7 @@ impl GlooTransport {
             for &p in recv_from {
                 // Gloo may still be writing this memory: read it volatile;
                 // it only names missing ranks.
-                let bytes = inbox.read_volatile(p as usize * HEADER, HEADER);
+                let bytes = inbox.read_volatile(p as usize * (HEADER + self.inline), HEADER);
                 match parse_header(&bytes) {
                     Some((FLAG_SHUTDOWN, _)) => left.push((p, PeerLoss::Shutdown)),
                     Some((FLAG_ABORT, _)) => left.push((p, PeerLoss::Aborted)),
@@ -701,27 +727,39 @@ impl GlooTransport {
         // Post our header and data to every receiver. They are taken when each
         // receiver posts its receives; the reaper waits for that.
         let mut sends = Pool::default();
-        let hdr =
-            sends.add(Buffer::new(&self.ctx, header(FLAG_DATA, data.len() as u64)).map_err(gl)?);
-        let body = if data.is_empty() || send_to.is_empty() {
+        let inline = self.inline;
+        let place = HEADER + inline;
+        let mut first = header(FLAG_DATA, data.len() as u64);
+        if data.len() <= inline {
+            first.extend_from_slice(data);
+        }
+        let first_len = first.len();
+        let hdr = sends.add(Buffer::new(&self.ctx, first).map_err(gl)?);
+        let body = if data.len() <= inline || send_to.is_empty() {
             None
         } else {
             Some(sends.add(Buffer::new(&self.ctx, data.to_vec()).map_err(gl)?))
         };
         let at = |p: u32| move |e: GlooError| Fail::Gloo(e, vec![p]);
         for &p in send_to {
-            sends.get(hdr).send(p, hslot, 0, HEADER).map_err(at(p))?;
+            sends.get(hdr).send(p, hslot, 0, first_len).map_err(at(p))?;
             if let Some(b) = body {
                 sends.get(b).send(p, dslot, 0, data.len()).map_err(at(p))?;
             }
         }
-        // Receive every header into the inbox, one 16-byte place per rank.
-        // The inbox also holds a standing receive on every pair, so a pair
-        // that breaks wakes this wait even after its header has arrived.
-        inbox.bytes_mut().fill(0);
+        // Receive every header message into the inbox, one place of
+        // `16 + inline` bytes per rank (Gloo takes a shorter message into a
+        // longer receive). The inbox also holds a standing receive on every
+        // pair, so a pair that breaks wakes this wait even after its header
+        // has arrived. Only the headers need clearing: a place's magic says
+        // whether its message came.
+        for &p in recv_from {
+            let at = p as usize * place;
+            inbox.bytes_mut()[at..at + HEADER].fill(0);
+        }
         for &p in recv_from {
             inbox
-                .recv(p, hslot, p as usize * HEADER, HEADER)
+                .recv(p, hslot, p as usize * place, place)
                 .map_err(at(p))?;
         }
         for _ in recv_from {
@@ -734,7 +772,7 @@ impl GlooTransport {
         let mut shut = Vec::new();
         let mut failed = Vec::new();
         for &p in recv_from {
-            let at = p as usize * HEADER;
+            let at = p as usize * place;
             match parse_header(&inbox.bytes()[at..at + HEADER]) {
                 Some((FLAG_SHUTDOWN, _)) => shut.push((p, PeerLoss::Shutdown)),
                 Some((FLAG_ABORT, _)) => shut.push((p, PeerLoss::Aborted)),
@@ -760,11 +798,11 @@ impl GlooTransport {
         if !shut.is_empty() {
             return Err(Fail::Core(Error::peer_lost(shut, "")));
         }
-        // Receive the data.
+        // Receive the data that did not come inline.
         let mut incoming: Vec<(u32, usize)> = Vec::new();
         for &p in recv_from {
             let len = lens[p as usize];
-            if len == 0 {
+            if len <= inline {
                 continue;
             }
             let b = pool.add(Buffer::new(&self.ctx, vec![0u8; len]).map_err(gl)?);
@@ -790,6 +828,13 @@ impl GlooTransport {
             self.reap(sends, send_to.to_vec(), deadline)?;
         }
         let mut out = vec![Vec::new(); n];
+        for &p in recv_from {
+            let len = lens[p as usize];
+            if len <= inline {
+                let at = p as usize * place + HEADER;
+                out[p as usize] = inbox.bytes()[at..at + len].to_vec();
+            }
+        }
         for (p, b) in incoming {
             // The transfer into this memory has completed; moving the Vec
             // keeps its heap allocation where Gloo wrote it.
