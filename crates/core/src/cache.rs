@@ -392,9 +392,10 @@ impl<A> CompileCache<A> {
         let mut hit = self.lookup(inputs);
         if self.options.guard_collectives && !self.frames.is_empty() {
             if let Some(ch) = channel.as_deref_mut() {
+                let mine = AnyVote(hit.is_none());
                 let vote = ch.exchange_with(
                     &self.key,
-                    &AnyVote(hit.is_none()),
+                    &mine,
                     &crate::ExchangeOptions::default().with_config(&config),
                 )?;
                 if vote.any() {

@@ -76,10 +76,12 @@ fn groups(err: &Error) -> Vec<(Vec<u32>, String)> {
 #[test]
 fn votes_join_every_ranks_value() {
     let out = ranks(4, |rank, mut ch| {
-        let any = ch.exchange("v", &AnyVote(rank == 2)).unwrap();
-        let all = ch.exchange("v", &AllVote(rank != 3)).unwrap();
-        let max = ch.exchange("v", &Max(i64::from(rank) * 10 - 7)).unwrap();
-        let min = ch.exchange("v", &Min(i64::from(rank) * 10 - 7)).unwrap();
+        let (yes, no) = (AnyVote(rank == 2), AllVote(rank != 3));
+        let (hi, lo) = (Max(i64::from(rank) * 10 - 7), Min(i64::from(rank) * 10 - 7));
+        let any = ch.exchange("v", &yes).unwrap();
+        let all = ch.exchange("v", &no).unwrap();
+        let max = ch.exchange("v", &hi).unwrap();
+        let min = ch.exchange("v", &lo).unwrap();
         let all_yes = ch.exchange("v", &AllVote(true)).unwrap();
         (
             any.any(),

@@ -81,11 +81,11 @@ fn every_exchange_has_a_span_and_an_event_with_its_figures() {
         assert_eq!(f["kind"], "\"shape.frame_state\"");
     }
     for (_, f) in events {
-        // Identical envelopes: the fast path, one 32-byte digest each way.
+        // Identical envelopes: the fast path, one 4096-byte slot each way.
         assert_eq!(f["fast_path"], "true");
         assert_eq!(f["outcome"], "\"ok\"");
-        assert_eq!(f["bytes_sent"], "32");
-        assert_eq!(f["bytes_received"], "64");
+        assert_eq!(f["bytes_sent"], "4096");
+        assert_eq!(f["bytes_received"], "8192");
         assert!(f["duration_us"].parse::<u64>().is_ok(), "{f:?}");
     }
 }

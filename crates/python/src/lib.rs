@@ -257,8 +257,9 @@ impl CompileChannel {
     /// A guard vote under `key`: returns whether every rank's guards hit
     /// (`hit` is this rank's). Errors as `exchange_local_state`.
     fn vote_all_hit(&self, py: Python<'_>, key: &str, hit: bool) -> PyResult<bool> {
-        let gathered = self.with_channel(py, |c| c.exchange(key, &AnyVote(!hit)))?;
-        Ok(!gathered.merged().0)
+        let miss = AnyVote(!hit);
+        let any_miss = self.with_channel(py, |c| c.exchange(key, &miss).map(|g| g.merged().0))?;
+        Ok(!any_miss)
     }
 
     /// Checks that every rank passed the same `config` text under `key`;

@@ -707,10 +707,10 @@ fn exchange_identical_fast_path(ctx: &Ctx) -> Result<(), String> {
 }
 
 /// One exchange of `local` under key `step` with configuration `cfg`.
-fn exchange_with_cfg(
+fn exchange_with_cfg<'a>(
     ch: &mut Channel,
-    local: &FrameState,
-) -> Result<compiler_collectives_core::Gathered<FrameState>, String> {
+    local: &'a FrameState,
+) -> Result<compiler_collectives_core::Gathered<'a, FrameState>, String> {
     ch.exchange_with(
         "step",
         local,
@@ -861,17 +861,21 @@ fn config_disagreement(ctx: &Ctx) -> Result<(), String> {
     expect_groups(&err, &[(&[0], "force_static"), (&others, "overrides={}")])
 }
 
-/// The last rank plays a peer of another wire version: it sends a digest
-/// message of version 99 by hand. Every other rank gets the
+/// The last rank plays a peer of a later wire version: it sends a first
+/// round of the slot's size by hand, magic and version 99 in front (the
+/// layout every version keeps). Every other rank gets the
 /// version-mismatch error naming it; then every rank all_gathers what it
 /// concluded, and the v99 rank checks what its peers reported: each a
-/// `version_mismatch` with the v1 ranks and itself as v99.
+/// `version_mismatch` with this build's ranks and itself as v99.
 fn version_mismatch_named(ctx: &Ctx) -> Result<(), String> {
     let odd = ctx.world() - 1;
     let others: Vec<u32> = (0..odd).collect();
-    let want = [(&others[..], "v1"), (&[odd][..], "v99")];
+    let ours = format!("v{}", envelope::WIRE_VERSION);
+    let want = [(&others[..], ours.as_str()), (&[odd][..], "v99")];
     let report = if ctx.rank() == odd {
-        let msg = envelope::encode_digest_msg(99, 0, &[0u8; 16]);
+        let mut msg = vec![0u8; envelope::DEFAULT_SLOT_BYTES];
+        msg[..4].copy_from_slice(&envelope::MAGIC);
+        msg[4..6].copy_from_slice(&99u16.to_le_bytes());
         ctx.transport
             .all_gather_fixed(&msg, ctx.deadline())
             .map_err(|e| e.to_string())?;
@@ -895,7 +899,7 @@ fn version_mismatch_named(ctx: &Ctx) -> Result<(), String> {
     if ctx.rank() != odd {
         return Ok(());
     }
-    let expected = format!("version_mismatch {others:?}=v1; [{odd}]=v99");
+    let expected = format!("version_mismatch {others:?}={ours}; [{odd}]=v99");
     for (r, text) in (0u32..).zip(&reports[..odd as usize]) {
         let text = String::from_utf8_lossy(text);
         ensure(text == expected, || {
@@ -906,7 +910,7 @@ fn version_mismatch_named(ctx: &Ctx) -> Result<(), String> {
 }
 
 /// An error's kind and rank groups, as one line a peer can compare:
-/// `version_mismatch [0, 1]=v1; [2]=v99`.
+/// `version_mismatch [0, 1]=v2; [2]=v99`.
 fn report_of(err: &Error) -> String {
     let groups = match err {
         Error::Desync { groups }
@@ -936,13 +940,13 @@ fn corrupt_payload_named(ctx: &Ctx) -> Result<(), String> {
         let bytes = env
             .encode(&envelope::Limits::default())
             .map_err(|e| e.to_string())?;
-        let digest =
-            envelope::encode_digest_msg(envelope::WIRE_VERSION, 0, &envelope::digest(&bytes));
+        // The flat exchange's one round: this envelope inline in its slot.
+        let mut slot = vec![0u8; envelope::DEFAULT_SLOT_BYTES];
+        let len = u32::try_from(bytes.len()).map_err(|e| e.to_string())?;
+        envelope::write_slot_header(&mut slot, 0, &envelope::digest(&bytes), len);
+        slot[envelope::SLOT_HEADER_LEN..][..bytes.len()].copy_from_slice(&bytes);
         ctx.transport
-            .all_gather_fixed(&digest, ctx.deadline())
-            .map_err(|e| e.to_string())?;
-        ctx.transport
-            .all_gather(&bytes, 1 << 20, ctx.deadline())
+            .all_gather_fixed(&slot, ctx.deadline())
             .map_err(|e| e.to_string())?;
         return Ok(());
     }
@@ -993,7 +997,8 @@ fn version_mismatch_full_path(ctx: &Ctx) -> Result<(), String> {
     ensure(matches!(err, Error::VersionMismatch { .. }), || {
         format!("{err}")
     })?;
-    expect_groups(&err, &[(&others, "v1"), (&[odd], "v99")])
+    let ours = format!("v{}", envelope::WIRE_VERSION);
+    expect_groups(&err, &[(&others, ours.as_str()), (&[odd], "v99")])
 }
 
 /// A frame state whose encoder is broken: it sends bytes that no
@@ -1038,7 +1043,8 @@ fn corrupt_payload_every_rank(ctx: &Ctx) -> Result<(), String> {
         Err(e @ Error::Decode { rank: Some(r), .. }) if r == odd => {
             let text = e.to_string();
             ensure(text.contains(&format!("rank {odd}")), || text.clone())?;
-            let next = ch.exchange("f", &state(4));
+            let four = state(4);
+            let next = ch.exchange("f", &four);
             ensure(matches!(next, Err(Error::ChannelUnusable { .. })), || {
                 format!("after a decode error: {next:?}")
             })
@@ -1061,14 +1067,13 @@ fn slow_rank_within_deadline(ctx: &Ctx) -> Result<(), String> {
         std::thread::sleep(delay);
     }
     let start = Instant::now();
-    let g = ch
-        .exchange("f", &state(4 + u64::from(ctx.rank())))
-        .map_err(|e| {
-            format!(
-                "a rank {delay:?} late inside a {:?} deadline: {e}",
-                ctx.short_timeout
-            )
-        })?;
+    let mine = state(4 + u64::from(ctx.rank()));
+    let g = ch.exchange("f", &mine).map_err(|e| {
+        format!(
+            "a rank {delay:?} late inside a {:?} deadline: {e}",
+            ctx.short_timeout
+        )
+    })?;
     let took = start.elapsed();
     ensure(g.merged().get("x").size.to_string() == "(Dyn,10)", || {
         format!("x = {}", g.merged().get("x"))
@@ -1306,10 +1311,11 @@ fn tree_exchange_matches_flat(ctx: &Ctx) -> Result<(), String> {
         ensure(g.merged().get("x").size.to_string() == "(Dyn,10)", || {
             format!("{what}: merged {:?}", g.merged())
         })?;
+        let eight = state(8);
         let same = ch
             .exchange_with(
                 "step",
-                &state(8),
+                &eight,
                 &compiler_collectives_core::ExchangeOptions::default().with_config("cfg"),
             )
             .map_err(|e| format!("{what}: {e}"))?;

@@ -198,11 +198,9 @@ pub fn count_files(dir: &std::path::Path) -> usize {
 pub fn soak_exchange(ch: &mut Channel, i: u64) -> Result<(), String> {
     let rank = u64::from(ch.rank());
     if i % 4 == 0 {
+        let vote = compiler_collectives_core::decisions::votes::AnyVote(rank == 0);
         let g = ch
-            .exchange(
-                "soak_vote",
-                &compiler_collectives_core::decisions::votes::AnyVote(rank == 0),
-            )
+            .exchange("soak_vote", &vote)
             .map_err(|e| format!("exchange {i}: {e}"))?;
         return if g.any() {
             Ok(())

@@ -92,7 +92,7 @@ impl Join for Min {
     }
 }
 
-impl Gathered<AnyVote> {
+impl Gathered<'_, AnyVote> {
     /// Whether any rank voted yes: the vote's outcome, the same on every
     /// rank.
     pub fn any(&self) -> bool {
@@ -100,7 +100,7 @@ impl Gathered<AnyVote> {
     }
 }
 
-impl Gathered<AllVote> {
+impl Gathered<'_, AllVote> {
     /// Whether every rank voted yes: the vote's outcome, the same on every
     /// rank.
     pub fn all(&self) -> bool {

@@ -1,22 +1,31 @@
 //! The exchange protocol: one [`Channel`] per communicator, one
 //! [`Channel::exchange`] per decision point.
 //!
-//! An exchange:
+//! An exchange (flat; the tree of [`crate::protocol::tree`] has its own
+//! rounds and the same checks):
 //! 1. encodes this rank's value as an [`Envelope`] (version, sequence number,
-//!    compile key, decision kind, configuration, payload);
-//! 2. fast path: gathers one fixed-size 32-byte digest message from every
-//!    rank; if every digest equals this rank's, every envelope is identical
-//!    and the result is this rank's own value (joins are idempotent);
-//! 3. otherwise gathers the envelopes, checks version, sequence number,
-//!    compile key and kind (→ [`Error::Desync`] grouping the ranks), then the
-//!    configuration (→ [`Error::Disagreement`]), decodes every payload
-//!    (→ [`Error::Decode`] naming the rank) and joins them in rank order.
+//!    compile key, decision kind, configuration, payload), written once into
+//!    a buffer the channel keeps;
+//! 2. gathers one fixed-size slot from every rank
+//!    ([`ChannelOptions::slot_bytes`], default 4096 bytes): the envelope's
+//!    digest and, when it fits, the envelope itself. If every slot equals
+//!    this rank's, every envelope is identical and the result is this rank's
+//!    own value (joins are idempotent): the fast path. If every envelope came
+//!    inline, that one round is the whole exchange; otherwise a second round
+//!    gathers the envelopes that did not fit;
+//! 3. checks version, sequence number, compile key and kind
+//!    (→ [`Error::Desync`] grouping the ranks), then the configuration
+//!    (→ [`Error::Disagreement`]), and joins every rank's payload in rank
+//!    order straight from the received bytes ([`Join::join_encoded`]; a
+//!    payload that does not decode → [`Error::Decode`] naming the rank).
 //!
 //! Every rank sees the same gathered bytes and so takes the same branch and
 //! returns the same result or the same error. Exchanges pair by sequence
 //! number: the `k`-th exchange of each rank meets the `k`-th of every other,
 //! whatever compile key each rank passes (the key is checked, not used to
-//! pair).
+//! pair). Every rank must use the same slot size (it sets the first round's
+//! size); with the fast path off, an exchange is one variable-length
+//! all_gather of the envelopes instead.
 //!
 //! Deadlines: [`DEFAULT_TIMEOUT`] (300 s), replaced by
 //! [`ChannelOptions::timeout`] (which [`ChannelOptions::from_env`] takes from
@@ -30,9 +39,14 @@
 
 use crate::error::{Error, ExchangeInfo, Result};
 use crate::protocol::checks::Census;
-use crate::protocol::envelope::{self, Envelope, Limits, DIGEST_MSG_LEN, WIRE_VERSION};
-use crate::protocol::join::Join;
+use crate::protocol::envelope::{
+    self, Envelope, EnvelopeRef, Limits, DEFAULT_SLOT_BYTES, MAX_SLOT_BYTES, MIN_SLOT_BYTES,
+    NOT_INLINE, SLOT_HEADER_LEN, WIRE_VERSION,
+};
+use crate::protocol::join::{encode_payload_into, Join};
 use crate::transport::{Deadline, Transport};
+use crate::DecodeError;
+use std::cell::OnceCell;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -101,6 +115,17 @@ pub struct ChannelOptions {
     /// Same decisions and errors as the flat exchange; O(payload · log N)
     /// bytes received per rank.
     pub hierarchical_from: u32,
+    /// Size of the flat exchange's first round, in bytes (default
+    /// [`DEFAULT_SLOT_BYTES`], 4096; from [`MIN_SLOT_BYTES`] to
+    /// [`MAX_SLOT_BYTES`]): every rank sends exactly this much, its
+    /// envelope's digest and, when the envelope fits in the rest (slot − 40
+    /// bytes), the envelope, so that small states take one collective round.
+    /// Configuration every rank must share: ranks with different slot sizes
+    /// fail their first exchange (the engine's fixed-size gather refuses
+    /// contributions of another size: a decode error naming the rank on
+    /// Gloo and in-process; the engine's error or the deadline on c10d and
+    /// NCCL).
+    pub slot_bytes: usize,
 }
 
 impl Default for ChannelOptions {
@@ -111,6 +136,7 @@ impl Default for ChannelOptions {
             fast_path: true,
             trace_dir: None,
             hierarchical_from: crate::protocol::tree::DEFAULT_HIERARCHICAL_FROM,
+            slot_bytes: DEFAULT_SLOT_BYTES,
         }
     }
 }
@@ -167,14 +193,24 @@ impl ChannelOptions {
         self.hierarchical_from = world_size;
         self
     }
+
+    /// Sets the slot size of the flat exchange's first round, in bytes
+    /// (see [`slot_bytes`](Self::slot_bytes); checked by
+    /// [`Channel::with_options`]).
+    #[must_use]
+    pub fn with_slot_bytes(mut self, bytes: usize) -> Self {
+        self.slot_bytes = bytes;
+        self
+    }
 }
 
 /// How a channel's exchanges run ([`Channel::topology`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Topology {
-    /// Flat: one all_gather of fixed-size digests, then one of the
-    /// envelopes when they differ; every rank receives every envelope.
+    /// Flat: one all_gather of fixed-size slots (digest and, when it fits,
+    /// the envelope), then one of the envelopes that did not fit; every rank
+    /// receives every envelope.
     Flat(FlatReason),
     /// The binomial tree of [`crate::protocol::tree`] over point-to-point messages:
     /// O(payload · log N) bytes received per rank.
@@ -249,31 +285,54 @@ impl ExchangeOptions {
     }
 }
 
-/// The result of one exchange.
+/// The result of one exchange. It borrows the value passed in: when every
+/// rank sent the same (the fast path, or a world of one), the join is that
+/// value itself, not a copy ([`Gathered::into_merged`] copies it then).
 #[derive(Clone, Debug)]
-pub struct Gathered<J> {
-    merged: J,
-    per_rank: Option<Vec<J>>,
+pub struct Gathered<'a, J> {
+    merged: Merged<'a, J>,
+    per_rank: Option<PerRank<J>>,
     seq: u64,
     fast: bool,
 }
 
-impl<J> Gathered<J> {
+/// The join: this rank's own value, or one built from every rank's.
+#[derive(Clone, Debug)]
+enum Merged<'a, J> {
+    Local(&'a J),
+    Joined(J),
+}
+
+/// Every rank's payload, decoded on first use ([`Gathered::per_rank`]).
+#[derive(Clone, Debug)]
+struct PerRank<J> {
+    kind: &'static str,
+    /// The payloads, one after another.
+    payloads: Vec<u8>,
+    /// Where each rank's payload ends in `payloads`.
+    ends: Vec<usize>,
+    values: OnceCell<Option<Vec<J>>>,
+}
+
+impl<J> Gathered<'_, J> {
     /// The join of every rank's value (the same on every rank).
     pub fn merged(&self) -> &J {
-        &self.merged
+        match &self.merged {
+            Merged::Local(v) => v,
+            Merged::Joined(v) => v,
+        }
     }
 
-    /// Consumes the result, returning the join.
-    pub fn into_merged(self) -> J {
-        self.merged
-    }
-
-    /// Every rank's value, index = rank; `None` when the fast path showed
-    /// that every rank sent exactly what this rank sent, or when the
-    /// hierarchical exchange ran (it moves joins, not every value).
-    pub fn per_rank(&self) -> Option<&[J]> {
-        self.per_rank.as_deref()
+    /// Consumes the result, returning the join (a copy of the value passed
+    /// in when every rank sent the same).
+    pub fn into_merged(self) -> J
+    where
+        J: Clone,
+    {
+        match self.merged {
+            Merged::Local(v) => v.clone(),
+            Merged::Joined(v) => v,
+        }
     }
 
     /// Whether the digest fast path applied (all envelopes identical).
@@ -286,6 +345,40 @@ impl<J> Gathered<J> {
         self.seq
     }
 }
+
+impl<J: Join> Gathered<'_, J> {
+    /// Every rank's value, index = rank; `None` when the fast path showed
+    /// that every rank sent exactly what this rank sent, or when the
+    /// hierarchical exchange ran (it moves joins, not every value).
+    ///
+    /// Decoded from the received payloads on the first call (the exchange
+    /// itself joins them without building each rank's value); the exchange
+    /// already decoded each of them strictly, so this succeeds.
+    pub fn per_rank(&self) -> Option<&[J]> {
+        let p = self.per_rank.as_ref()?;
+        p.values
+            .get_or_init(|| {
+                let mut start = 0;
+                let mut out = Vec::with_capacity(p.ends.len());
+                for &end in &p.ends {
+                    match envelope::decode_payload::<J>(p.kind, &p.payloads[start..end]) {
+                        Ok(v) => out.push(v),
+                        Err(e) => {
+                            tracing::error!(error = %e, "a payload the exchange accepted did not decode again");
+                            return None;
+                        }
+                    }
+                    start = end;
+                }
+                Some(out)
+            })
+            .as_deref()
+    }
+}
+
+/// What the flat exchange returns: the join, each rank's payloads, whether
+/// the fast path applied.
+type Flat<'a, J> = (Merged<'a, J>, Option<PerRank<J>>, bool);
 
 /// One rank's handle on one exchange channel.
 ///
@@ -304,6 +397,11 @@ pub struct Channel {
     /// The first fatal error's kind and message.
     failed: Option<(&'static str, String)>,
     trace: Option<crate::protocol::trace::TraceFile>,
+    /// [`ChannelOptions::slot_bytes`].
+    slot_bytes: usize,
+    /// This rank's slot: the header, then its envelope (kept between
+    /// exchanges so that encoding allocates nothing once it is large enough).
+    buf: Vec<u8>,
 }
 
 impl Channel {
@@ -321,9 +419,16 @@ impl Channel {
     /// environment variable: see [`ChannelOptions::from_env`]).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] if the trace file cannot be created.
+    /// [`Error::InvalidArgument`] if the trace file cannot be created or the
+    /// slot size is out of range.
     pub fn with_options(transport: Arc<dyn Transport>, options: ChannelOptions) -> Result<Self> {
         let timeout = options.timeout.unwrap_or(DEFAULT_TIMEOUT);
+        if !(MIN_SLOT_BYTES..=MAX_SLOT_BYTES).contains(&options.slot_bytes) {
+            return Err(Error::InvalidArgument(format!(
+                "slot size {} bytes: must be from {MIN_SLOT_BYTES} to {MAX_SLOT_BYTES}",
+                options.slot_bytes
+            )));
+        }
         let trace = crate::protocol::trace::TraceFile::for_channel(
             options.trace_dir.as_deref(),
             transport.rank(),
@@ -353,6 +458,8 @@ impl Channel {
             last_completed: None,
             failed: None,
             trace,
+            slot_bytes: options.slot_bytes,
+            buf: Vec::new(),
         })
     }
 
@@ -404,9 +511,12 @@ impl Channel {
     /// decision travels in [`ExchangeOptions::config`]
     /// ([`Channel::exchange_with`]).
     ///
-    /// Cost: one all_gather of 32 bytes per rank when every rank's envelope
-    /// is identical; otherwise that plus one variable-length all_gather of
-    /// the envelopes. A world of one issues nothing.
+    /// Cost: one all_gather of [`ChannelOptions::slot_bytes`] (4096) bytes
+    /// per rank when every rank's envelope is identical or every envelope
+    /// fits its slot; otherwise that plus one variable-length all_gather of
+    /// the envelopes that did not fit. A world of one issues nothing. No
+    /// copy of `local` is made unless it is needed (a join that differs
+    /// from it, or [`Gathered::into_merged`] of a fast-path result).
     ///
     /// # Errors
     /// - [`Error::InvalidArgument`] (not fatal) if `key` or `config` exceed the limits;
@@ -416,7 +526,7 @@ impl Channel {
     /// - [`Error::Desync`], [`Error::VersionMismatch`], [`Error::Disagreement`],
     ///   [`Error::Decode`] — the same on every rank;
     /// - [`Error::ChannelUnusable`] after an earlier fatal error.
-    pub fn exchange<J: Join>(&mut self, key: &str, local: &J) -> Result<Gathered<J>> {
+    pub fn exchange<'a, J: Join>(&mut self, key: &str, local: &'a J) -> Result<Gathered<'a, J>> {
         self.exchange_with(key, local, &ExchangeOptions::default())
     }
 
@@ -424,57 +534,67 @@ impl Channel {
     ///
     /// # Errors
     /// As [`Channel::exchange`].
-    pub fn exchange_with<J: Join>(
+    pub fn exchange_with<'a, J: Join>(
         &mut self,
         key: &str,
-        local: &J,
+        local: &'a J,
         options: &ExchangeOptions,
-    ) -> Result<Gathered<J>> {
+    ) -> Result<Gathered<'a, J>> {
         let config = options.config.as_str();
         if let Some((first, cause)) = &self.failed {
             return Err(Error::unusable(first, cause.clone()));
         }
-        let payload = postcard::to_allocvec(local).map_err(|e| {
-            Error::InvalidArgument(format!("cannot encode the value of kind {}: {e}", J::KIND))
+        let seq = self.seq;
+        // This rank's slot: a header, then the envelope, encoded in place.
+        self.buf.clear();
+        self.buf.resize(SLOT_HEADER_LEN, 0);
+        let env_len = envelope::encode_into(
+            &mut self.buf,
+            seq,
+            J::KIND,
+            key,
+            config,
+            &self.limits,
+            |out| encode_payload_into(local, out),
+        )
+        .map_err(|e| match e {
+            DecodeError::Invalid {
+                field: "payload",
+                detail,
+            } => Error::InvalidArgument(detail),
+            other => Error::InvalidArgument(format!("this rank's own envelope: {other}")),
         })?;
-        let env = Envelope {
-            version: WIRE_VERSION,
-            seq: self.seq,
-            kind: J::KIND.to_owned(),
-            key: key.to_owned(),
-            config: config.to_owned(),
-            payload,
-        };
-        let encoded = env
-            .encode(&self.limits)
-            .map_err(|e| Error::InvalidArgument(format!("this rank's own envelope: {e}")))?;
         let start = std::time::Instant::now();
         let deadline = Deadline::after(options.timeout.unwrap_or(self.timeout));
-        let seq = self.seq;
         let _span = tracing::debug_span!("exchange", seq, key, kind = J::KIND).entered();
         let mut traffic = crate::protocol::trace::Traffic::default();
         let outcome = if self.topology == Topology::Tree {
-            crate::protocol::tree::exchange(
-                &*self.transport,
-                &env,
-                &encoded,
-                local,
-                &self.limits,
-                self.fast_path,
-                deadline,
-                &mut traffic,
-            )
-            .map(|(merged, fast)| (merged, None, fast))
-        } else {
-            self.run::<J>(&env, &encoded, deadline, &mut traffic)
-                .map(|per_rank| {
-                    let merged = match &per_rank {
-                        None => local.clone(),
-                        Some(values) => join_all(values),
+            let encoded = &self.buf[SLOT_HEADER_LEN..];
+            EnvelopeRef::decode(encoded, &self.limits)
+                .map_err(|e| Error::InvalidArgument(format!("this rank's own envelope: {e}")))
+                .and_then(|own| {
+                    let env = Envelope {
+                        version: own.version,
+                        seq: own.seq,
+                        kind: own.kind.to_owned(),
+                        key: own.key.to_owned(),
+                        config: own.config.to_owned(),
+                        payload: own.payload.to_vec(),
                     };
-                    let fast = per_rank.is_none();
-                    (merged, per_rank, fast)
+                    crate::protocol::tree::exchange(
+                        &*self.transport,
+                        &env,
+                        encoded,
+                        local,
+                        &self.limits,
+                        self.fast_path,
+                        deadline,
+                        &mut traffic,
+                    )
                 })
+                .map(|(merged, fast)| (Merged::Joined(merged), None, fast))
+        } else {
+            self.run::<J>(local, deadline, &mut traffic)
         };
         let result = match outcome {
             Ok((merged, per_rank, fast)) => {
@@ -505,9 +625,13 @@ impl Channel {
         };
         let (rank, world_size) = (self.rank(), self.world_size());
         let elapsed = start.elapsed();
+        let own = self
+            .buf
+            .get(SLOT_HEADER_LEN..SLOT_HEADER_LEN + env_len)
+            .and_then(|b| EnvelopeRef::decode(b, &self.limits).ok());
         crate::protocol::trace::finish(
             self.trace.as_mut(),
-            &env,
+            own,
             rank,
             world_size,
             traffic,
@@ -517,82 +641,105 @@ impl Channel {
         result
     }
 
-    fn run<J: Join>(
-        &self,
-        env: &Envelope,
-        encoded: &[u8],
+    /// The flat exchange of the envelope in `self.buf` (after its slot
+    /// header): see the module docs.
+    fn run<'a, J: Join>(
+        &mut self,
+        local: &'a J,
         deadline: Deadline,
         traffic: &mut crate::protocol::trace::Traffic,
-    ) -> Result<Option<Vec<J>>> {
+    ) -> Result<Flat<'a, J>> {
         let t = &*self.transport;
         if t.world_size() == 1 {
-            return Ok(None);
+            return Ok((Merged::Local(local), None, true));
         }
-        if self.fast_path {
-            let mine =
-                envelope::encode_digest_msg(WIRE_VERSION, env.seq, &envelope::digest(encoded));
-            let all = t.all_gather_fixed(&mine, deadline)?;
-            traffic.add(mine.len(), all.len());
-            let mut same = true;
-            let mut versions = Census::default();
-            for (rank, chunk) in (0u32..).zip(all.chunks(DIGEST_MSG_LEN)) {
-                let msg = envelope::decode_digest_msg(chunk).map_err(|reason| Error::Decode {
-                    rank: Some(rank),
-                    reason,
-                })?;
-                versions.version(rank, msg.version);
-                same &= msg.version == WIRE_VERSION && chunk == mine.as_slice();
-            }
-            versions.verdict(None)?;
-            if same {
-                return Ok(None);
-            }
+        let max = self.limits.max_message_bytes;
+        if !self.fast_path {
+            let mine = &self.buf[SLOT_HEADER_LEN..];
+            let all = t.all_gather(mine, max, deadline)?;
+            traffic.add(mine.len(), all.iter().map(Vec::len).sum());
+            let envs: Vec<&[u8]> = all.iter().map(Vec::as_slice).collect();
+            return join_envelopes::<J>(&envs, &self.limits)
+                .map(|(merged, per_rank)| (Merged::Joined(merged), Some(per_rank), false));
         }
-        let all = t.all_gather(encoded, self.limits.max_message_bytes, deadline)?;
-        traffic.add(encoded.len(), all.iter().map(Vec::len).sum());
-        // The checks and their order are the tree's too (`checks`).
-        let mut census = Census::default();
-        let mut failure = None;
-        let mut envs = Vec::with_capacity(all.len());
-        for (rank, bytes) in (0u32..).zip(&all) {
-            let decoded = envelope::peek_header(bytes).and_then(|(version, _)| {
-                census.version(rank, version);
-                if version == WIRE_VERSION {
-                    Envelope::decode(bytes, &self.limits).map(Some)
-                } else {
-                    Ok(None)
-                }
+        let slot = self.slot_bytes;
+        let env_len = self.buf.len() - SLOT_HEADER_LEN;
+        let seq = self.seq;
+        let digest = envelope::digest(&self.buf[SLOT_HEADER_LEN..]);
+        let fits = env_len <= slot - SLOT_HEADER_LEN;
+        let spilled: Vec<u8>;
+        let mine: &[u8] = if fits {
+            let inline_len = u32::try_from(env_len).unwrap_or(NOT_INLINE);
+            envelope::write_slot_header(&mut self.buf, seq, &digest, inline_len);
+            self.buf.resize(slot, 0);
+            &self.buf
+        } else {
+            let mut s = vec![0u8; slot];
+            envelope::write_slot_header(&mut s, seq, &digest, NOT_INLINE);
+            spilled = s;
+            &spilled
+        };
+        let all = t.all_gather_fixed(mine, deadline)?;
+        traffic.add(mine.len(), all.len());
+        let world = t.world_size() as usize;
+        if all.len() != slot * world {
+            return Err(Error::Decode {
+                rank: None,
+                reason: DecodeError::Invalid {
+                    field: "gathered slots",
+                    detail: format!("{} bytes, want {world} × {slot}", all.len()),
+                },
             });
-            match decoded {
-                Ok(Some(env)) => {
-                    census.envelope(rank, &env);
-                    envs.push(env);
-                }
-                Ok(None) => {}
-                Err(reason) => {
-                    failure.get_or_insert(Error::Decode {
-                        rank: Some(rank),
-                        reason,
-                    });
+        }
+        let mut same = true;
+        let mut every_inline = true;
+        let mut versions = Census::default();
+        let mut inline: Vec<Option<&[u8]>> = Vec::with_capacity(world);
+        for (rank, chunk) in (0u32..).zip(all.chunks_exact(slot)) {
+            let msg = envelope::decode_slot(chunk).map_err(|reason| Error::Decode {
+                rank: Some(rank),
+                reason,
+            })?;
+            versions.version(rank, msg.version);
+            same &= msg.version == WIRE_VERSION && chunk == mine;
+            every_inline &= msg.inline.is_some();
+            inline.push(msg.inline);
+        }
+        versions.verdict(None)?;
+        if same {
+            return Ok((Merged::Local(local), None, true));
+        }
+        let second;
+        let envs: Vec<&[u8]> = if every_inline {
+            inline.iter().map(|e| e.unwrap_or_default()).collect()
+        } else {
+            let own: &[u8] = if fits {
+                &[]
+            } else {
+                &self.buf[SLOT_HEADER_LEN..]
+            };
+            second = t.all_gather(own, max, deadline)?;
+            traffic.add(own.len(), second.iter().map(Vec::len).sum());
+            let mut envs = Vec::with_capacity(world);
+            for (rank, (first, rest)) in (0u32..).zip(inline.iter().zip(&second)) {
+                match first {
+                    Some(e) if rest.is_empty() => envs.push(*e),
+                    None => envs.push(rest.as_slice()),
+                    Some(_) => {
+                        return Err(Error::Decode {
+                            rank: Some(rank),
+                            reason: DecodeError::Invalid {
+                                field: "second round",
+                                detail: "an envelope after one that came inline".into(),
+                            },
+                        })
+                    }
                 }
             }
-        }
-        drop(all);
-        census.verdict(failure)?;
-        // Every payload is decoded from the gathered bytes, this rank's too,
-        // so a rank whose own bytes do not decode fails like its peers.
-        let mut values = Vec::with_capacity(envs.len());
-        for (rank, e) in (0u32..).zip(&envs) {
-            values.push(
-                envelope::decode_payload::<J>(&e.kind, &e.payload).map_err(|reason| {
-                    Error::Decode {
-                        rank: Some(rank),
-                        reason,
-                    }
-                })?,
-            );
-        }
-        Ok(Some(values))
+            envs
+        };
+        join_envelopes::<J>(&envs, &self.limits)
+            .map(|(merged, per_rank)| (Merged::Joined(merged), Some(per_rank), false))
     }
 
     /// Shuts the channel down cleanly: peers waiting for this rank fail at
@@ -629,12 +776,69 @@ impl Channel {
     }
 }
 
-/// Joins values in rank order (any order gives the same result).
-fn join_all<J: Join>(values: &[J]) -> J {
-    let mut it = values.iter();
-    let mut acc = it.next().cloned().expect("world_size >= 1");
-    for v in it {
-        acc.join(v);
+/// Checks every rank's envelope (the order and errors of `checks`), then
+/// joins the payloads in rank order straight from the bytes: rank 0's is
+/// decoded, every later one joined with [`Join::join_encoded`]. Every
+/// payload is read from the gathered bytes, this rank's too, so a rank whose
+/// own bytes do not decode fails like its peers.
+fn join_envelopes<J: Join>(envs: &[&[u8]], limits: &Limits) -> Result<(J, PerRank<J>)> {
+    let mut census = Census::default();
+    let mut failure = None;
+    let mut refs = Vec::with_capacity(envs.len());
+    for (rank, bytes) in (0u32..).zip(envs) {
+        let decoded = envelope::peek_header(bytes).and_then(|(version, _)| {
+            census.version(rank, version);
+            if version == WIRE_VERSION {
+                EnvelopeRef::decode(bytes, limits).map(Some)
+            } else {
+                Ok(None)
+            }
+        });
+        match decoded {
+            Ok(Some(env)) => {
+                census.envelope_ref(rank, env);
+                refs.push(env);
+            }
+            Ok(None) => {}
+            Err(reason) => {
+                failure.get_or_insert(Error::Decode {
+                    rank: Some(rank),
+                    reason,
+                });
+            }
+        }
     }
-    acc
+    census.verdict(failure)?;
+    let named = |rank: u32| {
+        move |reason| Error::Decode {
+            rank: Some(rank),
+            reason,
+        }
+    };
+    let (first, rest) = refs.split_first().ok_or_else(|| Error::Decode {
+        rank: None,
+        reason: DecodeError::Invalid {
+            field: "gathered envelopes",
+            detail: "none".into(),
+        },
+    })?;
+    let mut merged: J = envelope::decode_payload(J::KIND, first.payload).map_err(named(0))?;
+    for (rank, e) in (1u32..).zip(rest) {
+        merged.join_encoded(e.payload).map_err(named(rank))?;
+    }
+    let mut payloads = Vec::with_capacity(refs.iter().map(|e| e.payload.len()).sum());
+    let mut ends = Vec::with_capacity(refs.len());
+    for e in &refs {
+        payloads.extend_from_slice(e.payload);
+        ends.push(payloads.len());
+    }
+    Ok((
+        merged,
+        PerRank {
+            kind: J::KIND,
+            payloads,
+            ends,
+            values: OnceCell::new(),
+        },
+    ))
 }

@@ -15,7 +15,7 @@
 //! also the tree's wire form of a subtree's report (a subtree is one range).
 
 use crate::error::{group_ranks, Error, RankGroup, Result};
-use crate::protocol::envelope::{Envelope, WIRE_VERSION};
+use crate::protocol::envelope::{Envelope, EnvelopeRef, WIRE_VERSION};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -49,6 +49,11 @@ pub(crate) fn add<T: PartialEq>(groups: &mut Vec<(T, Ranges)>, what: T, ranges: 
             groups.len() - 1
         }
     };
+    add_at(groups, at, ranges);
+}
+
+/// Adds `ranges` to group `at`, keeping its ranges sorted and coalesced.
+fn add_at<T>(groups: &mut [(T, Ranges)], at: usize, ranges: &[(u32, u32)]) {
     let list = &mut groups[at].1;
     // Ranks arrive in increasing order in the flat exchange: extend in place.
     if let ([(s, e)], Some(last)) = (ranges, list.last_mut()) {
@@ -81,14 +86,44 @@ impl Census {
 
     /// Counts one rank's decoded envelope: its position and configuration.
     pub(crate) fn envelope(&mut self, rank: u32, env: &Envelope) {
+        self.envelope_ref(
+            rank,
+            EnvelopeRef {
+                version: env.version,
+                seq: env.seq,
+                kind: &env.kind,
+                key: &env.key,
+                config: &env.config,
+                payload: &env.payload,
+            },
+        );
+    }
+
+    /// [`Census::envelope`] of an envelope read in place: it copies the
+    /// key, kind and configuration only for a group not yet counted (the
+    /// first rank of each), not for every rank.
+    pub(crate) fn envelope_ref(&mut self, rank: u32, env: EnvelopeRef<'_>) {
         let one = [(rank, rank + 1)];
-        let at = Position {
-            seq: env.seq,
-            key: env.key.clone(),
-            kind: env.kind.clone(),
-        };
-        add(&mut self.positions, at, &one);
-        add(&mut self.configs, env.config.clone(), &one);
+        match self
+            .positions
+            .iter()
+            .position(|(p, _)| p.seq == env.seq && p.key == env.key && p.kind == env.kind)
+        {
+            Some(i) => add_at(&mut self.positions, i, &one),
+            None => add(
+                &mut self.positions,
+                Position {
+                    seq: env.seq,
+                    key: env.key.to_owned(),
+                    kind: env.kind.to_owned(),
+                },
+                &one,
+            ),
+        }
+        match self.configs.iter().position(|(c, _)| c == env.config) {
+            Some(i) => add_at(&mut self.configs, i, &one),
+            None => add(&mut self.configs, env.config.to_owned(), &one),
+        }
     }
 
     /// Adds another census (a child's subtree) to this one.
@@ -351,8 +386,9 @@ mod tests {
         let e = c.verdict(undecodable(1)).unwrap_err();
         assert!(matches!(e, Error::VersionMismatch { .. }), "{e}");
         assert!(
-            e.to_string()
-                .contains("ranks [0,1,2] speak v1; rank [3] speaks v99"),
+            e.to_string().contains(&format!(
+                "ranks [0,1,2] speak v{WIRE_VERSION}; rank [3] speaks v99"
+            )),
             "{e}"
         );
 

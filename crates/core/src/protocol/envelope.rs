@@ -14,20 +14,34 @@
 //!  28  payload len  u32      postcard encoding of the decision value
 //!  32  kind, key, config, payload — exactly the announced lengths, nothing after
 //!
-//! digest (message type 2), 32 bytes:
+//! digest (message type 2), 32 bytes (the tree exchange's first round):
 //!   0  magic 4, version u16, msg type u16 = 2, seq u64,
 //!  16  XXH3-128 of the whole envelope, little-endian
+//!
+//! slot (message type 3), exactly the channel's slot size (the flat
+//! exchange's first round; default DEFAULT_SLOT_BYTES = 4096):
+//!   0  magic 4, version u16, msg type u16 = 3, seq u64,
+//!  16  XXH3-128 of the whole envelope, little-endian
+//!  32  inline length u32: the envelope's length when it follows here,
+//!      NOT_INLINE (u32::MAX) when it is too long and goes in a second round
+//!  36  reserved u32 = 0
+//!  40  the envelope (inline length bytes), then zeros to the slot size
 //! ```
 //!
 //! Magic and version keep their place in every version, so two versions can
-//! always tell each other apart and report the mismatch.
+//! always tell each other apart and report the mismatch. Version 2 (this
+//! one) added the slot message; version 1's flat exchange began with a
+//! 32-byte digest round instead, so a version-1 rank and a version-2 rank
+//! meet with first rounds of different sizes, which the engine's fixed-size
+//! gather refuses (a decode error naming the rank on Gloo and in-process;
+//! the engine's error or the deadline on c10d and NCCL).
 
 use crate::error::DecodeError;
 
 /// The four magic bytes that start every message.
 pub const MAGIC: [u8; 4] = *b"CCOL";
 /// The wire version this build speaks.
-pub const WIRE_VERSION: u16 = 1;
+pub const WIRE_VERSION: u16 = 2;
 /// Length of the fixed envelope header, in bytes.
 pub const HEADER_LEN: usize = 32;
 /// Length of a digest message, in bytes.
@@ -35,6 +49,20 @@ pub const DIGEST_MSG_LEN: usize = 32;
 
 const MSG_ENVELOPE: u16 = 1;
 const MSG_DIGEST: u16 = 2;
+const MSG_SLOT: u16 = 3;
+
+/// Bytes of a slot message before the inline envelope.
+pub const SLOT_HEADER_LEN: usize = 40;
+/// The slot size of a channel unless its options say otherwise, in bytes:
+/// an envelope of up to 4056 bytes (about 250 tensor sources of a frame
+/// state) goes in the first round.
+pub const DEFAULT_SLOT_BYTES: usize = 4096;
+/// Smallest slot size (a header and a little room), in bytes.
+pub const MIN_SLOT_BYTES: usize = 64;
+/// Largest slot size, in bytes (1 MiB).
+pub const MAX_SLOT_BYTES: usize = 1 << 20;
+/// The inline length of a slot whose envelope goes in the second round.
+pub const NOT_INLINE: u32 = u32::MAX;
 
 /// Upper bounds on what a peer's message may make this rank accept or
 /// allocate. All in bytes.
@@ -131,6 +159,43 @@ impl Envelope {
     /// bad magic, another version or message type, a field over `limits`,
     /// text that is not UTF-8.
     pub fn decode(bytes: &[u8], limits: &Limits) -> Result<Self, DecodeError> {
+        let r = EnvelopeRef::decode(bytes, limits)?;
+        Ok(Envelope {
+            version: r.version,
+            seq: r.seq,
+            kind: r.kind.to_owned(),
+            key: r.key.to_owned(),
+            config: r.config.to_owned(),
+            payload: r.payload.to_vec(),
+        })
+    }
+}
+
+/// An envelope decoded in place: its fields borrow the received bytes
+/// (what the flat exchange reads, allocating nothing per rank).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EnvelopeRef<'a> {
+    /// Wire version.
+    pub version: u16,
+    /// Exchange sequence number.
+    pub seq: u64,
+    /// Decision kind.
+    pub kind: &'a str,
+    /// Compile key.
+    pub key: &'a str,
+    /// Configuration text.
+    pub config: &'a str,
+    /// Payload bytes.
+    pub payload: &'a [u8],
+}
+
+impl<'a> EnvelopeRef<'a> {
+    /// Decodes an envelope of this build's wire version without copying:
+    /// the same checks and errors as [`Envelope::decode`].
+    ///
+    /// # Errors
+    /// As [`Envelope::decode`].
+    pub fn decode(bytes: &'a [u8], limits: &Limits) -> Result<Self, DecodeError> {
         check_len("message", bytes.len(), limits.max_message_bytes)?;
         let (version, msg_type) = peek_header(bytes)?;
         if version != WIRE_VERSION {
@@ -192,8 +257,8 @@ impl Envelope {
         let kind = utf8(take(lens[0]), "kind")?;
         let key = utf8(take(lens[1]), "key")?;
         let config = utf8(take(lens[2]), "config")?;
-        let payload = take(lens[3]).to_vec();
-        Ok(Envelope {
+        let payload = take(lens[3]);
+        Ok(EnvelopeRef {
             version,
             seq,
             kind,
@@ -204,8 +269,8 @@ impl Envelope {
     }
 }
 
-fn utf8(b: &[u8], field: &'static str) -> Result<String, DecodeError> {
-    String::from_utf8(b.to_vec()).map_err(|e| DecodeError::Invalid {
+fn utf8<'a>(b: &'a [u8], field: &'static str) -> Result<&'a str, DecodeError> {
+    std::str::from_utf8(b).map_err(|e| DecodeError::Invalid {
         field,
         detail: format!("not UTF-8 ({e})"),
     })
@@ -257,6 +322,147 @@ pub fn peek_header(bytes: &[u8]) -> Result<(u16, u16), DecodeError> {
         return Err(DecodeError::BadMagic { found: magic });
     }
     Ok((read_u16(bytes, 4), read_u16(bytes, 6)))
+}
+
+/// Appends an envelope to `out` with the payload written by `payload`
+/// straight into the same buffer (no intermediate copy): header, kind, key,
+/// config, payload. Returns the envelope's length. On an error `out` may
+/// hold part of it.
+///
+/// # Errors
+/// [`DecodeError::TooLarge`] when a field or the whole exceeds `limits`;
+/// `payload`'s error text as [`DecodeError::Invalid`] on field `payload`.
+pub fn encode_into(
+    out: &mut Vec<u8>,
+    seq: u64,
+    kind: &str,
+    key: &str,
+    config: &str,
+    limits: &Limits,
+    payload: impl FnOnce(&mut Vec<u8>) -> Result<(), String>,
+) -> Result<usize, DecodeError> {
+    check_len("kind", kind.len(), limits.max_kind_bytes)?;
+    check_len("key", key.len(), limits.max_key_bytes)?;
+    check_len("config", config.len(), limits.max_config_bytes)?;
+    let start = out.len();
+    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&WIRE_VERSION.to_le_bytes());
+    out.extend_from_slice(&MSG_ENVELOPE.to_le_bytes());
+    out.extend_from_slice(&seq.to_le_bytes());
+    for (len, field) in [
+        (kind.len(), "kind"),
+        (key.len(), "key"),
+        (config.len(), "config"),
+        (0, "payload"),
+    ] {
+        out.extend_from_slice(&u32_len(len, field)?.to_le_bytes());
+    }
+    out.extend_from_slice(kind.as_bytes());
+    out.extend_from_slice(key.as_bytes());
+    out.extend_from_slice(config.as_bytes());
+    let at = out.len();
+    payload(out).map_err(|detail| DecodeError::Invalid {
+        field: "payload",
+        detail,
+    })?;
+    let total = out.len() - start;
+    check_len("message", total, limits.max_message_bytes)?;
+    let len = u32_len(out.len() - at, "payload")?;
+    out[start + 28..start + 32].copy_from_slice(&len.to_le_bytes());
+    Ok(total)
+}
+
+/// Writes the 40-byte header of a slot message (see the module docs) into
+/// `out[..SLOT_HEADER_LEN]`.
+///
+/// # Panics
+/// When `out` is shorter than [`SLOT_HEADER_LEN`].
+pub fn write_slot_header(out: &mut [u8], seq: u64, digest: &[u8; 16], inline_len: u32) {
+    out[..4].copy_from_slice(&MAGIC);
+    out[4..6].copy_from_slice(&WIRE_VERSION.to_le_bytes());
+    out[6..8].copy_from_slice(&MSG_SLOT.to_le_bytes());
+    out[8..16].copy_from_slice(&seq.to_le_bytes());
+    out[16..32].copy_from_slice(digest);
+    out[32..36].copy_from_slice(&inline_len.to_le_bytes());
+    out[36..40].fill(0);
+}
+
+/// A decoded slot message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotMsg<'a> {
+    /// The sender's wire version.
+    pub version: u16,
+    /// The sender's sequence number.
+    pub seq: u64,
+    /// The sender's envelope digest.
+    pub digest: [u8; 16],
+    /// The envelope when it came inline; `None` when it follows in the
+    /// second round (or the sender speaks another version).
+    pub inline: Option<&'a [u8]>,
+}
+
+/// Decodes one rank's slot. A slot of another version decodes as far as its
+/// version (the caller reports the mismatch); its other fields are then
+/// zero.
+///
+/// # Errors
+/// Shorter than the header, bad magic, wrong message type, an inline length
+/// past the slot's end, or padding that is not zeros.
+pub fn decode_slot(bytes: &[u8]) -> Result<SlotMsg<'_>, DecodeError> {
+    let (version, msg_type) = peek_header(bytes)?;
+    if version != WIRE_VERSION {
+        return Ok(SlotMsg {
+            version,
+            seq: 0,
+            digest: [0; 16],
+            inline: None,
+        });
+    }
+    if msg_type != MSG_SLOT {
+        return Err(DecodeError::Invalid {
+            field: "message type",
+            detail: format!("{msg_type}, expected {MSG_SLOT} (slot)"),
+        });
+    }
+    if bytes.len() < SLOT_HEADER_LEN {
+        return Err(DecodeError::Truncated {
+            needed: SLOT_HEADER_LEN,
+            got: bytes.len(),
+        });
+    }
+    let mut digest = [0u8; 16];
+    digest.copy_from_slice(&bytes[16..32]);
+    let len = read_u32(bytes, 32);
+    let inline = if len == NOT_INLINE {
+        None
+    } else {
+        let end = SLOT_HEADER_LEN.checked_add(len as usize);
+        match end {
+            Some(end) if end <= bytes.len() => Some(&bytes[SLOT_HEADER_LEN..end]),
+            _ => {
+                return Err(DecodeError::Invalid {
+                    field: "slot",
+                    detail: format!(
+                        "inline length {len} past the end of a {}-byte slot",
+                        bytes.len()
+                    ),
+                })
+            }
+        }
+    };
+    let used = SLOT_HEADER_LEN + inline.map_or(0, <[u8]>::len);
+    if read_u32(bytes, 36) != 0 || bytes[used..].iter().any(|&b| b != 0) {
+        return Err(DecodeError::Invalid {
+            field: "slot",
+            detail: "reserved bytes or padding are not zero".into(),
+        });
+    }
+    Ok(SlotMsg {
+        version,
+        seq: read_u64(bytes, 8),
+        digest,
+        inline,
+    })
 }
 
 /// The 128-bit digest of an encoded envelope: XXH3-128, little-endian.

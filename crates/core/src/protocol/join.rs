@@ -25,6 +25,44 @@ pub trait Join: Clone + Debug + Send + Serialize + DeserializeOwned {
 
     /// `self ← self ⊔ other`.
     fn join(&mut self, other: &Self);
+
+    /// `self ← self ⊔ decode(payload)`, where `payload` is another rank's
+    /// canonical postcard encoding, strictly decoded (every byte consumed).
+    /// The flat exchange joins every rank's payload with it, so a kind can
+    /// join straight from the wire without building each rank's value.
+    ///
+    /// The provided version decodes, then joins. An override must accept
+    /// exactly the payloads [`decode_payload`] accepts and give the same
+    /// result (`compiler_collectives_core`'s frame state does: its property
+    /// tests check both). On an error `self` may be partly joined; the
+    /// exchange then discards it.
+    ///
+    /// # Errors
+    /// [`DecodeError::Payload`] naming the kind.
+    fn join_encoded(&mut self, payload: &[u8]) -> std::result::Result<(), DecodeError> {
+        let other: Self = envelope::decode_payload(Self::KIND, payload)?;
+        self.join(&other);
+        Ok(())
+    }
+}
+
+/// Appends `value`'s canonical postcard encoding to `out` (the payload the
+/// exchange sends, written in place).
+///
+/// # Errors
+/// The encoder's message.
+pub(crate) fn encode_payload_into<J: Join>(
+    value: &J,
+    out: &mut Vec<u8>,
+) -> std::result::Result<(), String> {
+    let buf = std::mem::take(out);
+    match postcard::to_extend(value, buf) {
+        Ok(buf) => {
+            *out = buf;
+            Ok(())
+        }
+        Err(e) => Err(format!("cannot encode the value of kind {}: {e}", J::KIND)),
+    }
 }
 
 /// Encodes a value as the payload bytes an exchange would send (for tests,

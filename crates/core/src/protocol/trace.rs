@@ -23,7 +23,7 @@
 //! it is reported once as a `tracing` warning and then disabled.
 
 use crate::error::{group_ranks, Error, RankGroup, Result};
-use crate::protocol::envelope::Envelope;
+use crate::protocol::envelope::EnvelopeRef;
 use crate::protocol::join::Join;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -177,10 +177,11 @@ fn digest_hex(bytes: &[u8]) -> String {
 
 /// Reports one finished exchange: the `tracing` event, and a record in the
 /// trace file when there is one. `result` is the join and whether the fast
-/// path applied, or the error.
+/// path applied, or the error. `env` is this rank's own envelope (always
+/// there: the exchange encoded it before anything else).
 pub(crate) fn finish<J: Join>(
     trace: Option<&mut TraceFile>,
-    env: &Envelope,
+    env: Option<EnvelopeRef<'_>>,
     rank: u32,
     world_size: u32,
     traffic: Traffic,
@@ -197,7 +198,7 @@ pub(crate) fn finish<J: Join>(
     } else {
         tracing::warn!(target: "ccol::exchange", bytes_sent = traffic.sent, bytes_received = traffic.received, duration_us, outcome, "exchange failed");
     }
-    let Some(trace) = trace else {
+    let (Some(trace), Some(env)) = (trace, env) else {
         return;
     };
     let merged_digest = match result {
@@ -208,10 +209,10 @@ pub(crate) fn finish<J: Join>(
         rank,
         world_size,
         seq: env.seq,
-        key: env.key.clone(),
-        kind: env.kind.clone(),
+        key: env.key.to_owned(),
+        kind: env.kind.to_owned(),
         config_digest: digest_hex(env.config.as_bytes()),
-        payload_digest: digest_hex(&env.payload),
+        payload_digest: digest_hex(env.payload),
         merged_digest,
         bytes_sent: traffic.sent,
         bytes_received: traffic.received,

@@ -1,0 +1,281 @@
+//! The exchange's cost work, checked against what it replaced:
+//! - a frame state joined straight from another rank's payload
+//!   (`Join::join_encoded`) equals decoding it, then joining, on every
+//!   payload — well-formed, cut short, corrupted or out of order;
+//! - the flat exchange in one round (every envelope in its slot), in two
+//!   (slots too small), and with the fast path off (one variable-length
+//!   round) gives the same join, the same per-rank values and the same
+//!   errors, over random states and world sizes.
+
+use compiler_collectives_core::decisions::lattice::{Atom, Dims, SizeEntry, Stride};
+use compiler_collectives_core::decisions::shapes::FrameState;
+use compiler_collectives_core::protocol::{
+    decode_payload, encode_payload, Channel, ChannelOptions,
+};
+use compiler_collectives_core::transport::inprocess::InProcessGroup;
+use compiler_collectives_core::{Error, Join};
+use proptest::prelude::*;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn atom<V: std::fmt::Debug + Clone + 'static>(
+    v: impl Strategy<Value = V> + 'static,
+) -> impl Strategy<Value = Atom<V>> {
+    prop_oneof![
+        1 => Just(Atom::Unset),
+        1 => Just(Atom::Dynamic),
+        4 => v.prop_map(Atom::Static),
+    ]
+}
+
+/// Tuples of up to nine dimensions: past the six a joined tuple reads onto
+/// the stack.
+fn dims<V: std::fmt::Debug + Clone + 'static>(
+    a: impl Strategy<Value = Atom<V>> + 'static,
+) -> impl Strategy<Value = Dims<V>> {
+    prop_oneof![
+        1 => Just(Dims::Unset),
+        1 => Just(Dims::Dynamic),
+        6 => proptest::collection::vec(a, 0..10).prop_map(Dims::Known),
+    ]
+}
+
+fn entry() -> impl Strategy<Value = SizeEntry> {
+    let stride = prop_oneof![
+        (0u64..4).prop_map(Stride::Int),
+        (0u32..4).prop_map(Stride::Infer)
+    ];
+    (atom(-2i64..3), dims(atom(0u64..4)), dims(atom(stride))).prop_map(|(scalar, size, stride)| {
+        SizeEntry {
+            scalar,
+            size,
+            stride,
+        }
+    })
+}
+
+/// A state over a pool of names, so that ranks share some sources and
+/// miss others.
+fn state() -> impl Strategy<Value = FrameState> {
+    proptest::collection::btree_map(
+        (0u32..14).prop_map(|i| format!("L['x{i}']")),
+        entry(),
+        0..10,
+    )
+    .prop_map(|entries| FrameState { entries })
+}
+
+/// A large state: `n` sources of a fixed shape, every third differing with
+/// `salt` (what does not fit a small slot).
+fn big(n: usize, salt: u64) -> FrameState {
+    let mut s = FrameState::new();
+    for i in 0..n {
+        let d0 = if i % 3 == 0 { 8 + salt } else { 8 };
+        s.record(
+            &format!("s{i}"),
+            &compiler_collectives_core::decisions::shapes::Observation::tensor([d0, 16, 4]),
+        );
+    }
+    s
+}
+
+fn joined(a: &FrameState, b: &FrameState) -> FrameState {
+    let mut out = a.clone();
+    out.join(b);
+    out
+}
+
+/// Decoding then joining, the reference of `join_encoded`.
+fn reference(acc: &FrameState, payload: &[u8]) -> Result<FrameState, ()> {
+    decode_payload::<FrameState>(payload)
+        .map(|other| joined(acc, &other))
+        .map_err(drop)
+}
+
+fn direct(acc: &FrameState, payload: &[u8]) -> Result<FrameState, ()> {
+    let mut out = acc.clone();
+    out.join_encoded(payload).map(|()| out).map_err(drop)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Well-formed payloads: the same join.
+    #[test]
+    fn join_encoded_is_decode_then_join(a in state(), b in state()) {
+        let bytes = encode_payload(&b).unwrap();
+        prop_assert_eq!(direct(&a, &bytes), Ok(joined(&a, &b)));
+    }
+
+    /// Any payload at all: accepted by both or by neither, with the same join.
+    #[test]
+    fn join_encoded_accepts_what_decode_accepts(
+        a in state(),
+        b in state(),
+        cut in any::<prop::sample::Index>(),
+        flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..3),
+        extra in proptest::collection::vec(any::<u8>(), 0..2),
+    ) {
+        let mut bytes = encode_payload(&b).unwrap();
+        for (at, x) in flips {
+            if !bytes.is_empty() {
+                let i = at.index(bytes.len());
+                bytes[i] ^= x;
+            }
+        }
+        let keep = cut.index(bytes.len() + 1);
+        bytes.truncate(keep.max(bytes.len().saturating_sub(3)));
+        bytes.extend(extra);
+        prop_assert_eq!(direct(&a, &bytes), reference(&a, &bytes));
+    }
+}
+
+/// A payload whose names are not strictly increasing is refused by both
+/// readers (the canonical form is sorted), with the same message (postcard
+/// reports every custom error as a deserialization error).
+#[test]
+fn out_of_order_and_repeated_names_are_refused() {
+    let mut one = FrameState::new();
+    one.record(
+        "b",
+        &compiler_collectives_core::decisions::shapes::Observation::tensor([2]),
+    );
+    let entry = encode_payload(&one).unwrap();
+    // `FrameState` = (map: len, then name, entry…): splice two copies with
+    // the names given.
+    let body = &entry[1..];
+    for (first, second) in [("b", "a"), ("b", "b")] {
+        let mut bytes = vec![2u8];
+        for name in [first, second] {
+            let mut e = body.to_vec();
+            let at = e.iter().position(|&c| c == b'b').unwrap();
+            e[at] = name.as_bytes()[0];
+            bytes.extend(e);
+        }
+        let mut acc = FrameState::new();
+        acc.record(
+            "a",
+            &compiler_collectives_core::decisions::shapes::Observation::tensor([3]),
+        );
+        let decoded = decode_payload::<FrameState>(&bytes)
+            .unwrap_err()
+            .to_string();
+        let direct = acc.join_encoded(&bytes).unwrap_err().to_string();
+        assert!(
+            decoded.contains("shape.frame_state"),
+            "{first}, {second}: {decoded}"
+        );
+        assert!(
+            direct.contains("shape.frame_state"),
+            "{first}, {second}: {direct}"
+        );
+        // The same names in order decode.
+        let mut fine = bytes.clone();
+        let at = fine
+            .iter()
+            .rposition(|&c| c == second.as_bytes()[0])
+            .unwrap();
+        fine[at] = b'c';
+        assert!(decode_payload::<FrameState>(&fine).is_ok(), "{first}, c");
+        assert!(acc.join_encoded(&fine).is_ok(), "{first}, c");
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Way {
+    /// Default slot: small states in one round.
+    OneRound,
+    /// A 64-byte slot: almost every envelope goes in the second round.
+    TwoRounds,
+    /// Fast path off: one variable-length round of the envelopes.
+    NoFastPath,
+}
+
+type Outcome = Result<(FrameState, Option<Vec<FrameState>>, bool), String>;
+
+/// One exchange of `states[r]` on each rank `r`, under `keys[r]`.
+fn exchange(states: &[FrameState], keys: &[&'static str], way: Way) -> Vec<Outcome> {
+    let world = u32::try_from(states.len()).unwrap();
+    let ranks = InProcessGroup::create(world).unwrap();
+    let handles: Vec<_> = ranks
+        .into_iter()
+        .zip(states.iter().cloned().zip(keys.iter().copied()))
+        .map(|(t, (state, key))| {
+            std::thread::spawn(move || -> Outcome {
+                let mut opts = ChannelOptions::default().with_timeout(Duration::from_secs(20));
+                opts = match way {
+                    Way::OneRound => opts,
+                    Way::TwoRounds => opts.with_slot_bytes(64),
+                    Way::NoFastPath => opts.with_fast_path(false),
+                };
+                let mut ch = Channel::with_options(Arc::new(t), opts).map_err(|e| e.to_string())?;
+                let g = ch.exchange(key, &state).map_err(|e: Error| e.to_string())?;
+                let per_rank = g.per_rank().map(<[FrameState]>::to_vec);
+                Ok((g.merged().clone(), per_rank, g.fast_path()))
+            })
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Same decisions, same per-rank values, same errors, whichever way the
+    /// envelopes travel; the fast path exactly when every state is equal.
+    #[test]
+    fn every_way_gives_the_same_exchange(
+        states in (1usize..6).prop_flat_map(|n| proptest::collection::vec(state(), n)),
+        identical in any::<bool>(),
+        big_rank in proptest::option::of(any::<prop::sample::Index>()),
+        odd_key in proptest::option::of(any::<prop::sample::Index>()),
+    ) {
+        let mut states = states;
+        if identical {
+            let first = states[0].clone();
+            states.iter_mut().for_each(|s| *s = first.clone());
+        }
+        if let Some(i) = big_rank {
+            // One rank's state too large for the default slot: two rounds.
+            let r = i.index(states.len());
+            states[r] = big(300, r as u64);
+        }
+        let mut keys = vec!["f"; states.len()];
+        if let Some(i) = odd_key {
+            if states.len() > 1 {
+                keys[i.index(states.len())] = "g";
+            }
+        }
+        let all_same = states.iter().all(|s| *s == states[0]);
+        let reference = states[1..].iter().fold(states[0].clone(), |acc, s| joined(&acc, s));
+        let desync = keys.iter().any(|k| *k != "f");
+        let outcomes: Vec<(Way, Vec<Outcome>)> = [Way::OneRound, Way::TwoRounds, Way::NoFastPath]
+            .into_iter()
+            .map(|w| (w, exchange(&states, &keys, w)))
+            .collect();
+        for (way, per_rank) in &outcomes {
+            for (rank, o) in per_rank.iter().enumerate() {
+                if desync {
+                    let e = o.as_ref().expect_err("a desync must fail");
+                    prop_assert!(e.contains("desync") || e.contains("Desync") || e.contains("'g'"), "{way:?} rank {rank}: {e}");
+                    continue;
+                }
+                let (merged, values, fast) = o.as_ref().map_err(|e| TestCaseError::fail(format!("{way:?} rank {rank}: {e}")))?;
+                prop_assert_eq!(merged, &reference, "{:?} rank {}", way, rank);
+                let fast_expected = states.len() == 1 || (all_same && !matches!(way, Way::NoFastPath));
+                prop_assert_eq!(*fast, fast_expected, "{:?} rank {}", way, rank);
+                match values {
+                    Some(v) => prop_assert_eq!(v, &states, "{:?} rank {}", way, rank),
+                    None => prop_assert!(*fast, "{:?} rank {}: no per-rank values", way, rank),
+                }
+            }
+        }
+        // The errors, word for word, are the same every way.
+        if desync {
+            let texts: Vec<&Vec<Outcome>> = outcomes.iter().map(|(_, o)| o).collect();
+            for o in &texts[1..] {
+                prop_assert_eq!(*o, texts[0]);
+            }
+        }
+    }
+}
