@@ -13,8 +13,9 @@
 //! [`measure_exchange`](compiler_collectives_harness::benchmark::measure_exchange).
 //! The counts are process-wide (every thread's allocations, the transport's
 //! own threads included), in bytes as requested of the allocator; a
-//! `realloc` counts as one allocation of the new size. Four relaxed atomic
-//! updates per call: cheap enough for a benchmark, not free.
+//! `realloc` counts as one allocation of the new size. Counting is on only
+//! between [`HeapCounter::start`] and [`HeapCounter::stop`] (a relaxed load
+//! per call otherwise), so timed exchanges run at the allocator's speed.
 
 use compiler_collectives_harness::benchmark::{HeapCount, HeapCounter};
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -25,12 +26,16 @@ static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
 static LIVE: AtomicU64 = AtomicU64::new(0);
 static PEAK: AtomicU64 = AtomicU64::new(0);
 static INSTALLED: AtomicBool = AtomicBool::new(false);
+static COUNTING: AtomicBool = AtomicBool::new(false);
 
 /// The system allocator, counting (see the module docs).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CountingAlloc;
 
 fn grew(bytes: usize) {
+    if !COUNTING.load(Ordering::Relaxed) {
+        return;
+    }
     let bytes = bytes as u64;
     ALLOCATED.fetch_add(bytes, Ordering::Relaxed);
     ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
@@ -39,7 +44,13 @@ fn grew(bytes: usize) {
 }
 
 fn shrank(bytes: usize) {
-    LIVE.fetch_sub(bytes as u64, Ordering::Relaxed);
+    if COUNTING.load(Ordering::Relaxed) {
+        // Blocks allocated before counting began are freed uncounted too
+        // often to keep `LIVE` exact: it saturates at zero instead.
+        let _ = LIVE.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |l| {
+            Some(l.saturating_sub(bytes as u64))
+        });
+    }
 }
 
 // SAFETY: every call is forwarded to the system allocator unchanged; the
@@ -91,6 +102,7 @@ pub static COUNTER: Counter = Counter;
 
 impl HeapCounter for Counter {
     fn start(&self) {
+        COUNTING.store(true, Ordering::Relaxed);
         if !INSTALLED.load(Ordering::Relaxed) {
             let before = ALLOCATIONS.load(Ordering::Relaxed);
             drop(std::hint::black_box(Box::new(0u64)));
@@ -98,7 +110,12 @@ impl HeapCounter for Counter {
                 INSTALLED.store(true, Ordering::Relaxed);
             }
         }
-        PEAK.store(LIVE.load(Ordering::Relaxed), Ordering::Relaxed);
+        LIVE.store(0, Ordering::Relaxed);
+        PEAK.store(0, Ordering::Relaxed);
+    }
+
+    fn stop(&self) {
+        COUNTING.store(false, Ordering::Relaxed);
     }
 
     fn read(&self) -> Option<HeapCount> {

@@ -1,9 +1,16 @@
-//! criterion benches of the CPU work of an exchange: join throughput
-//! (64 ranks × 1000 sources), envelope encode/decode, and the wire bytes per
-//! state (printed; compare with the pickle sizes `ccol bench` prints for
-//! PyTorch's `all_gather_object`).
+//! criterion benches of the CPU work of an exchange, per state size
+//! (20, 200, 2000 sources of [`bench_state`]):
+//! - `encode`: this rank's envelope, written in place as the channel does;
+//! - `digest`: XXH3-128 of that envelope (the fast path's comparison);
+//! - `decode`: one payload into a frame state (rank 0's, in the exchange);
+//! - `join_encoded`: another rank's payload joined straight from its bytes
+//!   (every later rank, in the exchange);
+//! - `join`: 64 ranks × 1000 sources, pairwise in rank order;
 //!
-//! `cargo bench -p compiler-collectives-core --bench exchange`; PyTorch's
+//! and the wire bytes per state (printed; compare with the pickle sizes
+//!   `ccol bench` prints for PyTorch's `all_gather_object`).
+//!
+//! `cargo bench -p compiler-collectives-harness --bench exchange`; PyTorch's
 //! join on the same states: `python bench/pytorch_bench.py join --sources 1000
 //! --ranks 64 --pickle-sizes 20,200,2000 --out join.json` (or `ccol bench`,
 //! which runs both and prints the ratio).
@@ -12,8 +19,8 @@
 #![allow(missing_docs)]
 
 use compiler_collectives_core::decisions::shapes::FrameState;
-use compiler_collectives_core::protocol::envelope::{Envelope, Limits, WIRE_VERSION};
-use compiler_collectives_core::protocol::{decode_payload, encode_payload};
+use compiler_collectives_core::protocol::envelope::{self, Limits};
+use compiler_collectives_core::protocol::{decode_payload, encode_payload, encode_payload_into};
 use compiler_collectives_core::Join;
 use compiler_collectives_harness::benchmark::{bench_state, envelope_bytes, BENCH_KEY};
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -35,37 +42,53 @@ fn join(c: &mut Criterion) {
     g.finish();
 }
 
-fn envelope(c: &mut Criterion) {
+fn wire(c: &mut Criterion) {
     let limits = Limits::default();
-    let mut g = c.benchmark_group("envelope");
+    let mut g = c.benchmark_group("wire");
     for sources in [20usize, 200, 2000] {
         let state = bench_state(sources, 1);
+        let other = bench_state(sources, 2);
         println!(
             "wire bytes, {sources} sources: {} (envelope)",
             envelope_bytes(&state).unwrap_or(0)
         );
-        let make = |s: &FrameState| Envelope {
-            version: WIRE_VERSION,
-            seq: 7,
-            kind: "shape.frame_state".into(),
-            key: BENCH_KEY.into(),
-            config: String::new(),
-            payload: encode_payload(s).unwrap_or_default(),
-        };
-        let bytes = make(&state).encode(&limits).unwrap_or_default();
-        g.throughput(Throughput::Bytes(bytes.len() as u64));
-        g.bench_with_input(BenchmarkId::new("encode", sources), &state, |b, s| {
-            b.iter(|| make(black_box(s)).encode(&limits))
-        });
-        g.bench_with_input(BenchmarkId::new("decode", sources), &bytes, |b, bytes| {
-            b.iter(|| {
-                let env = Envelope::decode(black_box(bytes), &limits).ok()?;
-                decode_payload::<FrameState>(&env.payload).ok()
+        let payload = encode_payload(&other).unwrap_or_default();
+        let mut buf = Vec::new();
+        let encode = |s: &FrameState, buf: &mut Vec<u8>| {
+            buf.clear();
+            envelope::encode_into(buf, 7, FrameState::KIND, BENCH_KEY, "", &limits, |out| {
+                encode_payload_into(s, out)
             })
+        };
+        let _ = encode(&state, &mut buf);
+        g.throughput(Throughput::Bytes(buf.len() as u64));
+        g.bench_with_input(BenchmarkId::new("encode", sources), &state, |b, s| {
+            b.iter(|| encode(black_box(s), &mut buf))
         });
+        let bytes = buf.clone();
+        g.bench_with_input(BenchmarkId::new("digest", sources), &bytes, |b, bytes| {
+            b.iter(|| envelope::digest(black_box(bytes)))
+        });
+        g.bench_with_input(BenchmarkId::new("decode", sources), &payload, |b, p| {
+            b.iter(|| decode_payload::<FrameState>(black_box(p)).ok())
+        });
+        g.bench_with_input(
+            BenchmarkId::new("join_encoded", sources),
+            &payload,
+            |b, p| {
+                b.iter_batched(
+                    || state.clone(),
+                    |mut acc| {
+                        let _ = acc.join_encoded(black_box(p));
+                        acc
+                    },
+                    criterion::BatchSize::SmallInput,
+                )
+            },
+        );
     }
     g.finish();
 }
 
-criterion_group!(benches, join, envelope);
+criterion_group!(benches, join, wire);
 criterion_main!(benches);

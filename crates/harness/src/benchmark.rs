@@ -12,7 +12,8 @@
 //!   (a 16-byte all_gather). Each timing follows a barrier. Every round
 //!   builds its states afresh (equal-valued, new allocations), so nothing
 //!   keyed on a value's identity can serve a round. With a [`HeapCounter`]
-//!   it also records the heap cost of each exchange of differing states.
+//!   the first [`HEAP_ROUNDS`] recorded rounds add one untimed exchange of
+//!   differing states whose allocations are counted.
 //! - [`simulate`]: in-process ranks (threads) exchanging 20-source states,
 //!   flat or hierarchical, with the bytes each rank received.
 
@@ -26,6 +27,9 @@ use compiler_collectives_core::transport::{Deadline, Transport};
 use compiler_collectives_core::{Error, Result};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// Recorded rounds whose extra, untimed exchange counts allocations.
+pub const HEAP_ROUNDS: usize = 20;
 
 /// Compile key of the benchmark's exchanges.
 pub const BENCH_KEY: &str = "bench";
@@ -67,9 +71,9 @@ pub struct HeapCount {
     pub allocated_bytes: u64,
     /// Allocations since the process started (a realloc counts one).
     pub allocations: u64,
-    /// Bytes live now.
+    /// Bytes allocated and not freed since the last [`HeapCounter::start`].
     pub live_bytes: u64,
-    /// Most bytes live at once since the last [`HeapCounter::start`].
+    /// Most of [`HeapCount::live_bytes`] at once since the last [`HeapCounter::start`].
     pub peak_live_bytes: u64,
 }
 
@@ -77,8 +81,10 @@ pub struct HeapCount {
 /// [`measure_exchange`] (the `ccol` binary and the c10d worker install one:
 /// `compiler_collectives_cli::heap`).
 pub trait HeapCounter: Sync {
-    /// Starts a window: the peak is reset to what is live now.
+    /// Starts counting: live and peak bytes start from zero.
     fn start(&self);
+    /// Stops counting (the counters keep their values for [`HeapCounter::read`]).
+    fn stop(&self);
     /// The counters now; `None` when no counting allocator is installed.
     fn read(&self) -> Option<HeapCount>;
 }
@@ -98,13 +104,14 @@ pub struct Samples {
     pub fast_ms: Vec<f64>,
     /// One 16-byte all_gather.
     pub floor16_ms: Vec<f64>,
-    /// Per exchange of differing states: bytes allocated (empty without a
-    /// [`HeapCounter`]).
+    /// Per counted exchange of differing states (the first [`HEAP_ROUNDS`]
+    /// recorded rounds): bytes allocated (empty without a [`HeapCounter`]).
     pub alloc_bytes: Vec<u64>,
-    /// Per exchange of differing states: allocations.
+    /// Per counted exchange: allocations.
     pub allocations: Vec<u64>,
-    /// Per exchange of differing states: the peak of live heap above what
-    /// was live when it started, bytes.
+    /// Per counted exchange: the most bytes it had allocated and not yet
+    /// freed at once (frees of blocks older than the exchange count
+    /// against it, so this is a lower bound).
     pub peak_live_bytes: Vec<u64>,
 }
 
@@ -181,19 +188,23 @@ pub fn measure_exchange(
                 t.all_gather(&filler, max, deadline).map(|_| ())
             })?;
             let mut fast_path = true;
-            let mut before = None;
-            let mut after = None;
             let ours = timed(t, deadline, || {
-                if let Some(h) = heap {
-                    h.start();
-                    before = h.read();
-                }
-                let got = channel.exchange(BENCH_KEY, &state)?;
-                fast_path = got.fast_path();
-                drop(got);
-                after = heap.and_then(HeapCounter::read);
+                fast_path = channel.exchange(BENCH_KEY, &state)?.fast_path();
                 Ok(())
             })?;
+            // The heap figures come from an exchange of their own, untimed,
+            // in the first recorded rounds: counting slows the allocator.
+            let mut counted = None;
+            if let Some(h) = heap.filter(|_| round >= warmup && round < warmup + HEAP_ROUNDS) {
+                let fresh = bench_state(sources, rank);
+                t.barrier(deadline)?;
+                let before = h.read();
+                h.start();
+                let got = channel.exchange(BENCH_KEY, &fresh).map(drop);
+                h.stop();
+                got?;
+                counted = before.zip(h.read());
+            }
             let mut fast_ok = false;
             let fast = timed(t, deadline, || {
                 fast_ok = channel.exchange(BENCH_KEY, &same)?.fast_path();
@@ -214,11 +225,10 @@ pub fn measure_exchange(
                 s.ours_ms.push(ours);
                 s.fast_ms.push(fast);
                 s.floor16_ms.push(floor16);
-                if let (Some(b), Some(a)) = (before, after) {
+                if let Some((b, a)) = counted {
                     s.alloc_bytes.push(a.allocated_bytes - b.allocated_bytes);
                     s.allocations.push(a.allocations - b.allocations);
-                    s.peak_live_bytes
-                        .push(a.peak_live_bytes.saturating_sub(b.live_bytes));
+                    s.peak_live_bytes.push(a.peak_live_bytes);
                 }
             }
         }

@@ -108,7 +108,11 @@ pub fn serialize<V: AtomValue, S: Serializer>(atom: Compact<&V>, s: S) -> Result
         // A value code is below 2^65, so this cannot overflow.
         Compact::Static(v) => v.code().saturating_add(2),
     };
-    s.serialize_u128(code)
+    // The same varint either way; the 64-bit one is the faster to write.
+    match u64::try_from(code) {
+        Ok(small) => s.serialize_u64(small),
+        Err(_) => s.serialize_u128(code),
+    }
 }
 
 impl<'de, V: AtomValue> Deserialize<'de> for Compact<V> {

@@ -47,24 +47,38 @@ pub trait Join: Clone + Debug + Send + Serialize + DeserializeOwned {
 }
 
 /// Appends `value`'s canonical postcard encoding to `out` (the payload the
-/// exchange sends, written in place).
+/// exchange sends, written in place; [`encode_payload`] into a new buffer).
 ///
 /// # Errors
-/// The encoder's message.
-pub(crate) fn encode_payload_into<J: Join>(
+/// The encoder's message, naming the kind.
+pub fn encode_payload_into<J: Join>(
     value: &J,
     out: &mut Vec<u8>,
 ) -> std::result::Result<(), String> {
-    let buf = std::mem::take(out);
-    match postcard::to_extend(value, buf) {
-        Ok(buf) => {
-            *out = buf;
-            Ok(())
-        }
-        Err(e) => Err(format!("cannot encode the value of kind {}: {e}", J::KIND)),
-    }
+    postcard::serialize_with_flavor(value, Append(out))
+        .map_err(|e| format!("cannot encode the value of kind {}: {e}", J::KIND))
 }
 
+/// postcard's output into the end of an existing buffer.
+struct Append<'a>(&'a mut Vec<u8>);
+
+impl postcard::ser_flavors::Flavor for Append<'_> {
+    type Output = ();
+
+    fn try_push(&mut self, data: u8) -> postcard::Result<()> {
+        self.0.push(data);
+        Ok(())
+    }
+
+    fn try_extend(&mut self, data: &[u8]) -> postcard::Result<()> {
+        self.0.extend_from_slice(data);
+        Ok(())
+    }
+
+    fn finalize(self) -> postcard::Result<()> {
+        Ok(())
+    }
+}
 /// Encodes a value as the payload bytes an exchange would send (for tests,
 /// benchmarks and tools).
 ///

@@ -28,4 +28,4 @@ pub use channel::{
     parse_timeout_secs, timeout_from_env, Channel, ChannelOptions, ExchangeOptions, FlatReason,
     Gathered, Topology, DEFAULT_TIMEOUT, TIMEOUT_ENV,
 };
-pub use join::{decode_payload, encode_payload, Join};
+pub use join::{decode_payload, encode_payload, encode_payload_into, Join};
