@@ -10,7 +10,7 @@
 use compiler_collectives_core::decisions::lattice::{Atom, Dims, SizeEntry, Stride};
 use compiler_collectives_core::decisions::shapes::FrameState;
 use compiler_collectives_core::protocol::{
-    decode_payload, encode_payload, Channel, ChannelOptions,
+    decode_payload, encode_payload, envelope, Channel, ChannelOptions,
 };
 use compiler_collectives_core::transport::inprocess::InProcessGroup;
 use compiler_collectives_core::{Error, Join};
@@ -85,9 +85,14 @@ fn joined(a: &FrameState, b: &FrameState) -> FrameState {
     out
 }
 
+/// postcard's decoding (serde), the reference of the hand-written reader.
+fn postcard_decode(payload: &[u8]) -> Result<FrameState, ()> {
+    envelope::decode_payload::<FrameState>(FrameState::KIND, payload).map_err(drop)
+}
+
 /// Decoding then joining, the reference of `join_encoded`.
 fn reference(acc: &FrameState, payload: &[u8]) -> Result<FrameState, ()> {
-    decode_payload::<FrameState>(payload)
+    postcard_decode(payload)
         .map(|other| joined(acc, &other))
         .map_err(drop)
 }
@@ -100,10 +105,13 @@ fn direct(acc: &FrameState, payload: &[u8]) -> Result<FrameState, ()> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
-    /// Well-formed payloads: the same join.
+    /// Well-formed payloads: postcard's bytes, read back as postcard reads
+    /// them, and the same join.
     #[test]
     fn join_encoded_is_decode_then_join(a in state(), b in state()) {
         let bytes = encode_payload(&b).unwrap();
+        prop_assert_eq!(&bytes, &postcard::to_allocvec(&b).unwrap());
+        prop_assert_eq!(decode_payload::<FrameState>(&bytes).ok(), Some(b.clone()));
         prop_assert_eq!(direct(&a, &bytes), Ok(joined(&a, &b)));
     }
 
@@ -127,6 +135,8 @@ proptest! {
         bytes.truncate(keep.max(bytes.len().saturating_sub(3)));
         bytes.extend(extra);
         prop_assert_eq!(direct(&a, &bytes), reference(&a, &bytes));
+        let ours = decode_payload::<FrameState>(&bytes).map_err(drop);
+        prop_assert_eq!(ours, postcard_decode(&bytes));
     }
 }
 

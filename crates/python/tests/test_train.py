@@ -110,8 +110,15 @@ def test_dynamos_own_exchange_is_still_waiting_after_three_deadlines(tmp_path):
         time.sleep(3 * DEADLINE)
         assert proc.poll() is None, "Dynamo's own exchange ended the job"
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        # torchrun starts each rank in a session of its own: a signal to
+        # torchrun's group does not reach them. SIGTERM makes torchrun stop
+        # its ranks; SIGKILL only if it does not end.
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 #: Inductor's kernels may differ between a static and a dynamic graph (the

@@ -7,6 +7,7 @@
 //! |---|---|
 //! | [`lattice`] | the size-entry lattice (PyTorch's `FrameStateSizeEntry`) and stride canonicalisation |
 //! | [`shapes`] | observations, per-frame state, per-dimension decisions, overrides |
+//! | `frame_wire` | a frame state's payload written, read and joined by hand (postcard's bytes exactly) |
 //! | [`votes`] | the simple vote kinds (any, all, max, min) and the table of every kind |
 //! | [`agree`] | must-agree values (compiler version, config hash, code fingerprint) |
 //! | [`autotune`] | best-choice and sharded autotuning: the same winner per op on every rank |
@@ -17,6 +18,7 @@
 
 pub mod agree;
 pub mod autotune;
+mod frame_wire;
 pub mod lattice;
 pub mod shapes;
 pub mod votes;

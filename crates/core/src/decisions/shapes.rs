@@ -6,9 +6,8 @@
 //! exchange: a source absent on a rank contributes nothing; a source seen
 //! differently on two ranks becomes dynamic where it differed.
 
-use crate::decisions::lattice::{Atom, Dims, SizeEntry, Stride};
+use crate::decisions::lattice::{Dims, SizeEntry};
 use crate::error::DecodeError;
-use crate::protocol::compact::AtomValue;
 use crate::protocol::join::Join;
 use serde::de::Error as _;
 use serde::{Deserialize, Serialize};
@@ -139,35 +138,34 @@ impl Join for FrameState {
     }
 
     /// Joins another rank's payload straight from its bytes: one pass over
-    /// both sorted source lists, names borrowed from the payload and tuples
-    /// of up to six dimensions read onto the stack, so a source this state
-    /// already holds costs no allocation (a new source costs its entry).
-    /// Accepts exactly what [`crate::protocol::decode_payload`] accepts, with
-    /// the same result as decoding then [`Join::join`] (property-tested).
+    /// both sorted source lists, names read in place, so a source this
+    /// state already holds costs no allocation (a new source costs its
+    /// entry). Accepts exactly what [`crate::protocol::decode_payload`]
+    /// accepts, with the same result as decoding then [`Join::join`]
+    /// (property-tested against postcard).
     fn join_encoded(&mut self, payload: &[u8]) -> Result<(), DecodeError> {
-        if self.entries.is_empty() {
-            // ⊥ ⊔ other = other: decode it whole.
-            *self = crate::protocol::envelope::decode_payload(Self::KIND, payload)?;
-            return Ok(());
-        }
-        let mut de = postcard::Deserializer::from_bytes(payload);
-        let joined = serde::de::DeserializeSeed::deserialize(JoinInto(&mut self.entries), &mut de);
-        let failed = |detail: String| DecodeError::Payload {
-            kind: Self::KIND.to_owned(),
-            detail,
-        };
-        match joined {
-            Err(e) => Err(failed(e.to_string())),
-            Ok(()) => match de.finalize() {
-                Ok([]) => Ok(()),
-                Ok(rest) => Err(failed(crate::error::counted(
-                    rest.len(),
-                    "trailing byte",
-                    "trailing bytes",
-                ))),
-                Err(e) => Err(failed(e.to_string())),
-            },
-        }
+        crate::decisions::frame_wire::join_into(&mut self.entries, payload).map_err(payload_error)
+    }
+
+    /// Reads a payload by hand: the same value and the same acceptance as
+    /// postcard's (property-tested).
+    fn read_payload(payload: &[u8]) -> Result<Self, DecodeError> {
+        crate::decisions::frame_wire::read(payload)
+            .map(|entries| FrameState { entries })
+            .map_err(payload_error)
+    }
+
+    /// Writes postcard's bytes by hand (property-tested).
+    fn write_payload(&self, out: &mut Vec<u8>) -> Result<(), String> {
+        crate::decisions::frame_wire::write(&self.entries, out);
+        Ok(())
+    }
+}
+
+fn payload_error(detail: String) -> DecodeError {
+    DecodeError::Payload {
+        kind: FrameState::KIND.to_owned(),
+        detail,
     }
 }
 
@@ -175,153 +173,6 @@ impl Join for FrameState {
 /// increasing (the canonical encoding of a map sorted by name).
 fn out_of_order(name: &str, previous: &str) -> String {
     format!("source '{name}' after '{previous}': names must be strictly increasing")
-}
-
-/// A tuple of atoms as the wire has it, on the stack up to six dimensions.
-/// Read element by element: the announced length reserves nothing.
-struct Atoms<V>(smallvec::SmallVec<[Atom<V>; 6]>);
-
-impl<'de, V: AtomValue> serde::Deserialize<'de> for Atoms<V> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Seq<V>(std::marker::PhantomData<V>);
-        impl<'de, V: AtomValue> serde::de::Visitor<'de> for Seq<V> {
-            type Value = Atoms<V>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a sequence of atoms")
-            }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(
-                self,
-                mut s: A,
-            ) -> Result<Atoms<V>, A::Error> {
-                let mut v = smallvec::SmallVec::new();
-                while let Some(a) = s.next_element()? {
-                    v.push(a);
-                }
-                Ok(Atoms(v))
-            }
-        }
-        d.deserialize_seq(Seq(std::marker::PhantomData))
-    }
-}
-
-/// [`Dims`] as the wire has it (same variants, same order).
-#[derive(Deserialize)]
-#[serde(rename = "Dims", bound = "V: AtomValue")]
-enum DimsView<V> {
-    Unset,
-    Dynamic,
-    Known(Atoms<V>),
-}
-
-impl<V: Clone> DimsView<V> {
-    fn into_dims(self) -> Dims<V> {
-        match self {
-            DimsView::Unset => Dims::Unset,
-            DimsView::Dynamic => Dims::Dynamic,
-            DimsView::Known(a) => Dims::Known(a.0.into_vec()),
-        }
-    }
-}
-
-/// [`SizeEntry`] as the wire has it (same fields, same order).
-#[derive(Deserialize)]
-#[serde(rename = "SizeEntry")]
-struct EntryView {
-    scalar: Atom<i64>,
-    size: DimsView<u64>,
-    stride: DimsView<Stride>,
-}
-
-/// `a ← a ⊔ b` for a tuple read from the wire (the same result as
-/// [`Dims::join`]).
-fn join_dims_view<V: PartialEq + Clone>(a: &mut Dims<V>, b: &DimsView<V>) {
-    match (&mut *a, b) {
-        (_, DimsView::Unset) | (Dims::Dynamic, _) => {}
-        (_, DimsView::Dynamic) => *a = Dims::Dynamic,
-        (Dims::Unset, DimsView::Known(ys)) => *a = Dims::Known(ys.0.to_vec()),
-        (Dims::Known(xs), DimsView::Known(ys)) if xs.len() == ys.0.len() => {
-            for (x, y) in xs.iter_mut().zip(&ys.0) {
-                if x != y {
-                    *x = x.join(y);
-                }
-            }
-        }
-        (Dims::Known(_), DimsView::Known(_)) => *a = Dims::Dynamic,
-    }
-}
-
-/// Joins a payload's entries into a map in one merge pass (see
-/// [`FrameState::join_encoded`]).
-struct JoinInto<'m>(&'m mut BTreeMap<String, SizeEntry>);
-
-impl<'de> serde::de::DeserializeSeed<'de> for JoinInto<'_> {
-    type Value = ();
-    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_struct("FrameState", &["entries"], self)
-    }
-}
-
-impl<'de> serde::de::Visitor<'de> for JoinInto<'_> {
-    type Value = ();
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("struct FrameState")
-    }
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut s: A) -> Result<(), A::Error> {
-        s.next_element_seed(Entries(self.0))?
-            .ok_or_else(|| A::Error::invalid_length(0, &"struct FrameState with 1 element"))
-    }
-}
-
-struct Entries<'m>(&'m mut BTreeMap<String, SizeEntry>);
-
-impl<'de> serde::de::DeserializeSeed<'de> for Entries<'_> {
-    type Value = ();
-    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_map(self)
-    }
-}
-
-impl<'de> serde::de::Visitor<'de> for Entries<'_> {
-    type Value = ();
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a map of source names to size entries")
-    }
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut m: A) -> Result<(), A::Error> {
-        // Sources this state lacks; joined in after the pass.
-        let mut new: Vec<(&'de str, EntryView)> = Vec::new();
-        let mut previous: Option<&'de str> = None;
-        let mut mine = self.0.iter_mut().peekable();
-        while let Some(name) = m.next_key::<&'de str>()? {
-            if let Some(p) = previous {
-                if name <= p {
-                    return Err(A::Error::custom(out_of_order(name, p)));
-                }
-            }
-            previous = Some(name);
-            let theirs: EntryView = m.next_value()?;
-            while mine.next_if(|(k, _)| k.as_str() < name).is_some() {}
-            match mine.next_if(|(k, _)| k.as_str() == name) {
-                Some((_, entry)) => {
-                    entry.scalar = entry.scalar.join(&theirs.scalar);
-                    join_dims_view(&mut entry.size, &theirs.size);
-                    join_dims_view(&mut entry.stride, &theirs.stride);
-                }
-                None => new.push((name, theirs)),
-            }
-        }
-        drop(mine);
-        for (name, e) in new {
-            self.0.insert(
-                name.to_owned(),
-                SizeEntry {
-                    scalar: e.scalar,
-                    size: e.size.into_dims(),
-                    stride: e.stride.into_dims(),
-                },
-            );
-        }
-        Ok(())
-    }
 }
 
 /// Reads the entries as a list, then builds the map in one pass (the

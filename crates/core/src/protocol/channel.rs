@@ -306,7 +306,6 @@ enum Merged<'a, J> {
 /// Every rank's payload, decoded on first use ([`Gathered::per_rank`]).
 #[derive(Clone, Debug)]
 struct PerRank<J> {
-    kind: &'static str,
     /// The payloads, one after another.
     payloads: Vec<u8>,
     /// Where each rank's payload ends in `payloads`.
@@ -361,7 +360,7 @@ impl<J: Join> Gathered<'_, J> {
                 let mut start = 0;
                 let mut out = Vec::with_capacity(p.ends.len());
                 for &end in &p.ends {
-                    match envelope::decode_payload::<J>(p.kind, &p.payloads[start..end]) {
+                    match J::read_payload(&p.payloads[start..end]) {
                         Ok(v) => out.push(v),
                         Err(e) => {
                             tracing::error!(error = %e, "a payload the exchange accepted did not decode again");
@@ -822,7 +821,7 @@ fn join_envelopes<J: Join>(envs: &[&[u8]], limits: &Limits) -> Result<(J, PerRan
             detail: "none".into(),
         },
     })?;
-    let mut merged: J = envelope::decode_payload(J::KIND, first.payload).map_err(named(0))?;
+    let mut merged = J::read_payload(first.payload).map_err(named(0))?;
     for (rank, e) in (1u32..).zip(rest) {
         merged.join_encoded(e.payload).map_err(named(rank))?;
     }
@@ -835,7 +834,6 @@ fn join_envelopes<J: Join>(envs: &[&[u8]], limits: &Limits) -> Result<(J, PerRan
     Ok((
         merged,
         PerRank {
-            kind: J::KIND,
             payloads,
             ends,
             values: OnceCell::new(),

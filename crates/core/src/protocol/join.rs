@@ -40,9 +40,29 @@ pub trait Join: Clone + Debug + Send + Serialize + DeserializeOwned {
     /// # Errors
     /// [`DecodeError::Payload`] naming the kind.
     fn join_encoded(&mut self, payload: &[u8]) -> std::result::Result<(), DecodeError> {
-        let other: Self = envelope::decode_payload(Self::KIND, payload)?;
+        let other = Self::read_payload(payload)?;
         self.join(&other);
         Ok(())
+    }
+
+    /// Reads a payload: the value whose canonical postcard encoding it is,
+    /// every byte consumed. The provided version is postcard's; an override
+    /// must accept exactly the same payloads with the same values.
+    ///
+    /// # Errors
+    /// [`DecodeError::Payload`] naming the kind.
+    fn read_payload(payload: &[u8]) -> std::result::Result<Self, DecodeError> {
+        envelope::decode_payload(Self::KIND, payload)
+    }
+
+    /// Appends the canonical postcard encoding to `out`. The provided
+    /// version is postcard's; an override must write exactly its bytes.
+    ///
+    /// # Errors
+    /// The encoder's message, naming the kind.
+    fn write_payload(&self, out: &mut Vec<u8>) -> std::result::Result<(), String> {
+        postcard::serialize_with_flavor(self, Append(out))
+            .map_err(|e| format!("cannot encode the value of kind {}: {e}", Self::KIND))
     }
 }
 
@@ -55,8 +75,7 @@ pub fn encode_payload_into<J: Join>(
     value: &J,
     out: &mut Vec<u8>,
 ) -> std::result::Result<(), String> {
-    postcard::serialize_with_flavor(value, Append(out))
-        .map_err(|e| format!("cannot encode the value of kind {}: {e}", J::KIND))
+    value.write_payload(out)
 }
 
 /// postcard's output into the end of an existing buffer.
@@ -79,21 +98,24 @@ impl postcard::ser_flavors::Flavor for Append<'_> {
         Ok(())
     }
 }
-/// Encodes a value as the payload bytes an exchange would send (for tests,
-/// benchmarks and tools).
+/// Encodes a value as the payload bytes an exchange would send
+/// ([`Join::write_payload`]; for tests, benchmarks and tools).
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] if the value cannot be encoded.
 pub fn encode_payload<J: Join>(value: &J) -> Result<Vec<u8>> {
-    postcard::to_allocvec(value)
-        .map_err(|e| Error::InvalidArgument(format!("cannot encode {}: {e}", J::KIND)))
+    let mut out = Vec::new();
+    value
+        .write_payload(&mut out)
+        .map_err(Error::InvalidArgument)?;
+    Ok(out)
 }
 
-/// Decodes payload bytes strictly (all bytes consumed).
+/// Decodes payload bytes strictly (all bytes consumed) as an exchange
+/// would ([`Join::read_payload`]).
 ///
 /// # Errors
 /// [`Error::Decode`] with no rank.
 pub fn decode_payload<J: Join>(bytes: &[u8]) -> Result<J> {
-    envelope::decode_payload(J::KIND, bytes)
-        .map_err(|reason: DecodeError| Error::Decode { rank: None, reason })
+    J::read_payload(bytes).map_err(|reason: DecodeError| Error::Decode { rank: None, reason })
 }
