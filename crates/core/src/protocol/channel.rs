@@ -306,10 +306,10 @@ enum Merged<'a, J> {
 /// Every rank's payload, decoded on first use ([`Gathered::per_rank`]).
 #[derive(Clone, Debug)]
 struct PerRank<J> {
-    /// The payloads, one after another.
-    payloads: Vec<u8>,
-    /// Where each rank's payload ends in `payloads`.
-    ends: Vec<usize>,
+    /// The gathered buffers, moved here, not copied.
+    bufs: Vec<Vec<u8>>,
+    /// Each rank's payload: buffer, start, end.
+    spans: Vec<Span>,
     values: OnceCell<Option<Vec<J>>>,
 }
 
@@ -357,17 +357,15 @@ impl<J: Join> Gathered<'_, J> {
         let p = self.per_rank.as_ref()?;
         p.values
             .get_or_init(|| {
-                let mut start = 0;
-                let mut out = Vec::with_capacity(p.ends.len());
-                for &end in &p.ends {
-                    match J::read_payload(&p.payloads[start..end]) {
+                let mut out = Vec::with_capacity(p.spans.len());
+                for &(b, start, end) in &p.spans {
+                    match J::read_payload(&p.bufs[b][start..end]) {
                         Ok(v) => out.push(v),
                         Err(e) => {
                             tracing::error!(error = %e, "a payload the exchange accepted did not decode again");
                             return None;
                         }
                     }
-                    start = end;
                 }
                 Some(out)
             })
@@ -378,6 +376,9 @@ impl<J: Join> Gathered<'_, J> {
 /// What the flat exchange returns: the join, each rank's payloads, whether
 /// the fast path applied.
 type Flat<'a, J> = (Merged<'a, J>, Option<PerRank<J>>, bool);
+
+/// Where bytes lie among gathered buffers: buffer index, start, end.
+type Span = (usize, usize, usize);
 
 /// One rank's handle on one exchange channel.
 ///
@@ -657,8 +658,8 @@ impl Channel {
             let mine = &self.buf[SLOT_HEADER_LEN..];
             let all = t.all_gather(mine, max, deadline)?;
             traffic.add(mine.len(), all.iter().map(Vec::len).sum());
-            let envs: Vec<&[u8]> = all.iter().map(Vec::as_slice).collect();
-            return join_envelopes::<J>(&envs, &self.limits)
+            let spans: Vec<Span> = all.iter().enumerate().map(|(r, b)| (r, 0, b.len())).collect();
+            return join_envelopes::<J>(all, &spans, &self.limits)
                 .map(|(merged, per_rank)| (Merged::Joined(merged), Some(per_rank), false));
         }
         let slot = self.slot_bytes;
@@ -693,7 +694,8 @@ impl Channel {
         let mut same = true;
         let mut every_inline = true;
         let mut versions = Census::default();
-        let mut inline: Vec<Option<&[u8]>> = Vec::with_capacity(world);
+        // Each rank's inline envelope: where it lies in `all`.
+        let mut inline: Vec<Option<Span>> = Vec::with_capacity(world);
         for (rank, chunk) in (0u32..).zip(all.chunks_exact(slot)) {
             let msg = envelope::decode_slot(chunk).map_err(|reason| Error::Decode {
                 rank: Some(rank),
@@ -702,14 +704,15 @@ impl Channel {
             versions.version(rank, msg.version);
             same &= msg.version == WIRE_VERSION && chunk == mine;
             every_inline &= msg.inline.is_some();
-            inline.push(msg.inline);
+            let at = rank as usize * slot + SLOT_HEADER_LEN;
+            inline.push(msg.inline.map(|e| (0, at, at + e.len())));
         }
         versions.verdict(None)?;
         if same {
             return Ok((Merged::Local(local), None, true));
         }
-        let second;
-        let envs: Vec<&[u8]> = if every_inline {
+        let mut bufs = vec![all];
+        let spans: Vec<Span> = if every_inline {
             inline.iter().map(|e| e.unwrap_or_default()).collect()
         } else {
             let own: &[u8] = if fits {
@@ -717,13 +720,13 @@ impl Channel {
             } else {
                 &self.buf[SLOT_HEADER_LEN..]
             };
-            second = t.all_gather(own, max, deadline)?;
+            let second = t.all_gather(own, max, deadline)?;
             traffic.add(own.len(), second.iter().map(Vec::len).sum());
-            let mut envs = Vec::with_capacity(world);
+            let mut spans = Vec::with_capacity(world);
             for (rank, (first, rest)) in (0u32..).zip(inline.iter().zip(&second)) {
                 match first {
-                    Some(e) if rest.is_empty() => envs.push(*e),
-                    None => envs.push(rest.as_slice()),
+                    Some(e) if rest.is_empty() => spans.push(*e),
+                    None => spans.push((1 + rank as usize, 0, rest.len())),
                     Some(_) => {
                         return Err(Error::Decode {
                             rank: Some(rank),
@@ -735,9 +738,10 @@ impl Channel {
                     }
                 }
             }
-            envs
+            bufs.extend(second);
+            spans
         };
-        join_envelopes::<J>(&envs, &self.limits)
+        join_envelopes::<J>(bufs, &spans, &self.limits)
             .map(|(merged, per_rank)| (Merged::Joined(merged), Some(per_rank), false))
     }
 
@@ -780,11 +784,17 @@ impl Channel {
 /// decoded, every later one joined with [`Join::join_encoded`]. Every
 /// payload is read from the gathered bytes, this rank's too, so a rank whose
 /// own bytes do not decode fails like its peers.
-fn join_envelopes<J: Join>(envs: &[&[u8]], limits: &Limits) -> Result<(J, PerRank<J>)> {
+fn join_envelopes<J: Join>(
+    bufs: Vec<Vec<u8>>,
+    envs: &[Span],
+    limits: &Limits,
+) -> Result<(J, PerRank<J>)> {
     let mut census = Census::default();
     let mut failure = None;
     let mut refs = Vec::with_capacity(envs.len());
-    for (rank, bytes) in (0u32..).zip(envs) {
+    let mut spans: Vec<Span> = Vec::with_capacity(envs.len());
+    for (rank, &(b, start, end)) in (0u32..).zip(envs) {
+        let bytes = &bufs[b][start..end];
         let decoded = envelope::peek_header(bytes).and_then(|(version, _)| {
             census.version(rank, version);
             if version == WIRE_VERSION {
@@ -796,6 +806,8 @@ fn join_envelopes<J: Join>(envs: &[&[u8]], limits: &Limits) -> Result<(J, PerRan
         match decoded {
             Ok(Some(env)) => {
                 census.envelope_ref(rank, env);
+                // The payload ends the envelope.
+                spans.push((b, end - env.payload.len(), end));
                 refs.push(env);
             }
             Ok(None) => {}
@@ -825,17 +837,12 @@ fn join_envelopes<J: Join>(envs: &[&[u8]], limits: &Limits) -> Result<(J, PerRan
     for (rank, e) in (1u32..).zip(rest) {
         merged.join_encoded(e.payload).map_err(named(rank))?;
     }
-    let mut payloads = Vec::with_capacity(refs.iter().map(|e| e.payload.len()).sum());
-    let mut ends = Vec::with_capacity(refs.len());
-    for e in &refs {
-        payloads.extend_from_slice(e.payload);
-        ends.push(payloads.len());
-    }
+    drop(refs);
     Ok((
         merged,
         PerRank {
-            payloads,
-            ends,
+            bufs,
+            spans,
             values: OnceCell::new(),
         },
     ))
