@@ -289,3 +289,36 @@ proptest! {
         }
     }
 }
+
+/// The slot shrinks as the world grows, so that the first round brings a
+/// rank at most 64 KiB; a configured slot smaller than that is kept, and
+/// none goes below the minimum.
+#[test]
+fn the_slot_shrinks_in_large_worlds() {
+    let slot = |world: u32, opts: ChannelOptions| {
+        let t = InProcessGroup::create(world).unwrap().swap_remove(0);
+        Channel::with_options(Arc::new(t), opts)
+            .unwrap()
+            .slot_bytes()
+    };
+    let d = ChannelOptions::default;
+    assert_eq!(slot(2, d()), 4096);
+    assert_eq!(slot(16, d()), 4096);
+    assert_eq!(slot(17, d()), 65536 / 17);
+    assert_eq!(slot(64, d()), 1024);
+    assert_eq!(slot(2, d().with_slot_bytes(100)), 100);
+    assert_eq!(slot(2048, d()), envelope::MIN_SLOT_BYTES);
+    for bad in [
+        0,
+        envelope::MIN_SLOT_BYTES - 1,
+        envelope::MAX_SLOT_BYTES + 1,
+    ] {
+        let t = InProcessGroup::create(2).unwrap().swap_remove(0);
+        let e = Channel::with_options(Arc::new(t), d().with_slot_bytes(bad)).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{bad}: {e}");
+        assert!(
+            e.to_string().contains(&format!("slot size {bad} bytes")),
+            "{e}"
+        );
+    }
+}

@@ -141,7 +141,16 @@ impl C10dTransport {
             .pg
             .all_gather(&Tensor::from_slice(data), op.deadline.remaining())
             .map_err(|e| self.failed(op, e))?;
-        Ok(parts.iter().flat_map(bytes_of).collect())
+        // One buffer, each part copied into its place (no per-part copy).
+        let total = parts.iter().map(Tensor::numel).sum();
+        let mut out = vec![0u8; total];
+        let mut at = 0;
+        for p in &parts {
+            let n = p.numel();
+            p.copy_data(&mut out[at..at + n], n);
+            at += n;
+        }
+        Ok(out)
     }
 
     /// This transport's state, locked, unless it is shut down.

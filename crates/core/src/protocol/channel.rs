@@ -95,6 +95,10 @@ pub fn timeout_from_env() -> Result<Option<Duration>> {
     }
 }
 
+/// Most bytes the flat exchange's first round brings one rank, over all
+/// ranks' slots (64 KiB; see [`ChannelOptions::slot_bytes`]).
+pub const SLOT_ROUND_BYTES: usize = 64 << 10;
+
 /// Knobs of a [`Channel`]. New knobs are added as fields with defaults.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
@@ -117,9 +121,13 @@ pub struct ChannelOptions {
     pub hierarchical_from: u32,
     /// Size of the flat exchange's first round, in bytes (default
     /// [`DEFAULT_SLOT_BYTES`], 4096; from [`MIN_SLOT_BYTES`] to
-    /// [`MAX_SLOT_BYTES`]): every rank sends exactly this much, its
+    /// [`MAX_SLOT_BYTES`]): every rank sends exactly one slot, its
     /// envelope's digest and, when the envelope fits in the rest (slot − 40
     /// bytes), the envelope, so that small states take one collective round.
+    /// Large worlds use a smaller slot, so that the round never brings a
+    /// rank more than [`SLOT_ROUND_BYTES`] (64 KiB) in all:
+    /// `max(MIN_SLOT_BYTES, min(slot_bytes, 64 KiB / world size))`
+    /// ([`Channel::slot_bytes`]), e.g. 4096 bytes up to 16 ranks, 1024 at 64.
     /// Configuration every rank must share: ranks with different slot sizes
     /// fail their first exchange (the engine's fixed-size gather refuses
     /// contributions of another size: a decode error naming the rank on
@@ -458,7 +466,9 @@ impl Channel {
             last_completed: None,
             failed: None,
             trace,
-            slot_bytes: options.slot_bytes,
+            slot_bytes: (SLOT_ROUND_BYTES / world.max(1) as usize)
+                .min(options.slot_bytes)
+                .max(MIN_SLOT_BYTES),
             buf: Vec::new(),
         })
     }
@@ -489,6 +499,12 @@ impl Channel {
     /// The deadline each exchange gets unless a call says otherwise.
     pub fn timeout(&self) -> Duration {
         self.timeout
+    }
+
+    /// The slot size this channel's flat exchange uses, in bytes (see
+    /// [`ChannelOptions::slot_bytes`]: the option, smaller in large worlds).
+    pub fn slot_bytes(&self) -> usize {
+        self.slot_bytes
     }
 
     /// Sequence number the next exchange will carry.
@@ -658,7 +674,11 @@ impl Channel {
             let mine = &self.buf[SLOT_HEADER_LEN..];
             let all = t.all_gather(mine, max, deadline)?;
             traffic.add(mine.len(), all.iter().map(Vec::len).sum());
-            let spans: Vec<Span> = all.iter().enumerate().map(|(r, b)| (r, 0, b.len())).collect();
+            let spans: Vec<Span> = all
+                .iter()
+                .enumerate()
+                .map(|(r, b)| (r, 0, b.len()))
+                .collect();
             return join_envelopes::<J>(all, &spans, &self.limits)
                 .map(|(merged, per_rank)| (Merged::Joined(merged), Some(per_rank), false));
         }

@@ -26,6 +26,6 @@ pub mod tree;
 
 pub use channel::{
     parse_timeout_secs, timeout_from_env, Channel, ChannelOptions, ExchangeOptions, FlatReason,
-    Gathered, Topology, DEFAULT_TIMEOUT, TIMEOUT_ENV,
+    Gathered, Topology, DEFAULT_TIMEOUT, SLOT_ROUND_BYTES, TIMEOUT_ENV,
 };
 pub use join::{decode_payload, encode_payload, encode_payload_into, Join};
