@@ -7,8 +7,8 @@
 //! - [`measure_exchange`]: per round, interleaved on one transport so that
 //!   noise hits all of them: the raw engine floor (a lengths all_gather of 8
 //!   bytes, then an all_gather of the envelope's byte count), our exchange
-//!   (`Channel::exchange` of the rank's state: digest round, envelopes,
-//!   checks, decode, join), the fast path (identical states) and its floor
+//!   (`Channel::exchange` of the rank's state: slot round, envelopes that
+//!   did not fit, checks, decode, join), the fast path (identical states) and its floor
 //!   (a 16-byte all_gather). Each timing follows a barrier. Every round
 //!   builds its states afresh (equal-valued, new allocations), so nothing
 //!   keyed on a value's identity can serve a round. With a [`HeapCounter`]

@@ -4,7 +4,7 @@
 //!
 //! [`MustAgree`] collects named values (canonical text) and checks them in one
 //! exchange. When every rank holds the same values the exchange is one
-//! 32-byte digest round (the fast path); otherwise every rank gathers every
+//! slot round (the fast path); otherwise every rank gathers every
 //! rank's values and returns the same [`Error::Disagreement`], which lists,
 //! for the names that differ, each distinct combination of values with its
 //! ranks, e.g. `ranks disagree on must-agree value 'compiler': rank [0] has
@@ -104,8 +104,9 @@ impl MustAgree {
     /// Checks that every rank holds the same names and values, under compile
     /// key `key` (the exchange's position, checked like any exchange's).
     ///
-    /// Cost: one exchange — one all_gather of 32 bytes per rank when every
-    /// rank agrees, plus one all_gather of the values otherwise.
+    /// Cost: one exchange — one all_gather of one slot (4096 bytes) per rank
+    /// when every rank agrees or the values fit the slot, plus one all_gather
+    /// of the values otherwise.
     ///
     /// # Errors
     /// [`Error::Disagreement`] on every rank, naming each differing value with

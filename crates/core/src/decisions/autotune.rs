@@ -35,8 +35,9 @@
 //! warning, would let ranks compile different kernels.) Lists longer than
 //! 64 KiB of text are compared by their 128-bit hash.
 //!
-//! Cost: one exchange — one all_gather of 32 bytes plus one of the timings
-//! (a few bytes per candidate) — and the benchmarks this rank runs.
+//! Cost: one exchange — one all_gather of one slot (4096 bytes), which holds
+//! the timings when they fit (a few bytes per candidate), else one more of
+//! the timings — and the benchmarks this rank runs.
 //!
 //! ```
 //! use compiler_collectives_core::decisions::autotune::{autotune, Strategy};

@@ -154,7 +154,7 @@ pub trait Transport: Send + Sync + Debug {
     /// the same length. Returns the concatenation, rank 0 first
     /// (`world_size * data.len()` bytes).
     ///
-    /// Cost: one collective round (the digest round of the fast path uses
+    /// Cost: one collective round (the flat exchange's slot round uses
     /// it). The default implementation calls [`all_gather`](Transport::all_gather).
     ///
     /// # Errors

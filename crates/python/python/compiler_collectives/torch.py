@@ -9,8 +9,9 @@ What it replaces in Dynamo (torch 2.13; docs/torch-compile.md):
 
 - ``OutputGraph.run_compiler_collective``: the ``all_gather_object`` of the
   frame's ``LocalState`` on Dynamo's compile group becomes one exchange on
-  this package's channel — a 32-byte digest round when every rank saw the
-  same, no pickling, a deadline, a key naming the frame (ranks compiling
+  this package's channel — one round when every rank saw the same or the
+  states are small (a 4096-byte slot), no pickling, a deadline, a key naming
+  the frame (ranks compiling
   different frames get :class:`~compiler_collectives.Desync`). Dynamo keeps
   the rest: the restart, and applying every rank's state in rank order
   (``pgo.process_automatic_dynamic``).
