@@ -13,7 +13,7 @@ use compiler_collectives_core::protocol::{
     decode_payload, encode_payload, envelope, Channel, ChannelOptions,
 };
 use compiler_collectives_core::transport::inprocess::InProcessGroup;
-use compiler_collectives_core::{Error, Join};
+use compiler_collectives_core::{Error, Join, Transport};
 use proptest::prelude::*;
 use std::sync::Arc;
 use std::time::Duration;
@@ -319,6 +319,38 @@ fn the_slot_shrinks_in_large_worlds() {
         assert!(
             e.to_string().contains(&format!("slot size {bad} bytes")),
             "{e}"
+        );
+    }
+}
+
+/// Ranks with different slot sizes fail their first exchange at once, each
+/// with a decode error that says what differs (not a message over a limit).
+#[test]
+fn ranks_with_different_slots_are_told_so() {
+    let ranks = InProcessGroup::create(2).unwrap();
+    let handles: Vec<_> = ranks
+        .into_iter()
+        .map(|t| {
+            std::thread::spawn(move || {
+                let slot = if t.rank() == 0 { 4096 } else { 8192 };
+                let opts = ChannelOptions::default()
+                    .with_timeout(Duration::from_secs(5))
+                    .with_slot_bytes(slot);
+                let mut ch = Channel::with_options(Arc::new(t), opts).unwrap();
+                ch.exchange("f", &big(3, 0)).map(drop)
+            })
+        })
+        .collect();
+    for (rank, h) in handles.into_iter().enumerate() {
+        let e = h.join().unwrap().expect_err("different slots must fail");
+        assert!(
+            matches!(e, Error::Decode { rank: Some(_), .. }),
+            "rank {rank}: {e}"
+        );
+        let text = e.to_string();
+        assert!(
+            text.contains("same slot size (ChannelOptions::slot_bytes)"),
+            "rank {rank}: {text}"
         );
     }
 }

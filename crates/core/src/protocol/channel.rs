@@ -699,7 +699,9 @@ impl Channel {
             spilled = s;
             &spilled
         };
-        let all = t.all_gather_fixed(mine, deadline)?;
+        let all = t
+            .all_gather_fixed(mine, deadline)
+            .map_err(|e| other_first_round(e, slot))?;
         traffic.add(mine.len(), all.len());
         let world = t.world_size() as usize;
         if all.len() != slot * world {
@@ -796,6 +798,47 @@ impl Channel {
         if let Err(e) = self.transport.abort() {
             tracing::warn!(error = %e, "abort: could not notify peers");
         }
+    }
+}
+
+/// A peer's first round of another size than this rank's slot, as the
+/// engine's fixed-size gather reports it (a message over the slot's size,
+/// or a contribution of another size), said as what it means: the ranks do
+/// not share the slot size, the fast-path setting or the wire version.
+fn other_first_round(e: Error, slot: usize) -> Error {
+    match e {
+        Error::Decode {
+            rank: Some(rank),
+            reason:
+                DecodeError::TooLarge {
+                    field: "message",
+                    len,
+                    ..
+                },
+        } => mismatch(rank, format!("{len} bytes"), slot),
+        Error::Decode {
+            rank: Some(rank),
+            reason:
+                DecodeError::Invalid {
+                    field: "fixed-size contribution",
+                    detail,
+                },
+        } => mismatch(rank, detail, slot),
+        other => other,
+    }
+}
+
+fn mismatch(rank: u32, theirs: String, slot: usize) -> Error {
+    Error::Decode {
+        rank: Some(rank),
+        reason: DecodeError::Invalid {
+            field: "first round",
+            detail: format!(
+                "rank {rank} sent {theirs} where this rank's slot is {slot} bytes: every rank \
+                 must use the same slot size (ChannelOptions::slot_bytes), the same fast-path \
+                 setting and the same wire version"
+            ),
+        },
     }
 }
 
