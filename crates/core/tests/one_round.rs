@@ -349,7 +349,7 @@ fn ranks_with_different_slots_are_told_so() {
         );
         let text = e.to_string();
         assert!(
-            text.contains("same slot size (ChannelOptions::slot_bytes)"),
+            text.contains("need the same slot size (ChannelOptions::slot_bytes)"),
             "rank {rank}: {text}"
         );
     }

@@ -834,8 +834,8 @@ fn mismatch(rank: u32, theirs: String, slot: usize) -> Error {
         reason: DecodeError::Invalid {
             field: "first round",
             detail: format!(
-                "rank {rank} sent {theirs} where this rank's slot is {slot} bytes: every rank \
-                 must use the same slot size (ChannelOptions::slot_bytes), the same fast-path \
+                "rank {rank} sent {theirs} where this rank's slot is {slot} bytes: the ranks \
+                 need the same slot size (ChannelOptions::slot_bytes), the same fast-path \
                  setting and the same wire version"
             ),
         },
