@@ -204,18 +204,8 @@ impl<'a> EnvelopeRef<'a> {
                 detail: format!("wire version {version}, this build speaks {WIRE_VERSION}"),
             });
         }
-        if msg_type != MSG_ENVELOPE {
-            return Err(DecodeError::Invalid {
-                field: "message type",
-                detail: format!("{msg_type}, expected {MSG_ENVELOPE} (envelope)"),
-            });
-        }
-        if bytes.len() < HEADER_LEN {
-            return Err(DecodeError::Truncated {
-                needed: HEADER_LEN,
-                got: bytes.len(),
-            });
-        }
+        expect_type(msg_type, MSG_ENVELOPE, "envelope")?;
+        at_least(bytes, HEADER_LEN)?;
         let seq = read_u64(bytes, 8);
         let lens = [
             read_u32(bytes, 16) as usize,
@@ -274,6 +264,30 @@ fn utf8<'a>(b: &'a [u8], field: &'static str) -> Result<&'a str, DecodeError> {
         field,
         detail: format!("not UTF-8 ({e})"),
     })
+}
+
+/// A message of type `want` (named `name` in the error), else the error.
+fn expect_type(msg_type: u16, want: u16, name: &str) -> Result<(), DecodeError> {
+    if msg_type == want {
+        Ok(())
+    } else {
+        Err(DecodeError::Invalid {
+            field: "message type",
+            detail: format!("{msg_type}, expected {want} ({name})"),
+        })
+    }
+}
+
+/// At least `needed` bytes, else [`DecodeError::Truncated`].
+fn at_least(bytes: &[u8], needed: usize) -> Result<(), DecodeError> {
+    if bytes.len() < needed {
+        Err(DecodeError::Truncated {
+            needed,
+            got: bytes.len(),
+        })
+    } else {
+        Ok(())
+    }
 }
 
 fn check_len(field: &'static str, len: usize, limit: usize) -> Result<(), DecodeError> {
@@ -418,18 +432,8 @@ pub fn decode_slot(bytes: &[u8]) -> Result<SlotMsg<'_>, DecodeError> {
             inline: None,
         });
     }
-    if msg_type != MSG_SLOT {
-        return Err(DecodeError::Invalid {
-            field: "message type",
-            detail: format!("{msg_type}, expected {MSG_SLOT} (slot)"),
-        });
-    }
-    if bytes.len() < SLOT_HEADER_LEN {
-        return Err(DecodeError::Truncated {
-            needed: SLOT_HEADER_LEN,
-            got: bytes.len(),
-        });
-    }
+    expect_type(msg_type, MSG_SLOT, "slot")?;
+    at_least(bytes, SLOT_HEADER_LEN)?;
     let mut digest = [0u8; 16];
     digest.copy_from_slice(&bytes[16..32]);
     let len = read_u32(bytes, 32);
@@ -520,12 +524,7 @@ pub fn decode_digest_msg(bytes: &[u8]) -> Result<DigestMsg, DecodeError> {
             ),
         });
     }
-    if msg_type != MSG_DIGEST {
-        return Err(DecodeError::Invalid {
-            field: "message type",
-            detail: format!("{msg_type}, expected {MSG_DIGEST} (digest)"),
-        });
-    }
+    expect_type(msg_type, MSG_DIGEST, "digest")?;
     let mut digest = [0u8; 16];
     digest.copy_from_slice(&bytes[16..32]);
     Ok(DigestMsg {
