@@ -37,7 +37,7 @@ step "cargo clippy (default members, then every crate with Gloo)"
 cargo clippy --all-targets -- -D warnings
 cargo clippy --workspace --all-targets "${features[@]}" -- -D warnings
 step "cargo doc"
-RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p compiler-collectives-core -p compiler-collectives -p compiler-collectives-harness
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p compiler-collectives-core -p compiler-collectives -p compiler-collectives-harness -p compiler-collectives-gloo
 step "core depends on no backend"
 deps=$(cargo tree -p compiler-collectives-core -e normal,build --prefix none --quiet)
 if grep -Ei '^(compiler-collectives-(gloo|nccl|tch)|cudarc|tch|torch-sys|libloading|cc) ' <<<"$deps"; then

@@ -284,3 +284,42 @@ fn an_error_prints_its_cause_once_even_through_a_source_chain() {
         matches!(&io, Error::Backend { engine: Some(e), .. } if e.downcast_ref::<std::io::Error>().is_some())
     );
 }
+
+#[test]
+fn an_operation_on_one_peer_names_only_that_peer() {
+    let store = Arc::new(InProcessStore::new());
+    rank(&store, 1, 4).leave(PeerLoss::Shutdown, 3);
+    // Ranks 2 and 3 are silent, but a receive from rank 1 waited on it alone.
+    let start = Instant::now();
+    let absent =
+        rank(&store, 0, 4).account_among(4, &[1], Instant::now() + Duration::from_secs(20), None);
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(absent.left, vec![(1, PeerLoss::Shutdown)]);
+    assert!(absent.silent.is_empty(), "{absent:?}");
+    // The peer silent: it alone is named, at the wait's end.
+    let absent = rank(&store, 0, 4).account_among(
+        4,
+        &[2, 0],
+        Instant::now() + Duration::from_millis(200),
+        None,
+    );
+    assert_eq!(absent.silent, vec![2]);
+    assert!(absent.left.is_empty());
+}
+
+#[test]
+fn departure_records_round_trip_and_read_leniently() {
+    use compiler_collectives_core::transport::toolkit::{departure_record, parse_departure};
+    assert_eq!(departure_record(PeerLoss::Shutdown, 12), "shutdown 12");
+    assert_eq!(departure_record(PeerLoss::Aborted, 0), "aborted 0");
+    assert_eq!(departure_record(PeerLoss::Disconnected, 3), "aborted 3");
+    assert_eq!(parse_departure(b"shutdown 12"), (PeerLoss::Shutdown, 12));
+    assert_eq!(parse_departure(b"aborted 7"), (PeerLoss::Aborted, 7));
+    assert_eq!(parse_departure(b"shutdown"), (PeerLoss::Shutdown, 0));
+    assert_eq!(parse_departure(b"junk x"), (PeerLoss::Aborted, 0));
+    assert_eq!(parse_departure(&[0xff, b' ', b'9']), (PeerLoss::Aborted, 9));
+}

@@ -184,7 +184,7 @@ pub fn from_env() -> Result<GlooTransport, Error> {
 impl EnvConfig {
     /// Connects this rank as configured: opens the store, rendezvouses with
     /// every peer within `timeout`, and passes a barrier within `timeout`.
-    /// With [`EnvConfig::default_store`], the store directory is removed by
+    /// With the default store ([`StoreSpec::DefaultDir`]), the store directory is removed by
     /// rank 0 after the barrier, and by any rank whose rendezvous or barrier
     /// fails (module docs); a store the user named is never removed.
     ///

@@ -12,9 +12,12 @@
 //!   the missing ranks), check the announced lengths against `max_bytes`,
 //!   then receive the bytes that did not come inline;
 //! - `send`/`recv` use one slot pair per message, counted per (peer, tag);
-//! - `shutdown` posts a header with the shutdown flag for the next operation
-//!   to every peer (peers already waiting there fail at once naming this
-//!   rank), then closes the connections (everyone else sees the close).
+//! - `shutdown` records in the store that this rank left ([`left_key`]),
+//!   posts a header with the shutdown flag for the next operation to every
+//!   peer (peers already waiting there fail at once naming this rank), then
+//!   closes the connections; a peer that finds a pair broken reads the
+//!   record before calling its rank dead (one that arrives late, after the
+//!   close, still names this rank as shut down).
 //!
 //! A Gloo timeout closes every pair of the context, so after any error the
 //! transport is unusable; buffers whose transfers may still be in flight are
@@ -388,13 +391,25 @@ pub struct GlooTransport {
     watchdog: Watchdog,
     /// [`inline_capacity`] of this world.
     inline: usize,
-    _store: GlooStore,
+    /// The group's view of the rendezvous store (under its prefix), where a
+    /// leaving rank records how it left.
+    /// Locked: Gloo's stores are not all safe to call from two threads at
+    /// once (its RedisStore shares one connection).
+    store: Arc<Mutex<GlooStore>>,
 }
 
 /// What went wrong while waiting, before it is turned into a core error.
 enum Fail {
     Core(Error),
     Gloo(GlooError, Vec<u32>),
+}
+
+/// The key under the group's prefix where `rank` records that it left, with
+/// how and after how many collectives (`toolkit::departure_record`; the
+/// store post-mortem's scheme). It outlives the rank's connections: a peer
+/// that reaches the next collective after they closed reads it there.
+fn left_key(rank: u32) -> String {
+    format!("left/{rank}")
 }
 
 /// The key under the group's prefix that says `rank` came to the rendezvous.
@@ -501,7 +516,7 @@ impl GlooTransport {
             watchdog: Watchdog::start(rank),
             inline: inline_capacity(world_size),
             failed,
-            _store: scoped,
+            store: Arc::new(Mutex::new(scoped)),
         })
     }
 
@@ -564,13 +579,17 @@ impl GlooTransport {
             }
             Fail::Gloo(g, missing) => match g.status() {
                 Some(sys::TIMEOUT | sys::ABORTED) => Error::timeout(missing, Vec::new(), waited),
-                Some(sys::IO) if !missing.is_empty() => Error::peer_lost(
-                    missing
+                Some(sys::IO) if !missing.is_empty() => {
+                    // A rank whose pair broke left as its record says (it
+                    // closed before this rank got here), else died.
+                    let mut records = Records::default();
+                    records.fetch(&self.store, &missing, st.op);
+                    let lost = missing
                         .into_iter()
-                        .map(|r| (r, PeerLoss::Disconnected))
-                        .collect(),
-                    g.to_string(),
-                ),
+                        .map(|r| (r, records.departed(r).unwrap_or(PeerLoss::Disconnected)))
+                        .collect();
+                    Error::peer_lost(lost, g.to_string())
+                }
                 _ => g.into(),
             },
         };
@@ -599,7 +618,10 @@ impl GlooTransport {
     /// them, the same set whatever the order in which they went).
     ///
     /// A rank whose header says it shut down or aborted left that way; a
-    /// rank without a header whose pair broke died. After a broken pair
+    /// rank without a header whose pair broke (`broken`, or found by a
+    /// probe) left as its record in the store says ([`left_key`]: it
+    /// reached this operation's header only after the leaver had closed its
+    /// connections), else died. After a broken pair
     /// (`e` is Gloo's IO error) the other ranks without a header are
     /// watched until each has sent one or lost its pair, or until the
     /// deadline: a report waits for every rank to be accounted for, not for
@@ -609,6 +631,7 @@ impl GlooTransport {
     /// ([`FLAG_FAILED`]) is held up by the same cause, as a rank checked in
     /// to the store post-mortem is: it is named (as aborted) only when no
     /// other rank is missing.
+    #[allow(clippy::too_many_arguments)]
     fn account_headers(
         &self,
         pool: &mut Pool,
@@ -617,25 +640,38 @@ impl GlooTransport {
         recv_from: &[u32],
         deadline: Deadline,
         e: GlooError,
+        mut broken: Vec<u32>,
     ) -> Fail {
         let io = e.status() == Some(sys::IO);
-        let mut broken: Vec<u32> = Vec::new();
+        let mut records = Records::default();
         let mut failed: Vec<u32> = Vec::new();
         let mut probed: Option<Instant> = None;
+        // Gloo may still be writing this memory: read it volatile; it only
+        // names missing ranks.
+        let header_of = |p: u32| {
+            parse_header(&inbox.read_volatile(p as usize * (HEADER + self.inline), HEADER))
+        };
         loop {
             let mut left: Vec<(u32, PeerLoss)> = Vec::new();
             let mut silent: Vec<u32> = Vec::new();
             failed.clear();
+            let unread: Vec<u32> = broken
+                .iter()
+                .copied()
+                .filter(|&p| !records.has(p) && recv_from.contains(&p) && header_of(p).is_none())
+                .collect();
+            records.fetch(&self.store, &unread, k);
             for &p in recv_from {
-                // Gloo may still be writing this memory: read it volatile;
-                // it only names missing ranks.
-                let bytes = inbox.read_volatile(p as usize * (HEADER + self.inline), HEADER);
-                match parse_header(&bytes) {
+                match header_of(p) {
                     Some((FLAG_SHUTDOWN, _)) => left.push((p, PeerLoss::Shutdown)),
                     Some((FLAG_ABORT, _)) => left.push((p, PeerLoss::Aborted)),
                     Some((FLAG_FAILED, _)) => failed.push(p),
                     Some(_) => {}
-                    None if broken.contains(&p) => left.push((p, PeerLoss::Disconnected)),
+                    // Its connection is gone: it left (its record says how)
+                    // or died.
+                    None if broken.contains(&p) => {
+                        left.push((p, records.departed(p).unwrap_or(PeerLoss::Disconnected)))
+                    }
                     None => silent.push(p),
                 }
             }
@@ -741,10 +777,33 @@ impl GlooTransport {
             Some(sends.add(Buffer::new(&self.ctx, data.to_vec()).map_err(gl)?))
         };
         let at = |p: u32| move |e: GlooError| Fail::Gloo(e, vec![p]);
+        // A pair found broken while posting (its rank left or died before
+        // this operation) is accounted for with the headers below, not
+        // reported alone: the error names every rank not here.
+        let mut broken: Vec<u32> = Vec::new();
+        let mut io_error: Option<GlooError> = None;
+        let broke = |p: u32,
+                     e: GlooError,
+                     broken: &mut Vec<u32>,
+                     io_error: &mut Option<GlooError>|
+         -> Result<(), Fail> {
+            if e.status() != Some(sys::IO) {
+                return Err(Fail::Gloo(e, vec![p]));
+            }
+            broken.push(p);
+            io_error.get_or_insert(e);
+            Ok(())
+        };
         for &p in send_to {
-            sends.get(hdr).send(p, hslot, 0, first_len).map_err(at(p))?;
-            if let Some(b) = body {
-                sends.get(b).send(p, dslot, 0, data.len()).map_err(at(p))?;
+            let sent = sends
+                .get(hdr)
+                .send(p, hslot, 0, first_len)
+                .and_then(|()| match body {
+                    Some(b) => sends.get(b).send(p, dslot, 0, data.len()),
+                    None => Ok(()),
+                });
+            if let Err(e) = sent {
+                broke(p, e, &mut broken, &mut io_error)?;
             }
         }
         // Receive every header message into the inbox, one place of
@@ -758,13 +817,27 @@ impl GlooTransport {
             inbox.bytes_mut()[at..at + HEADER].fill(0);
         }
         for &p in recv_from {
-            inbox
-                .recv(p, hslot, p as usize * place, place)
-                .map_err(at(p))?;
+            if broken.contains(&p) {
+                continue;
+            }
+            if let Err(e) = inbox.recv(p, hslot, p as usize * place, place) {
+                broke(p, e, &mut broken, &mut io_error)?;
+            }
+        }
+        if let Some(e) = io_error {
+            return Err(self.account_headers(&mut pool, k, inbox, recv_from, deadline, e, broken));
         }
         for _ in recv_from {
             if let Err(e) = self.watchdog.wait_recv(inbox, deadline) {
-                return Err(self.account_headers(&mut pool, k, inbox, recv_from, deadline, e));
+                return Err(self.account_headers(
+                    &mut pool,
+                    k,
+                    inbox,
+                    recv_from,
+                    deadline,
+                    e,
+                    Vec::new(),
+                ));
             }
         }
         // Every header is here: check them.
@@ -1028,6 +1101,9 @@ impl GlooTransport {
             return Ok(());
         }
         st.shut = true;
+        // First, before any connection closes: a peer that reaches the next
+        // collective after they did reads how this rank left here.
+        self.record_departure(flag, st.op);
         // Peers are still collecting what this rank sent in its last
         // operations: let them take it before the connections close.
         self.reaper
@@ -1057,6 +1133,108 @@ impl GlooTransport {
         }
         self.ctx.close();
         Ok(())
+    }
+}
+
+impl GlooTransport {
+    /// Records in the store that this rank left (`flag`: shutdown or abort)
+    /// after `done` collectives, waiting at most [`toolkit::STORE_CALL_LIMIT`]:
+    /// a store that does not answer (its host gone) must not hold a rank's
+    /// exit. A failure is logged, not returned: leaving goes on.
+    fn record_departure(&self, flag: u32, done: u64) {
+        let how = if flag == FLAG_SHUTDOWN {
+            PeerLoss::Shutdown
+        } else {
+            PeerLoss::Aborted
+        };
+        let value = toolkit::departure_record(how, done);
+        let (store, key) = (Arc::clone(&self.store), left_key(self.rank));
+        let (tx, rx) = mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("ccol-gloo-leave".into())
+            .spawn(move || {
+                let store = store.lock().unwrap_or_else(|e| e.into_inner());
+                let _ = tx.send(store.set(&key, value.as_bytes()));
+            });
+        if let Err(e) = spawned {
+            tracing::debug!(error = %e, "gloo: no thread to record leaving");
+            return;
+        }
+        match rx.recv_timeout(toolkit::STORE_CALL_LIMIT) {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::debug!(error = %e, "gloo: cannot record leaving"),
+            Err(_) => tracing::debug!("gloo: the store did not take the departure in time"),
+        }
+    }
+}
+
+/// How long an accounting waits for the store to say whether ranks whose
+/// pairs broke left a departure record. Short: a rank killed outright left
+/// none, and its death is reported once this passes (Gloo's FileStore
+/// takes a second to say a key is missing; a present key, a few
+/// microseconds).
+const RECORD_LOOKUP_LIMIT: Duration = Duration::from_millis(100);
+
+/// Departure records read during one accounting, each rank's at most once.
+#[derive(Default)]
+struct Records {
+    /// `None`: no record (or none in time), or one from a later collective.
+    read: HashMap<u32, Option<PeerLoss>>,
+}
+
+impl Records {
+    fn has(&self, peer: u32) -> bool {
+        self.read.contains_key(&peer)
+    }
+
+    /// How `peer` left, if [`Records::fetch`] found its record.
+    fn departed(&self, peer: u32) -> Option<PeerLoss> {
+        self.read.get(&peer).copied().flatten()
+    }
+
+    /// Reads the departure records of `peers` that left before collective
+    /// `k` (they had completed at most `k`), waiting at most
+    /// [`RECORD_LOOKUP_LIMIT`]. One thread asks the store, all keys at once
+    /// first (the common case: every one of them left cleanly), then one by
+    /// one; what has not come by the limit counts as no record, and the
+    /// thread finishes on its own.
+    fn fetch(&mut self, store: &Arc<Mutex<GlooStore>>, peers: &[u32], k: u64) {
+        if peers.is_empty() {
+            return;
+        }
+        for &p in peers {
+            self.read.insert(p, None);
+        }
+        let (tx, rx) = mpsc::channel();
+        let (store, peers) = (Arc::clone(store), peers.to_vec());
+        let spawned = std::thread::Builder::new()
+            .name("ccol-gloo-records".into())
+            .spawn(move || {
+                let store = store.lock().unwrap_or_else(|e| e.into_inner());
+                let keys: Vec<String> = peers.iter().map(|&p| left_key(p)).collect();
+                let all: Vec<&str> = keys.iter().map(String::as_str).collect();
+                let quick = Duration::from_millis(1);
+                let every = store.wait(&all, quick).is_ok();
+                for (&p, key) in peers.iter().zip(&keys) {
+                    let value = (every || store.wait(&[key], quick).is_ok())
+                        .then(|| store.get(key, RECORD_LOOKUP_LIMIT).ok())
+                        .flatten();
+                    if tx.send((p, value)).is_err() {
+                        return;
+                    }
+                }
+            });
+        if spawned.is_err() {
+            return;
+        }
+        let until = Instant::now() + RECORD_LOOKUP_LIMIT;
+        while let Ok((p, value)) = rx.recv_timeout(until.saturating_duration_since(Instant::now()))
+        {
+            let found = value
+                .map(|v| toolkit::parse_departure(&v))
+                .and_then(|(how, done)| (done <= k).then_some(how));
+            self.read.insert(p, found);
+        }
     }
 }
 

@@ -105,7 +105,13 @@ impl C10dTransport {
 
     /// Turns failed operation `op` into core's error, naming the ranks not
     /// in it (see the type's docs).
-    fn failed(
+    fn failed(&self, op: Op, e: C10dError) -> Error {
+        self.failed_among(op, e, None)
+    }
+
+    /// [`Self::failed`] for an operation that waited on `peer` alone (a
+    /// receive), when given: only it can be named.
+    fn failed_among(
         &self,
         Op {
             op,
@@ -113,6 +119,7 @@ impl C10dTransport {
             deadline,
         }: Op,
         e: C10dError,
+        peer: Option<u32>,
     ) -> Error {
         let network = matches!(e, C10dError::Torch { network: true, .. });
         let timeout = matches!(e, C10dError::Torch { timeout: true, .. });
@@ -124,7 +131,10 @@ impl C10dTransport {
         // be blocked on a rank that is itself reporting).
         let until = Instant::now().max(deadline.instant()) + LATE_CHECK_IN;
         let quiet = network.then_some(toolkit::POST_MORTEM);
-        let absent = self.post_mortem.account(op, until, quiet);
+        let absent = match peer {
+            Some(p) => self.post_mortem.account_among(op, &[p], until, quiet),
+            None => self.post_mortem.account(op, until, quiet),
+        };
         tracing::debug!(error = %e, ?absent, "c10d operation failed");
         match absent.into_error(network && !timeout, start.elapsed(), &e.to_string()) {
             Some(err) => err,
@@ -284,7 +294,7 @@ impl Transport for C10dTransport {
         let mut len = Tensor::zeros([1], (Kind::Int64, tch::Device::Cpu));
         self.pg
             .recv(&mut len, peer, tag, deadline.remaining())
-            .map_err(|e| self.failed(op, e))?;
+            .map_err(|e| self.failed_among(op, e, Some(peer)))?;
         let n = usize::try_from(len.int64_value(&[0])).unwrap_or(usize::MAX);
         if n > max_bytes {
             return Err(Error::message_too_large(peer, n, max_bytes));
@@ -295,7 +305,7 @@ impl Transport for C10dTransport {
         let mut body = Tensor::zeros([as_i64(n)], (Kind::Uint8, tch::Device::Cpu));
         self.pg
             .recv(&mut body, peer, tag, deadline.remaining())
-            .map_err(|e| self.failed(op, e))?;
+            .map_err(|e| self.failed_among(op, e, Some(peer)))?;
         Ok(bytes_of(&body))
     }
 

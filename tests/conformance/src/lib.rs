@@ -294,6 +294,20 @@ pub const BEHAVIOURS: &[Behaviour] = &[
         needs: &[],
     },
     Behaviour {
+        name: "late_rank_after_the_others_closed",
+        min_world: 2,
+        timed: true,
+        run: late_rank_after_the_others_closed,
+        needs: &[],
+    },
+    Behaviour {
+        name: "recv_after_the_sender_closed",
+        min_world: 2,
+        timed: true,
+        run: recv_after_the_sender_closed,
+        needs: &[Capability::CheapPointToPoint],
+    },
+    Behaviour {
         name: "use_after_shutdown_is_unusable",
         min_world: 1,
         timed: false,
@@ -1262,6 +1276,75 @@ fn two_ranks_leave_at_different_times(ctx: &Ctx) -> Result<(), String> {
         other => Err(format!(
             "expected a lost peer naming ranks {want:?}, got {other:?}"
         )),
+    }
+}
+
+/// Every rank but the last shuts its channel down and closes its transport
+/// (its connections go); the last enters an exchange only a second later,
+/// long after any notice a leaving rank waits to deliver. Its error still
+/// names every other rank as shut down — not as disconnected, and not only
+/// the first whose connection it found closed: the departures outlive the
+/// connections (docs/failures.md, Exact missing-rank reports) — within the
+/// deadline + margin.
+fn late_rank_after_the_others_closed(ctx: &Ctx) -> Result<(), String> {
+    let late = ctx.world() - 1;
+    let mut ch = ctx.channel(ctx.short_timeout)?;
+    // One exchange with everyone first, so that the connections are in use.
+    ch.exchange("warm", &AnyVote(false))
+        .map_err(|e| format!("first exchange: {e}"))?;
+    if ctx.rank() != late {
+        return ch.shutdown().map_err(|e| e.to_string());
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let start = Instant::now();
+    let res = ch.exchange("f", &AnyVote(false));
+    let took = start.elapsed();
+    let want: Vec<u32> = (0..late).collect();
+    match res {
+        Err(e @ Error::PeerLost { .. }) => {
+            ensure(e.missing_ranks() == want.as_slice(), || {
+                format!("named {:?}, want {want:?}: {e}", e.missing_ranks())
+            })?;
+            let how: Vec<(u32, PeerLoss)> = want.iter().map(|&r| (r, PeerLoss::Shutdown)).collect();
+            ensure(e.departures() == how.as_slice(), || {
+                format!("{:?}: {e}", e.departures())
+            })?;
+            let bound = ctx.short_timeout + ctx.margin;
+            ensure(took <= bound, || format!("took {took:?}, bound {bound:?}"))
+        }
+        other => Err(format!(
+            "expected a lost peer naming ranks {want:?}, got {other:?}"
+        )),
+    }
+}
+
+/// Rank 0 shuts its transport down (its connections go); a second later the
+/// last rank receives from it, point to point, as the tree exchange does:
+/// the error names rank 0 as shut down, within the deadline + margin.
+fn recv_after_the_sender_closed(ctx: &Ctx) -> Result<(), String> {
+    let late = ctx.world() - 1;
+    let t = &ctx.transport;
+    t.barrier(ctx.deadline())
+        .map_err(|e| format!("barrier: {e}"))?;
+    if ctx.rank() == 0 {
+        return t.shutdown().map_err(|e| e.to_string());
+    }
+    if ctx.rank() != late {
+        return Ok(());
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    let start = Instant::now();
+    let res = t.recv(0, 7, 64, Deadline::after(ctx.short_timeout));
+    let took = start.elapsed();
+    match res {
+        Err(e @ Error::PeerLost { .. }) => {
+            ensure(e.departures() == [(0, PeerLoss::Shutdown)], || {
+                format!("{:?}: {e}", e.departures())
+            })?;
+            let bound = ctx.short_timeout + ctx.margin;
+            ensure(took <= bound, || format!("took {took:?}, bound {bound:?}"))
+        }
+        other => Err(format!("expected rank 0 lost (shut down), got {other:?}")),
     }
 }
 

@@ -23,7 +23,8 @@
 //! | this rank's own buffer over `max_bytes` | `InvalidArgument`, nothing sent ([`toolkit::check_size`]) | `all_gather_varlen` |
 //! | a peer or root that is not a rank | `InvalidArgument` ([`toolkit::check_peer`], [`toolkit::check_root`]) | `send_recv_ring` |
 //! | a live rank silent past the deadline | `Timeout` naming it (those that left among the missing are grouped by how), by deadline + 1 s | `missing_rank_times_out` |
-//! | every missing rank shut down, aborted or died | `PeerLost` naming all of them, grouped by how each went; at once where the engine tells peers it left (`Capabilities::tells_peers_it_left`), else when this rank's own wait fails | `shutdown_fails_peers_fast`, `abort_is_not_a_shutdown`, `two_ranks_leave_at_different_times` |
+//! | every missing rank shut down, aborted or died | `PeerLost` naming all of them, grouped by how each went; at once where the engine tells peers it left (`Capabilities::tells_peers_it_left`), else when this rank's own wait fails | `shutdown_fails_peers_fast`, `abort_is_not_a_shutdown`, `two_ranks_leave_at_different_times`, `late_rank_after_the_others_closed` (they closed their connections long before) |
+//! | a receive from a rank that left | `PeerLost` naming that rank alone (the operation's only peer), with how it left | `recv_after_the_sender_closed` |
 //! | a store key not set by the deadline | `Timeout` naming no rank | the store's own tests (`FileStore`, `InProcessStore`, `C10dStore`) |
 //!
 //! The ranks an error names are the exact set not in the operation: a rank

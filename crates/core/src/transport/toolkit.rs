@@ -16,7 +16,8 @@ mod checks;
 mod postmortem;
 pub use checks::{check_peer, check_root, check_size, shut_down};
 pub use postmortem::{
-    Absent, PostMortem, DRAIN_LIMIT, LATE_CHECK_IN, POST_MORTEM, STORE_CALL_LIMIT,
+    departure_record, parse_departure, Absent, PostMortem, DRAIN_LIMIT, LATE_CHECK_IN, POST_MORTEM,
+    STORE_CALL_LIMIT,
 };
 
 /// Bytes of one rank's entry in the lengths round: its length and its

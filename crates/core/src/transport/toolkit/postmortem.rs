@@ -39,6 +39,35 @@ pub const STORE_CALL_LIMIT: Duration = Duration::from_millis(500);
 /// How often a waiting post-mortem looks at the store again.
 const POLL: Duration = Duration::from_millis(10);
 
+/// The value of a rank's `left/<rank>` key: `shutdown <done>` for
+/// [`PeerLoss::Shutdown`], else `aborted <done>`, `<done>` the number of
+/// operations it had completed (decimal). Every backend that records
+/// departures writes this.
+pub fn departure_record(how: PeerLoss, done: u64) -> String {
+    let word = if how == PeerLoss::Shutdown {
+        "shutdown"
+    } else {
+        "aborted"
+    };
+    format!("{word} {done}")
+}
+
+/// Reads a [`departure_record`]: how the rank left and how many operations
+/// it had completed. A value another program wrote is read leniently (it
+/// only names a departure): a word other than `shutdown` is an abort, a
+/// missing or bad count is 0.
+pub fn parse_departure(value: &[u8]) -> (PeerLoss, u64) {
+    let text = String::from_utf8_lossy(value);
+    let (word, done) = text.split_once(' ').unwrap_or((&text, "0"));
+    let done: u64 = done.trim().parse().unwrap_or(0);
+    let how = if word == "shutdown" {
+        PeerLoss::Shutdown
+    } else {
+        PeerLoss::Aborted
+    };
+    (how, done)
+}
+
 /// Ranks not in a failed operation, from a [`PostMortem::account`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Absent {
@@ -122,12 +151,7 @@ impl PostMortem {
     /// else is recorded as aborted). A store failure is logged, not
     /// returned: leaving goes on.
     pub fn leave(&self, how: PeerLoss, done: u64) {
-        let word = if how == PeerLoss::Shutdown {
-            "shutdown"
-        } else {
-            "aborted"
-        };
-        let value = format!("{word} {done}");
+        let value = departure_record(how, done);
         if let Err(e) = self.store.set(
             &self.key("left", self.rank),
             value.as_bytes(),
@@ -162,14 +186,7 @@ impl PostMortem {
             .iter()
             .filter_map(|&r| {
                 let v = self.lookup("left", r)?;
-                let text = String::from_utf8_lossy(&v);
-                let (word, done) = text.split_once(' ').unwrap_or((&text, "0"));
-                let done: u64 = done.trim().parse().unwrap_or(0);
-                let how = if word == "shutdown" {
-                    PeerLoss::Shutdown
-                } else {
-                    PeerLoss::Aborted
-                };
+                let (how, done) = parse_departure(&v);
                 (op == 0 || done < op).then_some((r, how))
             })
             .collect()
@@ -188,7 +205,20 @@ impl PostMortem {
     /// unless some rank left meanwhile (ranks finishing one after another,
     /// the last of them maybe slower than the window).
     pub fn account(&self, op: u64, until: Instant, quiet: Option<Duration>) -> Absent {
-        let mut waiting = self.others();
+        self.account_among(op, &self.others(), until, quiet)
+    }
+
+    /// [`PostMortem::account`] for an operation that waited on `ranks` only
+    /// (a point-to-point receive waits on one): the others are not asked
+    /// about, and are never among the absent.
+    pub fn account_among(
+        &self,
+        op: u64,
+        ranks: &[u32],
+        until: Instant,
+        quiet: Option<Duration>,
+    ) -> Absent {
+        let mut waiting: Vec<u32> = ranks.iter().copied().filter(|&r| r != self.rank).collect();
         if !self.check_in(op) {
             return Absent {
                 silent: waiting,
