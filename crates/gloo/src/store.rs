@@ -35,6 +35,11 @@ pub struct GlooStore {
     kind: StoreKind,
     /// What errors call it (`the TCPStore at host:port`), when not its kind's.
     description: Option<String>,
+    /// For a Rust store (under any prefixes): the store itself and the
+    /// prefix Gloo's PrefixStores put before a key (`a/b/`), so that
+    /// [`GlooStore::set_within`] and [`GlooStore::try_get_within`] call it
+    /// on the caller's thread with a deadline, not through Gloo.
+    direct: Option<(Arc<dyn Store>, String)>,
 }
 
 impl GlooStore {
@@ -43,6 +48,7 @@ impl GlooStore {
             handle: Arc::new(handle),
             kind,
             description: None,
+            direct: None,
         }
     }
 
@@ -92,13 +98,12 @@ impl GlooStore {
         // Gloo's `set` carries no timeout: bound it (and every other call)
         // by `timeout` too.
         let bounded: Arc<dyn Store> = Arc::new(Bounded {
-            inner: store,
+            inner: Arc::clone(&store),
             timeout,
         });
-        Ok(Self::new(
-            StoreHandle::rust(bounded, timeout)?,
-            StoreKind::Rust,
-        ))
+        let mut made = Self::new(StoreHandle::rust(bounded, timeout)?, StoreKind::Rust);
+        made.direct = Some((store, String::new()));
+        Ok(made)
     }
 
     /// A view of this store in which every key `k` is stored as `prefix/k`
@@ -109,7 +114,13 @@ impl GlooStore {
     pub fn prefixed(&self, prefix: &str) -> Result<Self, GlooError> {
         let p = sys::cstring(prefix, "prefix")?;
         let handle = self.handle.prefixed(&p)?;
-        Ok(Self::new(handle, StoreKind::Prefix(prefix.to_owned())))
+        let mut made = Self::new(handle, StoreKind::Prefix(prefix.to_owned()));
+        // Gloo's PrefixStore stores `k` as `prefix/k`.
+        made.direct = self
+            .direct
+            .as_ref()
+            .map(|(store, outer)| (Arc::clone(store), format!("{outer}{prefix}/")));
+        Ok(made)
     }
 
     /// What kind of store this is.
@@ -160,6 +171,47 @@ impl GlooStore {
     pub fn get(&self, key: &str, timeout: Duration) -> Result<Vec<u8>, GlooError> {
         let k = sys::cstring(key, "key")?;
         self.handle.get(&k, timeout)
+    }
+
+    /// Whether [`GlooStore::set_within`] and [`GlooStore::try_get_within`]
+    /// honour their deadline on the caller's thread: a Rust store (under
+    /// any prefixes). Gloo's own stores take no deadline on `set`, and
+    /// their FileStore takes a second to say a key is missing.
+    pub fn takes_deadlines(&self) -> bool {
+        self.direct.is_some()
+    }
+
+    /// Sets `key` by `deadline`: on a Rust store, its own `set` with that
+    /// deadline; on Gloo's stores, Gloo's `set` (no deadline).
+    ///
+    /// # Errors
+    /// The store's error, or a timeout.
+    pub fn set_within(&self, key: &str, value: &[u8], deadline: Deadline) -> Result<()> {
+        match &self.direct {
+            Some((store, prefix)) => store.set(&format!("{prefix}{key}"), value, deadline),
+            None => self.set(key, value).map_err(Into::into),
+        }
+    }
+
+    /// `key`'s value if it is set, asking at most until `deadline`: on a
+    /// Rust store, its `try_get`; on Gloo's stores, Gloo's `wait` for a
+    /// millisecond, then `get` (Gloo's FileStore takes a second to say a
+    /// key is missing).
+    ///
+    /// # Errors
+    /// The store's error.
+    pub fn try_get_within(&self, key: &str, deadline: Deadline) -> Result<Option<Vec<u8>>> {
+        match &self.direct {
+            Some((store, prefix)) => store.try_get(&format!("{prefix}{key}"), deadline),
+            None => {
+                if self.wait(&[key], Duration::from_millis(1)).is_err() {
+                    return Ok(None);
+                }
+                self.get(key, deadline.remaining())
+                    .map(Some)
+                    .map_err(Into::into)
+            }
+        }
     }
 
     /// Waits until every key is set (at most `timeout`).

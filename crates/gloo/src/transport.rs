@@ -1140,7 +1140,9 @@ impl GlooTransport {
     /// Records in the store that this rank left (`flag`: shutdown or abort)
     /// after `done` collectives, waiting at most [`toolkit::STORE_CALL_LIMIT`]:
     /// a store that does not answer (its host gone) must not hold a rank's
-    /// exit. A failure is logged, not returned: leaving goes on.
+    /// exit. A Rust store is called on this thread with that deadline;
+    /// Gloo's own stores (no deadline on `set`) on a thread that is waited
+    /// for that long. A failure is logged, not returned: leaving goes on.
     fn record_departure(&self, flag: u32, done: u64) {
         let how = if flag == FLAG_SHUTDOWN {
             PeerLoss::Shutdown
@@ -1148,7 +1150,21 @@ impl GlooTransport {
             PeerLoss::Aborted
         };
         let value = toolkit::departure_record(how, done);
-        let (store, key) = (Arc::clone(&self.store), left_key(self.rank));
+        let key = left_key(self.rank);
+        let direct = {
+            let store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+            store.takes_deadlines().then(|| store.clone())
+        };
+        if let Some(store) = direct {
+            // On this thread: a store that calls into an interpreter must
+            // not be left running on a thread of its own at exit.
+            let deadline = Deadline::after(toolkit::STORE_CALL_LIMIT);
+            if let Err(e) = store.set_within(&key, value.as_bytes(), deadline) {
+                tracing::debug!(error = %e, "gloo: cannot record leaving");
+            }
+            return;
+        }
+        let store = Arc::clone(&self.store);
         let (tx, rx) = mpsc::channel();
         let spawned = std::thread::Builder::new()
             .name("ccol-gloo-leave".into())
@@ -1194,16 +1210,38 @@ impl Records {
 
     /// Reads the departure records of `peers` that left before collective
     /// `k` (they had completed at most `k`), waiting at most
-    /// [`RECORD_LOOKUP_LIMIT`]. One thread asks the store, all keys at once
-    /// first (the common case: every one of them left cleanly), then one by
-    /// one; what has not come by the limit counts as no record, and the
-    /// thread finishes on its own.
+    /// [`RECORD_LOOKUP_LIMIT`]. A Rust store is asked on this thread. Gloo's
+    /// own stores are asked on a thread of its own, all keys at once first
+    /// (the common case: every one of them left cleanly), then one by one;
+    /// what has not come by the limit counts as no record, and the thread
+    /// finishes on its own.
     fn fetch(&mut self, store: &Arc<Mutex<GlooStore>>, peers: &[u32], k: u64) {
         if peers.is_empty() {
             return;
         }
         for &p in peers {
             self.read.insert(p, None);
+        }
+        let direct = {
+            let store = store.lock().unwrap_or_else(|e| e.into_inner());
+            store.takes_deadlines().then(|| store.clone())
+        };
+        let found = |value: Option<Vec<u8>>| {
+            value
+                .map(|v| toolkit::parse_departure(&v))
+                .and_then(|(how, done)| (done <= k).then_some(how))
+        };
+        if let Some(store) = direct {
+            // A Rust store answers a missing key at once: ask on this thread.
+            let deadline = Deadline::after(RECORD_LOOKUP_LIMIT);
+            for &p in peers {
+                if deadline.expired() {
+                    break;
+                }
+                let value = store.try_get_within(&left_key(p), deadline).ok().flatten();
+                self.read.insert(p, found(value));
+            }
+            return;
         }
         let (tx, rx) = mpsc::channel();
         let (store, peers) = (Arc::clone(store), peers.to_vec());
@@ -1230,10 +1268,7 @@ impl Records {
         let until = Instant::now() + RECORD_LOOKUP_LIMIT;
         while let Ok((p, value)) = rx.recv_timeout(until.saturating_duration_since(Instant::now()))
         {
-            let found = value
-                .map(|v| toolkit::parse_departure(&v))
-                .and_then(|(how, done)| (done <= k).then_some(how));
-            self.read.insert(p, found);
+            self.read.insert(p, found(value));
         }
     }
 }

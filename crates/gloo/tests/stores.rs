@@ -386,3 +386,54 @@ fn a_hung_tcpstore_ends_the_rendezvous_by_its_timeout() {
         "{text}"
     );
 }
+
+/// On a Rust store, `set_within` and `try_get_within` call it directly and
+/// agree with what Gloo's PrefixStores write and read: the same keys.
+#[test]
+fn calls_with_deadlines_reach_the_rust_store_under_the_same_keys() {
+    use compiler_collectives_core::Deadline;
+    let rust = InProcessStore::new();
+    let store = GlooStore::from_store(Arc::new(rust.clone()), Duration::from_secs(5))
+        .expect("rust store")
+        .prefixed("outer")
+        .expect("prefix")
+        .prefixed("inner")
+        .expect("prefix");
+    assert!(store.takes_deadlines());
+    let soon = || Deadline::after(Duration::from_secs(1));
+    store
+        .set_within("left/3", b"shutdown 7", soon())
+        .expect("set");
+    assert_eq!(
+        rust.get("outer/inner/left/3", soon())
+            .expect("in the Rust store"),
+        b"shutdown 7"
+    );
+    assert_eq!(
+        store
+            .get("left/3", Duration::from_secs(1))
+            .expect("through Gloo"),
+        b"shutdown 7"
+    );
+    store.set("left/4", b"aborted 1").expect("Gloo set");
+    assert_eq!(
+        store.try_get_within("left/4", soon()).expect("read"),
+        Some(b"aborted 1".to_vec())
+    );
+    let start = std::time::Instant::now();
+    assert_eq!(store.try_get_within("left/5", soon()).expect("read"), None);
+    assert!(
+        start.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        start.elapsed()
+    );
+    // Gloo's own stores take no deadline on set.
+    assert!(!GlooStore::hash().expect("hash").takes_deadlines());
+    let hash = GlooStore::hash().expect("hash");
+    hash.set_within("a", b"1", soon()).expect("set");
+    assert_eq!(
+        hash.try_get_within("a", soon()).expect("read"),
+        Some(b"1".to_vec())
+    );
+    assert_eq!(hash.try_get_within("b", soon()).expect("read"), None);
+}
