@@ -393,6 +393,7 @@ pub struct GlooTransport {
     inline: usize,
     /// The group's view of the rendezvous store (under its prefix), where a
     /// leaving rank records how it left.
+    ///
     /// Locked: Gloo's stores are not all safe to call from two threads at
     /// once (its RedisStore shares one connection).
     store: Arc<Mutex<GlooStore>>,
@@ -1134,9 +1135,7 @@ impl GlooTransport {
         self.ctx.close();
         Ok(())
     }
-}
 
-impl GlooTransport {
     /// Records in the store that this rank left (`flag`: shutdown or abort)
     /// after `done` collectives, waiting at most [`toolkit::STORE_CALL_LIMIT`]:
     /// a store that does not answer (its host gone) must not hold a rank's
@@ -1254,9 +1253,12 @@ impl Records {
                 let quick = Duration::from_millis(1);
                 let every = store.wait(&all, quick).is_ok();
                 for (&p, key) in peers.iter().zip(&keys) {
-                    let value = (every || store.wait(&[key], quick).is_ok())
-                        .then(|| store.get(key, RECORD_LOOKUP_LIMIT).ok())
-                        .flatten();
+                    let limit = Deadline::after(RECORD_LOOKUP_LIMIT);
+                    let value = if every {
+                        store.get(key, RECORD_LOOKUP_LIMIT).ok()
+                    } else {
+                        store.try_get_within(key, limit).ok().flatten()
+                    };
                     if tx.send((p, value)).is_err() {
                         return;
                     }
