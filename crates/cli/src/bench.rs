@@ -221,7 +221,10 @@ struct Row {
     world_size: usize,
     sources: usize,
     envelope_bytes: usize,
+    /// `Channel::exchange_in_place`: the rank's state becomes the join.
     ours: Stat,
+    /// `Channel::exchange`: the join as a new value.
+    owned: Stat,
     floor: Stat,
     fast: Stat,
     floor16: Stat,
@@ -595,6 +598,7 @@ fn bench_inner(args: &BenchArgs) -> anyhow::Result<()> {
                         .and_then(|b| usize::try_from(b).ok())
                         .unwrap_or(0),
                     ours: stat_of(&ours, i, "ours_ms"),
+                    owned: stat_of(&ours, i, "owned_ms"),
                     floor: stat_of(&ours, i, "floor_ms"),
                     fast: stat_of(&ours, i, "fast_ms"),
                     floor16: stat_of(&ours, i, "floor16_ms"),
@@ -861,9 +865,27 @@ fn print_table(
             r.torch_gloo16.map_or("-".into(), pair),
         );
     }
+    println!(
+        "\nthe join as a new value (Channel::exchange; \"ours\" above joins into the rank's state, Channel::exchange_in_place)"
+    );
+    println!(
+        "  {:>6} {:>5} {:>7} | {:>15} {:>10} {:>10}",
+        "engine", "ranks", "sources", "new value", "new/flr", "new/ours"
+    );
+    for r in rows {
+        println!(
+            "  {:>6} {:>5} {:>7} | {:>15} {:>10} {:>10}",
+            r.engine,
+            r.world_size,
+            r.sources,
+            format!("{:.3} / {:.3}", r.owned.p50, r.owned.p90),
+            fmt_ratio(Some(ratio(r.owned.p50, r.floor.p50))),
+            fmt_ratio(Some(ratio(r.owned.p50, r.ours.p50))),
+        );
+    }
     if rows.iter().any(|r| r.heap.is_some()) {
         println!(
-            "\nheap per exchange of differing states (median over rounds, the most of any rank)"
+            "\nheap per exchange of differing states, in place (median over rounds, the most of any rank)"
         );
         println!(
             "  {:>6} {:>5} {:>7} {:>14} {:>12} {:>16}",
@@ -936,6 +958,7 @@ fn to_json(
             "envelope_bytes": r.envelope_bytes,
             "pickle_bytes": r.pickle_bytes,
             "ours_ms": r.ours.json(),
+            "owned_ms": r.owned.json(),
             "floor_ms": r.floor.json(),
             "fast_ms": r.fast.json(),
             "floor16_ms": r.floor16.json(),

@@ -10,7 +10,7 @@
 use compiler_collectives_core::decisions::lattice::{Atom, Dims, SizeEntry, Stride};
 use compiler_collectives_core::decisions::shapes::FrameState;
 use compiler_collectives_core::protocol::{
-    decode_payload, encode_payload, envelope, Channel, ChannelOptions,
+    decode_payload, encode_payload, envelope, Channel, ChannelOptions, ExchangeOptions,
 };
 use compiler_collectives_core::transport::inprocess::InProcessGroup;
 use compiler_collectives_core::{Error, Join, Transport};
@@ -140,6 +140,84 @@ proptest! {
     }
 }
 
+/// The reference of `join_payloads`: read every payload with postcard in
+/// rank order (the first that does not read names its index), then join
+/// every one but `own` into `acc`.
+fn reference_all(acc: &FrameState, own: usize, payloads: &[Vec<u8>]) -> Result<FrameState, usize> {
+    let mut values = Vec::new();
+    for (i, p) in payloads.iter().enumerate() {
+        values.push(postcard_decode(p).map_err(|()| i)?);
+    }
+    Ok(values
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != own)
+        .fold(acc.clone(), |a, (_, v)| joined(&a, v)))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Joining every peer's payload in place (the frame state's override,
+    /// which compares bytes against this rank's own payload) gives the
+    /// reference's result, and refuses exactly the payloads postcard
+    /// refuses, naming the first, with the state unchanged.
+    #[test]
+    fn join_payloads_is_read_every_payload_then_join(
+        states in (1usize..5).prop_flat_map(|n| proptest::collection::vec(state(), n)),
+        own in any::<prop::sample::Index>(),
+        shared in any::<bool>(),
+        damage in proptest::option::of((
+            any::<prop::sample::Index>(),
+            proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..3),
+            any::<prop::sample::Index>(),
+        )),
+    ) {
+        let mut states = states;
+        if shared {
+            // Mostly the same entries: what the byte comparison skips.
+            let first = states[0].clone();
+            for s in &mut states[1..] {
+                let mut copy = first.clone();
+                if let Some((name, e)) = s.entries.iter().next() {
+                    copy.entries.insert(name.clone(), e.clone());
+                }
+                *s = copy;
+            }
+        }
+        let own = own.index(states.len());
+        let mut payloads: Vec<Vec<u8>> = states.iter().map(|s| encode_payload(s).unwrap()).collect();
+        if let Some((who, flips, cut)) = damage {
+            // Damage a peer's payload (this rank's own is its writer's).
+            let peers: Vec<usize> = (0..states.len()).filter(|&i| i != own).collect();
+            if !peers.is_empty() {
+                let bytes = &mut payloads[peers[who.index(peers.len())]];
+                for (at, x) in flips {
+                    if !bytes.is_empty() {
+                        let i = at.index(bytes.len());
+                        bytes[i] ^= x;
+                    }
+                }
+                let keep = cut.index(bytes.len() + 1);
+                bytes.truncate(keep.max(bytes.len().saturating_sub(2)));
+            }
+        }
+        let views: Vec<&[u8]> = payloads.iter().map(Vec::as_slice).collect();
+        let mut ours = states[own].clone();
+        let got = ours.join_payloads(own, &views).map_err(|(i, _)| i);
+        match reference_all(&states[own], own, &payloads) {
+            Ok(want) => {
+                prop_assert_eq!(got, Ok(()));
+                prop_assert_eq!(ours, want);
+            }
+            Err(index) => {
+                prop_assert_eq!(got, Err(index));
+                prop_assert_eq!(&ours, &states[own], "the state changed on an error");
+            }
+        }
+    }
+}
+
 /// A payload whose names are not strictly increasing is refused by both
 /// readers (the canonical form is sorted), with the same message (postcard
 /// reports every custom error as a deserialization error).
@@ -171,6 +249,16 @@ fn out_of_order_and_repeated_names_are_refused() {
             .unwrap_err()
             .to_string();
         let direct = acc.join_encoded(&bytes).unwrap_err().to_string();
+        // In place, after an entry equal to this rank's own (the byte
+        // comparison's path): refused too, naming the peer, nothing joined.
+        let mut mine = one.clone();
+        let (index, reason) = mine.join_payloads(0, &[&entry, &bytes]).unwrap_err();
+        assert_eq!(index, 1, "{first}, {second}");
+        assert!(
+            reason.to_string().contains("strictly increasing"),
+            "{first}, {second}: {reason}"
+        );
+        assert_eq!(mine, one);
         assert!(
             decoded.contains("shape.frame_state"),
             "{first}, {second}: {decoded}"
@@ -199,6 +287,10 @@ enum Way {
     TwoRounds,
     /// Fast path off: one variable-length round of the envelopes.
     NoFastPath,
+    /// `Channel::exchange_in_place`, default slot.
+    InPlace,
+    /// `Channel::exchange_in_place`, 64-byte slot.
+    InPlaceTwoRounds,
 }
 
 type Outcome = Result<(FrameState, Option<Vec<FrameState>>, bool), String>;
@@ -214,11 +306,25 @@ fn exchange(states: &[FrameState], keys: &[&'static str], way: Way) -> Vec<Outco
             std::thread::spawn(move || -> Outcome {
                 let mut opts = ChannelOptions::default().with_timeout(Duration::from_secs(20));
                 opts = match way {
-                    Way::OneRound => opts,
-                    Way::TwoRounds => opts.with_slot_bytes(64),
+                    Way::OneRound | Way::InPlace => opts,
+                    Way::TwoRounds | Way::InPlaceTwoRounds => opts.with_slot_bytes(64),
                     Way::NoFastPath => opts.with_fast_path(false),
                 };
                 let mut ch = Channel::with_options(Arc::new(t), opts).map_err(|e| e.to_string())?;
+                let mut state = state;
+                let before = state.clone();
+                if matches!(way, Way::InPlace | Way::InPlaceTwoRounds) {
+                    let got = ch.exchange_in_place(key, &mut state, &ExchangeOptions::default());
+                    let g = match got {
+                        Ok(g) => g,
+                        Err(e) => {
+                            assert_eq!(state, before, "the state changed on an error");
+                            return Err(e.to_string());
+                        }
+                    };
+                    let per_rank = g.per_rank().map(<[FrameState]>::to_vec);
+                    return Ok((g.merged().clone(), per_rank, g.fast_path()));
+                }
                 let g = ch.exchange(key, &state).map_err(|e: Error| e.to_string())?;
                 let per_rank = g.per_rank().map(<[FrameState]>::to_vec);
                 Ok((g.merged().clone(), per_rank, g.fast_path()))
@@ -259,7 +365,13 @@ proptest! {
         let all_same = states.iter().all(|s| *s == states[0]);
         let reference = states[1..].iter().fold(states[0].clone(), |acc, s| joined(&acc, s));
         let desync = keys.iter().any(|k| *k != "f");
-        let outcomes: Vec<(Way, Vec<Outcome>)> = [Way::OneRound, Way::TwoRounds, Way::NoFastPath]
+        let outcomes: Vec<(Way, Vec<Outcome>)> = [
+            Way::OneRound,
+            Way::TwoRounds,
+            Way::NoFastPath,
+            Way::InPlace,
+            Way::InPlaceTwoRounds,
+        ]
             .into_iter()
             .map(|w| (w, exchange(&states, &keys, w)))
             .collect();

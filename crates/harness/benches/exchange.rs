@@ -4,7 +4,9 @@
 //! - `digest`: XXH3-128 of that envelope (the fast path's comparison);
 //! - `decode`: one payload into a frame state (rank 0's, in the exchange);
 //! - `join_encoded`: another rank's payload joined straight from its bytes
-//!   (every later rank, in the exchange);
+//!   (every later rank, in `Channel::exchange`);
+//! - `join_payloads`: another rank's payload joined into this rank's state,
+//!   compared against this rank's own payload (`Channel::exchange_in_place`);
 //! - `join`: 64 ranks × 1000 sources, pairwise in rank order;
 //!
 //! and the wire bytes per state (printed; compare with the pickle sizes
@@ -80,6 +82,21 @@ fn wire(c: &mut Criterion) {
                     || state.clone(),
                     |mut acc| {
                         let _ = acc.join_encoded(black_box(p));
+                        acc
+                    },
+                    criterion::BatchSize::SmallInput,
+                )
+            },
+        );
+        let own = encode_payload(&state).unwrap_or_default();
+        g.bench_with_input(
+            BenchmarkId::new("join_payloads", sources),
+            &payload,
+            |b, p| {
+                b.iter_batched(
+                    || state.clone(),
+                    |mut acc| {
+                        let _ = acc.join_payloads(0, black_box(&[own.as_slice(), p.as_slice()]));
                         acc
                     },
                     criterion::BatchSize::SmallInput,

@@ -7,9 +7,12 @@
 //! - [`measure_exchange`]: per round, interleaved on one transport so that
 //!   noise hits all of them: the raw engine floor (a lengths all_gather of 8
 //!   bytes, then an all_gather of the envelope's byte count), our exchange
-//!   (`Channel::exchange` of the rank's state: slot round, envelopes that
-//!   did not fit, checks, decode, join), the fast path (identical states) and its floor
-//!   (a 16-byte all_gather). Each timing follows a barrier. Every round
+//!   (`Channel::exchange_in_place` of the rank's state: slot round,
+//!   envelopes that did not fit, checks, every peer's payload joined into
+//!   the state), the same exchange returning a new value
+//!   (`Channel::exchange`: rank 0's payload decoded, the others joined into
+//!   it), the fast path (identical states) and its floor (a 16-byte
+//!   all_gather). Each timing follows a barrier. Every round
 //!   builds its states afresh (equal-valued, new allocations), so nothing
 //!   keyed on a value's identity can serve a round. With a [`HeapCounter`]
 //!   the first [`HEAP_ROUNDS`] recorded rounds add one untimed exchange of
@@ -20,7 +23,9 @@
 use compiler_collectives_core::decisions::shapes::{FrameState, Observation};
 use compiler_collectives_core::protocol::envelope::{Envelope, Limits, WIRE_VERSION};
 use compiler_collectives_core::protocol::join::Join;
-use compiler_collectives_core::protocol::{encode_payload, Channel, ChannelOptions};
+use compiler_collectives_core::protocol::{
+    encode_payload, Channel, ChannelOptions, ExchangeOptions,
+};
 use compiler_collectives_core::transport::counting::CountingTransport;
 use compiler_collectives_core::transport::inprocess::InProcessGroup;
 use compiler_collectives_core::transport::{Deadline, Transport};
@@ -98,8 +103,12 @@ pub struct Samples {
     pub envelope_bytes: usize,
     /// Lengths all_gather + all_gather of `envelope_bytes` bytes.
     pub floor_ms: Vec<f64>,
-    /// `Channel::exchange` with rank-dependent states.
+    /// `Channel::exchange_in_place` with rank-dependent states (the state
+    /// becomes the join).
     pub ours_ms: Vec<f64>,
+    /// `Channel::exchange` with rank-dependent states (the join is a new
+    /// value, dropped after the timing).
+    pub owned_ms: Vec<f64>,
     /// `Channel::exchange` with identical states (fast path).
     pub fast_ms: Vec<f64>,
     /// One 16-byte all_gather.
@@ -124,7 +133,7 @@ fn timed(t: &dyn Transport, deadline: Deadline, f: impl FnOnce() -> Result<()>) 
 
 /// One rank's samples as the JSON `ccol bench` reads back from each rank
 /// (`bench-rank-<R>.json`): `{"rank": R, "sizes": [{"sources", "envelope_bytes",
-/// "floor_ms", "ours_ms", "fast_ms", "floor16_ms", "alloc_bytes",
+/// "floor_ms", "ours_ms", "owned_ms", "fast_ms", "floor16_ms", "alloc_bytes",
 /// "allocations", "peak_live_bytes"}, …]}`, times in ms.
 pub fn samples_json(rank: u32, samples: &[Samples]) -> serde_json::Value {
     serde_json::json!({
@@ -134,6 +143,7 @@ pub fn samples_json(rank: u32, samples: &[Samples]) -> serde_json::Value {
             "envelope_bytes": s.envelope_bytes,
             "floor_ms": s.floor_ms,
             "ours_ms": s.ours_ms,
+            "owned_ms": s.owned_ms,
             "fast_ms": s.fast_ms,
             "floor16_ms": s.floor16_ms,
             "alloc_bytes": s.alloc_bytes,
@@ -149,7 +159,7 @@ pub fn samples_json(rank: u32, samples: &[Samples]) -> serde_json::Value {
 /// records the allocations of each recorded exchange of differing states
 /// ([`Samples::alloc_bytes`]).
 ///
-/// Cost per round: 4 barriers, 3 all_gathers of ≤ 32 bytes, 2 of the
+/// Cost per round: 5 barriers, 4 all_gathers of ≤ 4096 bytes, 3 of the
 /// envelope's size.
 ///
 /// # Errors
@@ -180,7 +190,8 @@ pub fn measure_exchange(
         };
         for round in 0..warmup + rounds {
             // Fresh, equal-valued states every round (see the module docs).
-            let state = bench_state(sources, rank);
+            let mut state = bench_state(sources, rank);
+            let other = bench_state(sources, rank);
             let same = bench_state(sources, 0);
             let deadline = Deadline::after(timeout);
             let floor = timed(t, deadline, || {
@@ -188,19 +199,33 @@ pub fn measure_exchange(
                 t.all_gather(&filler, max, deadline).map(|_| ())
             })?;
             let mut fast_path = true;
+            let in_place = ExchangeOptions::default();
             let ours = timed(t, deadline, || {
-                fast_path = channel.exchange(BENCH_KEY, &state)?.fast_path();
+                fast_path = channel
+                    .exchange_in_place(BENCH_KEY, &mut state, &in_place)?
+                    .fast_path();
                 Ok(())
             })?;
+            // The join as a new value; dropping it is the caller's cost, later.
+            let mut result = None;
+            let owned = timed(t, deadline, || {
+                let g = channel.exchange(BENCH_KEY, &other)?;
+                fast_path |= g.fast_path();
+                result = Some(g);
+                Ok(())
+            })?;
+            drop(result);
             // The heap figures come from an exchange of their own, untimed,
             // in the first recorded rounds: counting slows the allocator.
             let mut counted = None;
             if let Some(h) = heap.filter(|_| round >= warmup && round < warmup + HEAP_ROUNDS) {
-                let fresh = bench_state(sources, rank);
+                let mut fresh = bench_state(sources, rank);
                 t.barrier(deadline)?;
                 let before = h.read();
                 h.start();
-                let got = channel.exchange(BENCH_KEY, &fresh).map(drop);
+                let got = channel
+                    .exchange_in_place(BENCH_KEY, &mut fresh, &in_place)
+                    .map(drop);
                 h.stop();
                 got?;
                 counted = before.zip(h.read());
@@ -223,6 +248,7 @@ pub fn measure_exchange(
             if round >= warmup {
                 s.floor_ms.push(floor);
                 s.ours_ms.push(ours);
+                s.owned_ms.push(owned);
                 s.fast_ms.push(fast);
                 s.floor16_ms.push(floor16);
                 if let Some((b, a)) = counted {

@@ -42,11 +42,22 @@ impl<'a> Reader<'a> {
     }
 
     /// A varint of at most `max` bytes whose last byte is at most `last`.
+    /// Most varints of a state are one byte: that case is inline.
+    #[inline(always)]
     fn varint(&mut self, max: usize, last: u8) -> Result<u128, Bad> {
-        let first = self.byte()?;
-        if first < 0x80 {
-            return Ok(u128::from(first));
+        match self.b.get(self.at) {
+            Some(&v) if v < 0x80 => {
+                self.at += 1;
+                Ok(u128::from(v))
+            }
+            _ => self.long_varint(max, last),
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn long_varint(&mut self, max: usize, last: u8) -> Result<u128, Bad> {
+        let first = self.byte()?;
         let mut out = u128::from(first & 0x7f);
         for i in 1..max {
             let v = self.byte()?;
@@ -227,7 +238,222 @@ pub(crate) fn read(payload: &[u8]) -> Result<BTreeMap<String, SizeEntry>, Bad> {
     Ok(entries)
 }
 
-fn put_varint(out: &mut Vec<u8>, mut v: u128) {
+/// Skips a varint of this rank's own payload (written by [`write`], so
+/// well formed; still bounds-checked).
+fn skip_varint(r: &mut Reader<'_>) -> Result<u128, Bad> {
+    r.varint(19, 0xff)
+}
+
+/// Skips one dims field of this rank's own payload.
+fn skip_dims(r: &mut Reader<'_>) -> Result<(), Bad> {
+    if skip_varint(r)? == 2 {
+        for _ in 0..skip_varint(r)? {
+            skip_varint(r)?;
+        }
+    }
+    Ok(())
+}
+
+/// One entry of this rank's own payload: its name's bytes, and where the
+/// whole entry (name included) starts and ends.
+type OwnEntry<'a> = (&'a [u8], usize, usize);
+
+/// Reads the next entry of this rank's own payload, if any is left.
+fn next_own<'a>(r: &mut Reader<'a>, left: &mut u64) -> Result<Option<OwnEntry<'a>>, Bad> {
+    if *left == 0 {
+        return Ok(None);
+    }
+    *left -= 1;
+    let start = r.at;
+    let len = usize::try_from(r.len()?).unwrap_or(usize::MAX);
+    let end = r.at.checked_add(len).filter(|&e| e <= r.b.len());
+    let name = &r.b[r.at..end.ok_or_else(end_of_name)?];
+    r.at += len;
+    skip_varint(r)?;
+    skip_dims(r)?;
+    skip_dims(r)?;
+    Ok(Some((name, start, r.at)))
+}
+
+/// Reads one entry of a peer's payload strictly (every atom in range), building nothing.
+fn check_entry(r: &mut Reader<'_>) -> Result<(), Bad> {
+    fn dims<V: AtomValue>(r: &mut Reader<'_>) -> Result<(), Bad> {
+        match r.variant()? {
+            0 | 1 => Ok(()),
+            2 => {
+                for _ in 0..r.len()? {
+                    r.atom::<V>()?;
+                }
+                Ok(())
+            }
+            other => Err(format!("tuple variant {other} is not one of 0, 1, 2")),
+        }
+    }
+    r.atom::<i64>()?;
+    dims::<u64>(r)?;
+    dims::<Stride>(r)
+}
+
+/// What a peer's entry does to this rank's state, found by the first pass
+/// of [`join_payloads`].
+enum Change {
+    /// Join the entry at `at` of payload `rank` into this rank's entry
+    /// number `own` (the entry's name is this rank's).
+    Join { own: usize, rank: usize, at: usize },
+    /// A source this rank does not hold: the entry (name first) at `at` of
+    /// payload `rank`.
+    New { rank: usize, at: usize },
+}
+
+/// `entries ← entries ⊔ every payload but payloads[own]`, where
+/// `payloads[own]` is the encoding of `entries` (see `Join::join_payloads`).
+///
+/// First pass, per peer payload in rank order: read it strictly in step
+/// with this rank's own payload. An entry whose bytes equal this rank's
+/// entry of the same place is that entry (the encoding is prefix-free), so
+/// it is valid, in order, and changes nothing: a comparison. Any other entry
+/// is read strictly and noted. Second pass, once every payload has read:
+/// the noted entries are joined in place (a new source costs its entry).
+/// On an error nothing has changed.
+pub(crate) fn join_payloads(
+    entries: &mut BTreeMap<String, SizeEntry>,
+    own: usize,
+    payloads: &[&[u8]],
+) -> Result<(), (usize, Bad)> {
+    let mine = payloads.get(own).copied().unwrap_or_default();
+    let mut changes: Vec<Change> = Vec::new();
+    for (rank, peer) in payloads.iter().enumerate() {
+        if rank != own {
+            scan_peer(mine, peer, rank, &mut changes).map_err(|e| (rank, e))?;
+        }
+    }
+    if changes.is_empty() {
+        return Ok(());
+    }
+    // Joins into entries this rank holds, in its entries' order (each peer's
+    // are in order already; the sort interleaves peers).
+    changes.sort_by_key(|c| match *c {
+        Change::Join { own, .. } => own,
+        Change::New { .. } => usize::MAX,
+    });
+    let mut held = entries.values_mut().enumerate().peekable();
+    let mut new = Vec::new();
+    for change in &changes {
+        match *change {
+            Change::Join { own, rank, at } => {
+                while held.next_if(|(i, _)| *i < own).is_some() {}
+                let Some((_, entry)) = held.peek_mut() else {
+                    return Err((rank, "an entry this rank holds is missing".into()));
+                };
+                let mut r = Reader {
+                    b: payloads[rank],
+                    at,
+                };
+                join_entry(&mut r, entry).map_err(|e| (rank, e))?;
+            }
+            Change::New { rank, at } => new.push((rank, at)),
+        }
+    }
+    drop(held);
+    for (rank, at) in new {
+        let mut r = Reader {
+            b: payloads[rank],
+            at,
+        };
+        let name = r.name().map_err(|e| (rank, e))?;
+        if let Some(entry) = entries.get_mut(name) {
+            join_entry(&mut r, entry).map_err(|e| (rank, e))?;
+        } else {
+            let mut entry = SizeEntry::unset();
+            join_entry(&mut r, &mut entry).map_err(|e| (rank, e))?;
+            entries.insert(name.to_owned(), entry);
+        }
+    }
+    Ok(())
+}
+
+/// The first pass of [`join_payloads`] over one peer's payload.
+fn scan_peer(mine: &[u8], peer: &[u8], rank: usize, changes: &mut Vec<Change>) -> Result<(), Bad> {
+    let mut o = Reader { b: mine, at: 0 };
+    let mut own_left = o.len()?;
+    let mut cur = next_own(&mut o, &mut own_left)?;
+    let mut index = 0usize;
+    let mut r = Reader { b: peer, at: 0 };
+    let n = r.len()?;
+    // The peer's previous name (for the order check), from either payload.
+    let mut previous: Option<&[u8]> = None;
+    for _ in 0..n {
+        if let Some((name, start, end)) = cur {
+            let same = peer
+                .get(r.at..r.at + (end - start))
+                .is_some_and(|theirs| theirs == &mine[start..end]);
+            if same {
+                // This rank's own entry: valid, and after `previous` (every
+                // earlier peer name is below this rank's current one).
+                r.at += end - start;
+                previous = Some(name);
+                cur = next_own(&mut o, &mut own_left)?;
+                index += 1;
+                continue;
+            }
+        }
+        let at = r.at;
+        let name = r.name()?.as_bytes();
+        if let Some(p) = previous {
+            if name <= p {
+                return Err(out_of_order(
+                    &String::from_utf8_lossy(name),
+                    &String::from_utf8_lossy(p),
+                ));
+            }
+        }
+        previous = Some(name);
+        let body = r.at;
+        check_entry(&mut r)?;
+        while let Some((held, _, _)) = cur {
+            if held >= name {
+                break;
+            }
+            cur = next_own(&mut o, &mut own_left)?;
+            index += 1;
+        }
+        match cur {
+            Some((held, start, end)) if held == name => {
+                // Equal bytes (after sources the peer lacks) change nothing.
+                if peer[at..r.at] != mine[start..end] {
+                    changes.push(Change::Join {
+                        own: index,
+                        rank,
+                        at: body,
+                    });
+                }
+                cur = next_own(&mut o, &mut own_left)?;
+                index += 1;
+            }
+            _ => changes.push(Change::New { rank, at }),
+        }
+    }
+    match peer.len() - r.at {
+        0 => Ok(()),
+        extra => Err(crate::error::counted(
+            extra,
+            "trailing byte",
+            "trailing bytes",
+        )),
+    }
+}
+
+#[inline(always)]
+fn put_varint(out: &mut Vec<u8>, v: u128) {
+    if v < 0x80 {
+        out.push(v.to_le_bytes()[0]);
+    } else {
+        put_long_varint(out, v);
+    }
+}
+
+#[inline(never)]
+fn put_long_varint(out: &mut Vec<u8>, mut v: u128) {
     while v >= 0x80 {
         out.push(v.to_le_bytes()[0] | 0x80);
         v >>= 7;
@@ -235,6 +461,7 @@ fn put_varint(out: &mut Vec<u8>, mut v: u128) {
     out.push(v.to_le_bytes()[0]);
 }
 
+#[inline(always)]
 fn put_atom<V: AtomValue>(out: &mut Vec<u8>, a: &Atom<V>) {
     match a {
         Atom::Unset => out.push(0),
@@ -257,11 +484,21 @@ fn put_dims<V: AtomValue>(out: &mut Vec<u8>, d: &Dims<V>) {
     }
 }
 
+/// The most bytes `put_dims` writes for `d`.
+fn dims_bound<V>(d: &Dims<V>) -> usize {
+    match d {
+        Dims::Known(xs) => 11 + 19 * xs.len(),
+        _ => 1,
+    }
+}
+
 /// Appends the payload of a state with `entries` to `out`: postcard's bytes
 /// exactly.
 pub(crate) fn write(entries: &BTreeMap<String, SizeEntry>, out: &mut Vec<u8>) {
     put_varint(out, entries.len() as u128);
     for (name, e) in entries {
+        // One reservation per entry, for its most bytes.
+        out.reserve(10 + name.len() + 19 + dims_bound(&e.size) + dims_bound(&e.stride));
         put_varint(out, name.len() as u128);
         out.extend_from_slice(name.as_bytes());
         put_atom(out, &e.scalar);

@@ -147,6 +147,22 @@ impl Join for FrameState {
         crate::decisions::frame_wire::join_into(&mut self.entries, payload).map_err(payload_error)
     }
 
+    /// Joins every peer's payload in place, in two passes: each is read in
+    /// step with this rank's own payload (an entry whose bytes equal this
+    /// rank's costs a comparison; any other is read strictly), then the
+    /// entries that differ are joined. This rank's own payload is not read
+    /// again: the frame state's writer writes only what its reader accepts
+    /// (property-tested). Same acceptance and result as the provided
+    /// version (property-tested).
+    fn join_payloads(
+        &mut self,
+        own: usize,
+        payloads: &[&[u8]],
+    ) -> Result<(), (usize, DecodeError)> {
+        crate::decisions::frame_wire::join_payloads(&mut self.entries, own, payloads)
+            .map_err(|(rank, detail)| (rank, payload_error(detail)))
+    }
+
     /// Reads a payload by hand: the same value and the same acceptance as
     /// postcard's (property-tested).
     fn read_payload(payload: &[u8]) -> Result<Self, DecodeError> {

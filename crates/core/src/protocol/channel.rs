@@ -381,9 +381,56 @@ impl<J: Join> Gathered<'_, J> {
     }
 }
 
-/// What the flat exchange returns: the join, each rank's payloads, whether
+/// What an exchange returns: the join, each rank's payloads, whether
 /// the fast path applied.
 type Flat<'a, J> = (Merged<'a, J>, Option<PerRank<J>>, bool);
+
+/// What the flat exchange's rounds brought.
+enum Round {
+    /// Every rank sent this rank's envelope (or the world is one rank).
+    Fast,
+    /// Every rank's envelope: the gathered buffers and, index = rank,
+    /// where each envelope lies in them.
+    Gathered { bufs: Vec<Vec<u8>>, envs: Vec<Span> },
+}
+
+/// The value an exchange was given: to read (the join is a new value) or
+/// to join into.
+enum Local<'a, J> {
+    Shared(&'a J),
+    InPlace(&'a mut J),
+}
+
+impl<'a, J> Local<'a, J> {
+    fn get(&self) -> &J {
+        match self {
+            Local::Shared(v) => v,
+            Local::InPlace(v) => v,
+        }
+    }
+
+    /// The result when every rank sent this rank's value.
+    fn unchanged(self) -> Merged<'a, J> {
+        match self {
+            Local::Shared(v) => Merged::Local(v),
+            Local::InPlace(v) => Merged::Local(v),
+        }
+    }
+
+    /// The result when the join is `merged` (the tree's).
+    fn replaced_by(self, merged: J, fast: bool) -> Merged<'a, J> {
+        match self {
+            Local::Shared(v) if fast => Merged::Local(v),
+            Local::Shared(_) => Merged::Joined(merged),
+            Local::InPlace(v) => {
+                if !fast {
+                    *v = merged;
+                }
+                Merged::Local(v)
+            }
+        }
+    }
+}
 
 /// Where bytes lie among gathered buffers: buffer index, start, end.
 type Span = (usize, usize, usize);
@@ -556,6 +603,40 @@ impl Channel {
         local: &'a J,
         options: &ExchangeOptions,
     ) -> Result<Gathered<'a, J>> {
+        self.exchange_impl(key, Local::Shared(local), options)
+    }
+
+    /// Exchanges `state` with every rank under compile key `key` and joins
+    /// every rank's value into it: on success `*state` is the join of every
+    /// rank's value (the same on every rank) and the result borrows it
+    /// ([`Gathered::merged`] is `state`). The same rounds, checks, errors
+    /// and decisions as [`Channel::exchange`], without building a second
+    /// value: a frame state joins each peer's payload straight from the
+    /// received bytes, in place, and a source whose bytes equal this rank's
+    /// own costs a comparison ([`Join::join_payloads`]). This is what a
+    /// compiler that keeps its state between exchanges wants (Dynamo merges
+    /// the gathered frame states into its own the same way).
+    ///
+    /// On an error `*state` is unchanged: every payload is read before any
+    /// is joined.
+    ///
+    /// # Errors
+    /// As [`Channel::exchange`].
+    pub fn exchange_in_place<'a, J: Join>(
+        &mut self,
+        key: &str,
+        state: &'a mut J,
+        options: &ExchangeOptions,
+    ) -> Result<Gathered<'a, J>> {
+        self.exchange_impl(key, Local::InPlace(state), options)
+    }
+
+    fn exchange_impl<'a, J: Join>(
+        &mut self,
+        key: &str,
+        local: Local<'a, J>,
+        options: &ExchangeOptions,
+    ) -> Result<Gathered<'a, J>> {
         let config = options.config.as_str();
         if let Some((first, cause)) = &self.failed {
             return Err(Error::unusable(first, cause.clone()));
@@ -564,6 +645,7 @@ impl Channel {
         // This rank's slot: a header, then the envelope, encoded in place.
         self.buf.clear();
         self.buf.resize(SLOT_HEADER_LEN, 0);
+        let own_value: &J = local.get();
         let env_len = envelope::encode_into(
             &mut self.buf,
             seq,
@@ -571,7 +653,7 @@ impl Channel {
             key,
             config,
             &self.limits,
-            |out| encode_payload_into(local, out),
+            |out| encode_payload_into(own_value, out),
         )
         .map_err(|e| match e {
             DecodeError::Invalid {
@@ -601,16 +683,17 @@ impl Channel {
                         &*self.transport,
                         &env,
                         encoded,
-                        local,
+                        local.get(),
                         &self.limits,
                         self.fast_path,
                         deadline,
                         &mut traffic,
                     )
                 })
-                .map(|(merged, fast)| (Merged::Joined(merged), None, fast))
+                .map(|(merged, fast)| (local.replaced_by(merged, fast), None, fast))
         } else {
-            self.run::<J>(local, deadline, &mut traffic)
+            self.run(deadline, &mut traffic)
+                .and_then(|round| self.finish_flat(local, round))
         };
         let result = match outcome {
             Ok((merged, per_rank, fast)) => {
@@ -642,8 +725,9 @@ impl Channel {
         let (rank, world_size) = (self.rank(), self.world_size());
         let elapsed = start.elapsed();
         let own = self
-            .buf
-            .get(SLOT_HEADER_LEN..SLOT_HEADER_LEN + env_len)
+            .trace
+            .as_ref()
+            .and(self.buf.get(SLOT_HEADER_LEN..SLOT_HEADER_LEN + env_len))
             .and_then(|b| EnvelopeRef::decode(b, &self.limits).ok());
         crate::protocol::trace::finish(
             self.trace.as_mut(),
@@ -657,17 +741,62 @@ impl Channel {
         result
     }
 
+    /// The flat exchange's join of what [`Channel::run`] gathered: checks
+    /// every envelope, then joins into a new value or into the caller's.
+    fn finish_flat<'a, J: Join>(&self, local: Local<'a, J>, round: Round) -> Result<Flat<'a, J>> {
+        let Round::Gathered { bufs, envs } = round else {
+            return Ok((local.unchanged(), None, true));
+        };
+        let payloads = check_envelopes(&bufs, &envs, &self.limits)?;
+        let named = |(rank, reason): (usize, DecodeError)| Error::Decode {
+            rank: u32::try_from(rank).ok(),
+            reason,
+        };
+        let merged = match local {
+            Local::Shared(_) => {
+                let mut it = payloads.iter().map(|&(b, s, e)| &bufs[b][s..e]);
+                let first = it.next().ok_or_else(|| Error::Decode {
+                    rank: None,
+                    reason: DecodeError::Invalid {
+                        field: "gathered envelopes",
+                        detail: "none".into(),
+                    },
+                })?;
+                let mut merged = J::read_payload(first).map_err(|r| named((0, r)))?;
+                for (rank, p) in (1usize..).zip(it) {
+                    merged.join_encoded(p).map_err(|r| named((rank, r)))?;
+                }
+                Merged::Joined(merged)
+            }
+            Local::InPlace(state) => {
+                let views: Vec<&[u8]> = payloads.iter().map(|&(b, s, e)| &bufs[b][s..e]).collect();
+                state
+                    .join_payloads(self.rank() as usize, &views)
+                    .map_err(named)?;
+                Merged::Local(state)
+            }
+        };
+        Ok((
+            merged,
+            Some(PerRank {
+                bufs,
+                spans: payloads,
+                values: OnceCell::new(),
+            }),
+            false,
+        ))
+    }
+
     /// The flat exchange of the envelope in `self.buf` (after its slot
     /// header): see the module docs.
-    fn run<'a, J: Join>(
+    fn run(
         &mut self,
-        local: &'a J,
         deadline: Deadline,
         traffic: &mut crate::protocol::trace::Traffic,
-    ) -> Result<Flat<'a, J>> {
+    ) -> Result<Round> {
         let t = &*self.transport;
         if t.world_size() == 1 {
-            return Ok((Merged::Local(local), None, true));
+            return Ok(Round::Fast);
         }
         let max = self.limits.max_message_bytes;
         if !self.fast_path {
@@ -679,8 +808,10 @@ impl Channel {
                 .enumerate()
                 .map(|(r, b)| (r, 0, b.len()))
                 .collect();
-            return join_envelopes::<J>(all, &spans, &self.limits)
-                .map(|(merged, per_rank)| (Merged::Joined(merged), Some(per_rank), false));
+            return Ok(Round::Gathered {
+                bufs: all,
+                envs: spans,
+            });
         }
         let slot = self.slot_bytes;
         let env_len = self.buf.len() - SLOT_HEADER_LEN;
@@ -731,7 +862,7 @@ impl Channel {
         }
         versions.verdict(None)?;
         if same {
-            return Ok((Merged::Local(local), None, true));
+            return Ok(Round::Fast);
         }
         let mut bufs = vec![all];
         let spans: Vec<Span> = if every_inline {
@@ -763,8 +894,7 @@ impl Channel {
             bufs.extend(second);
             spans
         };
-        join_envelopes::<J>(bufs, &spans, &self.limits)
-            .map(|(merged, per_rank)| (Merged::Joined(merged), Some(per_rank), false))
+        Ok(Round::Gathered { bufs, envs: spans })
     }
 
     /// Shuts the channel down cleanly: peers waiting for this rank fail at
@@ -842,19 +972,13 @@ fn mismatch(rank: u32, theirs: String, slot: usize) -> Error {
     }
 }
 
-/// Checks every rank's envelope (the order and errors of `checks`), then
-/// joins the payloads in rank order straight from the bytes: rank 0's is
-/// decoded, every later one joined with [`Join::join_encoded`]. Every
-/// payload is read from the gathered bytes, this rank's too, so a rank whose
-/// own bytes do not decode fails like its peers.
-fn join_envelopes<J: Join>(
-    bufs: Vec<Vec<u8>>,
-    envs: &[Span],
-    limits: &Limits,
-) -> Result<(J, PerRank<J>)> {
+/// Checks every rank's envelope (the order and errors of `checks`) and
+/// returns where each rank's payload lies, index = rank. Every payload is
+/// read from the gathered bytes, this rank's too, so a rank whose own bytes
+/// do not decode fails like its peers.
+fn check_envelopes(bufs: &[Vec<u8>], envs: &[Span], limits: &Limits) -> Result<Vec<Span>> {
     let mut census = Census::default();
     let mut failure = None;
-    let mut refs = Vec::with_capacity(envs.len());
     let mut spans: Vec<Span> = Vec::with_capacity(envs.len());
     for (rank, &(b, start, end)) in (0u32..).zip(envs) {
         let bytes = &bufs[b][start..end];
@@ -871,7 +995,6 @@ fn join_envelopes<J: Join>(
                 census.envelope_ref(rank, env);
                 // The payload ends the envelope.
                 spans.push((b, end - env.payload.len(), end));
-                refs.push(env);
             }
             Ok(None) => {}
             Err(reason) => {
@@ -883,30 +1006,14 @@ fn join_envelopes<J: Join>(
         }
     }
     census.verdict(failure)?;
-    let named = |rank: u32| {
-        move |reason| Error::Decode {
-            rank: Some(rank),
-            reason,
-        }
-    };
-    let (first, rest) = refs.split_first().ok_or_else(|| Error::Decode {
-        rank: None,
-        reason: DecodeError::Invalid {
-            field: "gathered envelopes",
-            detail: "none".into(),
-        },
-    })?;
-    let mut merged = J::read_payload(first.payload).map_err(named(0))?;
-    for (rank, e) in (1u32..).zip(rest) {
-        merged.join_encoded(e.payload).map_err(named(rank))?;
+    if spans.len() != envs.len() {
+        return Err(Error::Decode {
+            rank: None,
+            reason: DecodeError::Invalid {
+                field: "gathered envelopes",
+                detail: format!("{} of {} read", spans.len(), envs.len()),
+            },
+        });
     }
-    drop(refs);
-    Ok((
-        merged,
-        PerRank {
-            bufs,
-            spans,
-            values: OnceCell::new(),
-        },
-    ))
+    Ok(spans)
 }

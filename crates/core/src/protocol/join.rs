@@ -45,6 +45,41 @@ pub trait Join: Clone + Debug + Send + Serialize + DeserializeOwned {
         Ok(())
     }
 
+    /// `self ← self ⊔ every payload`: `payloads` holds every rank's
+    /// canonical payload, index = rank, and `payloads[own]` is the encoding
+    /// of `self` ([`Channel::exchange_in_place`](crate::Channel::exchange_in_place)
+    /// passes exactly that). Every payload is read strictly, in rank order,
+    /// before `self` changes: on an error `self` is unchanged and the error
+    /// carries the index of the first payload that does not read.
+    ///
+    /// The provided version reads every payload (`self`'s own too, so that a
+    /// rank whose bytes do not read fails like its peers), then joins the
+    /// others. An override must accept exactly the payloads
+    /// [`Join::read_payload`] accepts and give the same result; it may skip
+    /// reading `payloads[own]` only where the kind's writer cannot write
+    /// bytes its reader refuses (the frame state's override relies on
+    /// that, and its property tests check both).
+    ///
+    /// # Errors
+    /// `(index, DecodeError::Payload)` for the first payload that does not read.
+    fn join_payloads(
+        &mut self,
+        own: usize,
+        payloads: &[&[u8]],
+    ) -> std::result::Result<(), (usize, DecodeError)> {
+        let mut others = Vec::with_capacity(payloads.len().saturating_sub(1));
+        for (i, p) in payloads.iter().enumerate() {
+            let value = Self::read_payload(p).map_err(|e| (i, e))?;
+            if i != own {
+                others.push(value);
+            }
+        }
+        for other in &others {
+            self.join(other);
+        }
+        Ok(())
+    }
+
     /// Reads a payload: the value whose canonical postcard encoding it is,
     /// every byte consumed. The provided version is postcard's; an override
     /// must accept exactly the same payloads with the same values.
