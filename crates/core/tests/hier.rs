@@ -23,11 +23,14 @@ struct Call<J> {
 
 /// Runs one exchange per rank over in-process threads; returns each rank's
 /// outcome as text (the join's debug form, or the error's message), whether
-/// the fast path applied, and the bytes each rank received.
+/// the fast path applied, and the bytes each rank received. `in_place` runs
+/// `Channel::exchange_in_place` (and checks that a failed one leaves the
+/// rank's value as it was).
 fn run<J: Join + 'static>(
     calls: Vec<Call<J>>,
     tree: bool,
     fast_path: bool,
+    in_place: bool,
 ) -> (Vec<String>, Vec<bool>, Vec<u64>) {
     let n = u32::try_from(calls.len()).unwrap();
     let ranks = InProcessGroup::create(n).unwrap();
@@ -46,15 +49,23 @@ fn run<J: Join + 'static>(
                     let t = CountingTransport::new(t);
                     let counts: Arc<ByteCounts> = t.counts();
                     let mut ch = Channel::with_options(Arc::new(t), opts).unwrap();
-                    let out = ch.exchange_with(
-                        &call.key,
-                        &call.value,
-                        &compiler_collectives_core::ExchangeOptions::default()
-                            .with_config(&call.config),
-                    );
-                    let (text, fast) = match out {
-                        Ok(g) => (format!("{:?}", g.merged()), g.fast_path()),
-                        Err(e) => (format!("error: {e}"), false),
+                    let options = compiler_collectives_core::ExchangeOptions::default()
+                        .with_config(&call.config);
+                    let (text, fast) = if in_place {
+                        let mut value = call.value.clone();
+                        let before = format!("{value:?}");
+                        match ch.exchange_in_place(&call.key, &mut value, &options) {
+                            Ok(g) => (format!("{:?}", g.merged()), g.fast_path()),
+                            Err(e) => {
+                                assert_eq!(format!("{value:?}"), before, "changed on an error");
+                                (format!("error: {e}"), false)
+                            }
+                        }
+                    } else {
+                        match ch.exchange_with(&call.key, &call.value, &options) {
+                            Ok(g) => (format!("{:?}", g.merged()), g.fast_path()),
+                            Err(e) => (format!("error: {e}"), false),
+                        }
                     };
                     (text, fast, counts.received())
                 })
@@ -74,12 +85,20 @@ fn run<J: Join + 'static>(
 }
 
 fn same_everywhere<J: Join + 'static>(calls: Vec<Call<J>>) -> Vec<String> {
-    let (flat, flat_fast, _) = run(calls.clone(), false, true);
-    let (tree, tree_fast, _) = run(calls.clone(), true, true);
-    let (tree_slow, _, _) = run(calls, true, false);
+    let (flat, flat_fast, _) = run(calls.clone(), false, true, false);
+    let (tree, tree_fast, _) = run(calls.clone(), true, true, false);
+    let (tree_slow, _, _) = run(calls.clone(), true, false, false);
+    let (tree_in_place, tree_in_place_fast, _) = run(calls.clone(), true, true, true);
+    let (flat_in_place, _, _) = run(calls, false, true, true);
     assert_eq!(flat, tree, "flat vs tree");
     assert_eq!(flat, tree_slow, "flat vs tree without fast path");
+    assert_eq!(flat, tree_in_place, "flat vs tree in place");
+    assert_eq!(flat, flat_in_place, "flat vs flat in place");
     assert_eq!(flat_fast, tree_fast, "fast path applied differently");
+    assert_eq!(
+        flat_fast, tree_in_place_fast,
+        "fast path applied differently in place"
+    );
     assert!(
         flat.iter().all(|t| *t == flat[0]),
         "ranks disagree: {flat:?}"
@@ -212,7 +231,7 @@ fn kinds_differ_is_a_desync_like_flat() {
 #[test]
 fn identical_states_take_the_fast_path_in_the_tree() {
     let states = (0..9).map(|_| bench_state(20, 0)).collect();
-    let (_, fast, bytes) = run(calls_of(states), true, true);
+    let (_, fast, bytes) = run(calls_of(states), true, true, false);
     assert!(fast.iter().all(|f| *f));
     // 33 bytes from each child (at most ⌈log₂ 9⌉ = 4) and 1 from the parent.
     assert!(bytes.iter().all(|&b| b <= 4 * 33 + 1), "{bytes:?}");
@@ -225,8 +244,8 @@ fn tree_bytes_grow_with_log_n_flat_with_n() {
     let payload = compiler_collectives_core::protocol::encode_payload(&states[1])
         .unwrap()
         .len() as u64;
-    let (tree_out, _, tree_bytes) = run(calls_of(states.clone()), true, true);
-    let (flat_out, _, flat_bytes) = run(calls_of(states), false, true);
+    let (tree_out, _, tree_bytes) = run(calls_of(states.clone()), true, true, false);
+    let (flat_out, _, flat_bytes) = run(calls_of(states), false, true, false);
     assert_eq!(tree_out, flat_out);
     let log2n = 7; // ⌈log₂ 100⌉
     let tree_max = *tree_bytes.iter().max().unwrap();
