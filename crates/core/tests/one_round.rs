@@ -466,3 +466,158 @@ fn ranks_with_different_slots_are_told_so() {
         );
     }
 }
+
+/// An in-process rank whose first-round contribution is changed after the
+/// channel wrote it (what corruption in memory before the send, or on the
+/// way, looks like): rank 1 replaces the first `from` byte sequence with `to`.
+#[derive(Debug)]
+struct Corrupting {
+    inner: compiler_collectives_core::InProcessTransport,
+    from: Vec<u8>,
+    to: Vec<u8>,
+}
+
+impl Corrupting {
+    fn changed(&self, data: &[u8]) -> Vec<u8> {
+        let mut out = data.to_vec();
+        if self.inner.rank() == 1 {
+            if let Some(at) = out.windows(self.from.len()).position(|w| w == self.from) {
+                out[at..at + self.to.len()].copy_from_slice(&self.to);
+            }
+        }
+        out
+    }
+}
+
+impl Transport for Corrupting {
+    fn rank(&self) -> u32 {
+        self.inner.rank()
+    }
+    fn world_size(&self) -> u32 {
+        self.inner.world_size()
+    }
+    fn backend(&self) -> &'static str {
+        "corrupting"
+    }
+    fn capabilities(&self) -> compiler_collectives_core::Capabilities {
+        self.inner.capabilities()
+    }
+    fn all_gather(
+        &self,
+        data: &[u8],
+        max_bytes: usize,
+        deadline: compiler_collectives_core::Deadline,
+    ) -> compiler_collectives_core::Result<Vec<Vec<u8>>> {
+        self.inner
+            .all_gather(&self.changed(data), max_bytes, deadline)
+    }
+    fn all_gather_fixed(
+        &self,
+        data: &[u8],
+        deadline: compiler_collectives_core::Deadline,
+    ) -> compiler_collectives_core::Result<Vec<u8>> {
+        self.inner.all_gather_fixed(&self.changed(data), deadline)
+    }
+    fn barrier(
+        &self,
+        deadline: compiler_collectives_core::Deadline,
+    ) -> compiler_collectives_core::Result<()> {
+        self.inner.barrier(deadline)
+    }
+    fn send(
+        &self,
+        peer: u32,
+        tag: u32,
+        data: &[u8],
+        deadline: compiler_collectives_core::Deadline,
+    ) -> compiler_collectives_core::Result<()> {
+        self.inner.send(peer, tag, data, deadline)
+    }
+    fn recv(
+        &self,
+        peer: u32,
+        tag: u32,
+        max_bytes: usize,
+        deadline: compiler_collectives_core::Deadline,
+    ) -> compiler_collectives_core::Result<Vec<u8>> {
+        self.inner.recv(peer, tag, max_bytes, deadline)
+    }
+    fn shutdown(&self) -> compiler_collectives_core::Result<()> {
+        self.inner.shutdown()
+    }
+}
+
+/// Rank 1's bytes change after it encoded them, the same for every rank
+/// that receives them (rank 1 included). The in-place exchange must then
+/// join what was gathered, as `exchange` does: the same result on every
+/// rank when the changed bytes read (rank 1's size 5 became 6, its peers'
+/// 6), the same error naming rank 1 when they do not (the entry count 1
+/// became 2), and the state unchanged on an error. Before, rank 1 kept
+/// `(5,10)` while its peers took `(6,10)`, and named rank 0 for the bytes
+/// rank 1 sent.
+#[test]
+fn a_rank_whose_own_bytes_changed_on_the_way_agrees_with_its_peers() {
+    let state = |d0: u64| {
+        let mut s = FrameState::new();
+        s.record(
+            "x",
+            &compiler_collectives_core::decisions::shapes::Observation::tensor([d0, 10]),
+        );
+        s
+    };
+    let payload = encode_payload(&state(5)).unwrap();
+    // Static(5) is the atom code 7; the entry count is the payload's first byte.
+    let size_at = payload.windows(4).position(|w| w == [2, 2, 7, 12]).unwrap();
+    let mut six = payload.clone();
+    six[size_at + 2] = 8;
+    let mut two_entries = payload.clone();
+    two_entries[0] = 2;
+    for (what, to, reads) in [("5 → 6", six, true), ("1 → 2 entries", two_entries, false)] {
+        for in_place in [false, true] {
+            let ranks = InProcessGroup::create(3).unwrap();
+            let from = payload.clone();
+            let handles: Vec<_> = ranks
+                .into_iter()
+                .map(|inner| {
+                    let (from, to) = (from.clone(), to.clone());
+                    std::thread::spawn(move || {
+                        let r = inner.rank();
+                        let t = Corrupting { inner, from, to };
+                        let opts = ChannelOptions::default().with_timeout(Duration::from_secs(5));
+                        let mut ch = Channel::with_options(Arc::new(t), opts).unwrap();
+                        let mut mine = state(if r == 1 { 5 } else { 6 });
+                        let before = mine.clone();
+                        if in_place {
+                            let got = ch
+                                .exchange_in_place("f", &mut mine, &ExchangeOptions::default())
+                                .map(|g| g.merged().clone())
+                                .map_err(|e| e.to_string());
+                            if got.is_err() {
+                                assert_eq!(mine, before, "rank {r}: changed on an error");
+                            }
+                            got
+                        } else {
+                            ch.exchange("f", &mine)
+                                .map(|g| g.merged().clone())
+                                .map_err(|e| e.to_string())
+                        }
+                    })
+                })
+                .collect();
+            let outcomes: Vec<Result<FrameState, String>> =
+                handles.into_iter().map(|h| h.join().unwrap()).collect();
+            for (rank, o) in outcomes.iter().enumerate() {
+                assert_eq!(o, &outcomes[0], "{what}, in place {in_place}: rank {rank}");
+            }
+            if reads {
+                let merged = outcomes[0].as_ref().expect("the changed bytes read");
+                assert_eq!(merged.get("x").size.to_string(), "(6,10)", "{what}");
+            } else {
+                let e = outcomes[0]
+                    .as_ref()
+                    .expect_err("the changed bytes do not read");
+                assert!(e.contains("rank 1"), "{what}, in place {in_place}: {e}");
+            }
+        }
+    }
+}

@@ -1099,12 +1099,28 @@ impl compiler_collectives_core::Join for GarbledFrameState {
 /// The last rank exchanges through a real channel with a broken encoder:
 /// **every** rank, the sender included, gets a decode error naming it (each
 /// rank decodes every rank's payload from the gathered bytes, so all take
-/// the same branch).
+/// the same branch). Ranks 1, 3, … join in place
+/// (`Channel::exchange_in_place`), the others with `exchange`: the same
+/// error either way, and a state joined in place is left as it was.
 fn corrupt_payload_every_rank(ctx: &Ctx) -> Result<(), String> {
     let odd = ctx.world() - 1;
     let mut ch = ctx.channel(ctx.timeout)?;
+    let in_place = ctx.rank() % 2 == 1;
+    let none = compiler_collectives_core::ExchangeOptions::default();
     let res = if ctx.rank() == odd {
-        ch.exchange("f", &GarbledFrameState(state(4))).map(|_| ())
+        if in_place {
+            let mut garbled = GarbledFrameState(state(4));
+            ch.exchange_in_place("f", &mut garbled, &none).map(|_| ())
+        } else {
+            ch.exchange("f", &GarbledFrameState(state(4))).map(|_| ())
+        }
+    } else if in_place {
+        let mut mine = state(4);
+        let res = ch.exchange_in_place("f", &mut mine, &none).map(|_| ());
+        ensure(mine == state(4), || {
+            "the state joined in place changed on an error".into()
+        })?;
+        res
     } else {
         ch.exchange("f", &state(4)).map(|_| ())
     };

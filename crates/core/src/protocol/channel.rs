@@ -18,6 +18,11 @@
 //!    (→ [`Error::Disagreement`]), and joins every rank's payload in rank
 //!    order straight from the received bytes ([`Join::join_encoded`]; a
 //!    payload that does not decode → [`Error::Decode`] naming the rank).
+//!    [`Channel::exchange_in_place`] instead joins every peer's payload into
+//!    the caller's value ([`Join::join_payloads`]), after checking that the
+//!    gathered copy of this rank's envelope is the one it sent (if not, it
+//!    joins every gathered payload as `exchange` does, so that every rank
+//!    still gets the same result or error).
 //!
 //! Every rank sees the same gathered bytes and so takes the same branch and
 //! returns the same result or the same error. Exchanges pair by sequence
@@ -296,6 +301,8 @@ impl ExchangeOptions {
 /// The result of one exchange. It borrows the value passed in: when every
 /// rank sent the same (the fast path, or a world of one), the join is that
 /// value itself, not a copy ([`Gathered::into_merged`] copies it then).
+/// After [`Channel::exchange_in_place`] the join is always the value passed
+/// in (now joined), so `into_merged` always copies it.
 #[derive(Clone, Debug)]
 pub struct Gathered<'a, J> {
     merged: Merged<'a, J>,
@@ -618,7 +625,15 @@ impl Channel {
     /// the gathered frame states into its own the same way).
     ///
     /// On an error `*state` is unchanged: every payload is read before any
-    /// is joined.
+    /// is joined. Should the gathered copy of this rank's own envelope
+    /// differ from what it sent (bytes changed on the way, or in memory
+    /// before the send), the join is of every gathered payload, this rank's
+    /// too, as [`Channel::exchange`] computes it, so that every rank gets
+    /// the same result or the same error. From
+    /// [`ChannelOptions::hierarchical_from`] ranks (the tree exchange) the
+    /// join is built as a new value and moved into `*state`.
+    /// [`Gathered::per_rank`] gives every rank's value as sent (this
+    /// rank's as it was before the join); [`Gathered::merged`] is `state`.
     ///
     /// # Errors
     /// As [`Channel::exchange`].
@@ -693,7 +708,7 @@ impl Channel {
                 .map(|(merged, fast)| (local.replaced_by(merged, fast), None, fast))
         } else {
             self.run(deadline, &mut traffic)
-                .and_then(|round| self.finish_flat(local, round))
+                .and_then(|round| self.finish_flat(local, round, env_len))
         };
         let result = match outcome {
             Ok((merged, per_rank, fast)) => {
@@ -743,36 +758,47 @@ impl Channel {
 
     /// The flat exchange's join of what [`Channel::run`] gathered: checks
     /// every envelope, then joins into a new value or into the caller's.
-    fn finish_flat<'a, J: Join>(&self, local: Local<'a, J>, round: Round) -> Result<Flat<'a, J>> {
+    fn finish_flat<'a, J: Join>(
+        &self,
+        local: Local<'a, J>,
+        round: Round,
+        env_len: usize,
+    ) -> Result<Flat<'a, J>> {
         let Round::Gathered { bufs, envs } = round else {
             return Ok((local.unchanged(), None, true));
         };
         let payloads = check_envelopes(&bufs, &envs, &self.limits)?;
-        let named = |(rank, reason): (usize, DecodeError)| Error::Decode {
-            rank: u32::try_from(rank).ok(),
-            reason,
-        };
         let merged = match local {
-            Local::Shared(_) => {
-                let mut it = payloads.iter().map(|&(b, s, e)| &bufs[b][s..e]);
-                let first = it.next().ok_or_else(|| Error::Decode {
-                    rank: None,
-                    reason: DecodeError::Invalid {
-                        field: "gathered envelopes",
-                        detail: "none".into(),
-                    },
-                })?;
-                let mut merged = J::read_payload(first).map_err(|r| named((0, r)))?;
-                for (rank, p) in (1usize..).zip(it) {
-                    merged.join_encoded(p).map_err(|r| named((rank, r)))?;
-                }
-                Merged::Joined(merged)
-            }
+            Local::Shared(_) => Merged::Joined(join_new::<J>(&bufs, &payloads)?),
             Local::InPlace(state) => {
-                let views: Vec<&[u8]> = payloads.iter().map(|&(b, s, e)| &bufs[b][s..e]).collect();
-                state
-                    .join_payloads(self.rank() as usize, &views)
-                    .map_err(named)?;
+                let own = self.rank() as usize;
+                // The join in place assumes that the gathered copy of this
+                // rank's envelope is what it sent (the encoding of `state`).
+                // Bytes changed on the way (or in memory before the send)
+                // would make this rank join something its peers did not:
+                // then join every gathered payload, as `exchange` does, and
+                // every rank gets the same result or the same error.
+                let sent = self.buf.get(SLOT_HEADER_LEN..SLOT_HEADER_LEN + env_len);
+                let intact = envs
+                    .get(own)
+                    .and_then(|&(b, start, end)| bufs.get(b)?.get(start..end))
+                    .is_some_and(|got| Some(got) == sent);
+                if intact {
+                    let views: Vec<&[u8]> =
+                        payloads.iter().map(|&(b, s, e)| &bufs[b][s..e]).collect();
+                    state
+                        .join_payloads(own, &views)
+                        .map_err(|(rank, reason)| Error::Decode {
+                            rank: u32::try_from(rank).ok(),
+                            reason,
+                        })?;
+                } else {
+                    tracing::warn!(
+                        rank = own,
+                        "this rank's envelope came back changed from what it sent; joining every gathered payload"
+                    );
+                    *state = join_new::<J>(&bufs, &payloads)?;
+                }
                 Merged::Local(state)
             }
         };
@@ -970,6 +996,31 @@ fn mismatch(rank: u32, theirs: String, slot: usize) -> Error {
             ),
         },
     }
+}
+
+/// The join of every gathered payload (`payloads`: index = rank) as a new
+/// value: rank 0's is decoded, every later one joined into it with
+/// [`Join::join_encoded`]; a payload that does not read names its rank.
+fn join_new<J: Join>(bufs: &[Vec<u8>], payloads: &[Span]) -> Result<J> {
+    let named = |rank: usize| {
+        move |reason| Error::Decode {
+            rank: u32::try_from(rank).ok(),
+            reason,
+        }
+    };
+    let mut it = payloads.iter().map(|&(b, s, e)| &bufs[b][s..e]);
+    let first = it.next().ok_or_else(|| Error::Decode {
+        rank: None,
+        reason: DecodeError::Invalid {
+            field: "gathered envelopes",
+            detail: "none".into(),
+        },
+    })?;
+    let mut merged = J::read_payload(first).map_err(named(0))?;
+    for (rank, p) in (1usize..).zip(it) {
+        merged.join_encoded(p).map_err(named(rank))?;
+    }
+    Ok(merged)
 }
 
 /// Checks every rank's envelope (the order and errors of `checks`) and

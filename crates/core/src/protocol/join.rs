@@ -48,7 +48,8 @@ pub trait Join: Clone + Debug + Send + Serialize + DeserializeOwned {
     /// `self ← self ⊔ every payload`: `payloads` holds every rank's
     /// canonical payload, index = rank, and `payloads[own]` is the encoding
     /// of `self` ([`Channel::exchange_in_place`](crate::Channel::exchange_in_place)
-    /// passes exactly that). Every payload is read strictly, in rank order,
+    /// calls it only after checking that the gathered copy of this rank's
+    /// envelope is the one it sent). Every payload is read strictly, in rank order,
     /// before `self` changes: on an error `self` is unchanged and the error
     /// carries the index of the first payload that does not read.
     ///
