@@ -35,6 +35,18 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
+    /// Every byte consumed, else the count of trailing bytes.
+    fn finished(&self) -> Result<(), Bad> {
+        match self.b.len() - self.at {
+            0 => Ok(()),
+            extra => Err(crate::error::counted(
+                extra,
+                "trailing byte",
+                "trailing bytes",
+            )),
+        }
+    }
+
     fn byte(&mut self) -> Result<u8, Bad> {
         let v = *self.b.get(self.at).ok_or_else(end)?;
         self.at += 1;
@@ -201,14 +213,7 @@ pub(crate) fn join_into(
             entries.insert(name.to_owned(), entry);
         }
     }
-    match payload.len() - r.at {
-        0 => Ok(()),
-        extra => Err(crate::error::counted(
-            extra,
-            "trailing byte",
-            "trailing bytes",
-        )),
-    }
+    r.finished()
 }
 
 fn read_entries(r: &mut Reader<'_>, n: u64) -> Result<BTreeMap<String, SizeEntry>, Bad> {
@@ -433,14 +438,7 @@ fn scan_peer(mine: &[u8], peer: &[u8], rank: usize, changes: &mut Vec<Change>) -
             _ => changes.push(Change::New { rank, at }),
         }
     }
-    match peer.len() - r.at {
-        0 => Ok(()),
-        extra => Err(crate::error::counted(
-            extra,
-            "trailing byte",
-            "trailing bytes",
-        )),
-    }
+    r.finished()
 }
 
 #[inline(always)]
