@@ -667,9 +667,8 @@ fn items_json(sources: &Sources, merged: &FrameState) -> Value {
 
 fn state_json(s: &FrameState) -> Value {
     Value::Object(
-        s.entries
-            .iter()
-            .map(|(k, e)| (k.clone(), entry_json(e)))
+        s.iter()
+            .map(|(k, e)| (k.to_owned(), entry_json(&e)))
             .collect(),
     )
 }

@@ -111,10 +111,10 @@ fn show(args: &ShowArgs) -> anyhow::Result<ExitCode> {
             );
             continue;
         };
-        if state.entries.is_empty() {
+        if state.is_empty() {
             println!("{:<32}  {:<18}  (no sources)", k.key, k.kind);
         }
-        for (source, e) in &state.entries {
+        for (source, e) in state.iter() {
             println!(
                 "{:<32}  {:<18}  {:<10}  {:<18}  {:<18}  {:<8}  {}",
                 k.key,
@@ -123,7 +123,7 @@ fn show(args: &ShowArgs) -> anyhow::Result<ExitCode> {
                 e.size.to_string(),
                 e.stride.to_string(),
                 e.scalar.to_string(),
-                decision_text(e)
+                decision_text(&e)
             );
         }
     }

@@ -433,9 +433,8 @@ fn frame(rank: &str) -> FrameState {
 
 fn show_frame(s: &FrameState) -> String {
     let parts: Vec<String> = s
-        .entries
         .iter()
-        .map(|(k, v)| format!("{k}: {}", show(v)))
+        .map(|(k, v)| format!("{k}: {}", show(&v)))
         .collect();
     parts.join("; ")
 }
@@ -852,8 +851,8 @@ proptest! {
         for source in ["a", "b", "c"] {
             prop_assert_eq!(ab.get(source), a.get(source).join(&b.get(source)));
             prop_assert_eq!(
-                ab.entries.contains_key(source),
-                a.entries.contains_key(source) || b.entries.contains_key(source)
+                ab.contains(source),
+                a.contains(source) || b.contains(source)
             );
         }
     }

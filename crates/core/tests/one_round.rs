@@ -7,7 +7,7 @@
 //!   round) gives the same join, the same per-rank values and the same
 //!   errors, over random states and world sizes.
 
-use compiler_collectives_core::decisions::lattice::{Atom, Dims, SizeEntry, Stride};
+use compiler_collectives_core::decisions::lattice::{SizeEntry, Stride};
 use compiler_collectives_core::decisions::shapes::FrameState;
 use compiler_collectives_core::protocol::{
     decode_payload, encode_payload, envelope, Channel, ChannelOptions, ExchangeOptions,
@@ -18,40 +18,28 @@ use proptest::prelude::*;
 use std::sync::Arc;
 use std::time::Duration;
 
-fn atom<V: std::fmt::Debug + Clone + 'static>(
-    v: impl Strategy<Value = V> + 'static,
-) -> impl Strategy<Value = Atom<V>> {
-    prop_oneof![
-        1 => Just(Atom::Unset),
-        1 => Just(Atom::Dynamic),
-        4 => v.prop_map(Atom::Static),
-    ]
-}
+mod strategies;
+use strategies::{atom, dims};
 
 /// Tuples of up to nine dimensions: past the six a joined tuple reads onto
 /// the stack.
-fn dims<V: std::fmt::Debug + Clone + 'static>(
-    a: impl Strategy<Value = Atom<V>> + 'static,
-) -> impl Strategy<Value = Dims<V>> {
-    prop_oneof![
-        1 => Just(Dims::Unset),
-        1 => Just(Dims::Dynamic),
-        6 => proptest::collection::vec(a, 0..10).prop_map(Dims::Known),
-    ]
-}
+const MAX_DIMS: usize = 10;
 
 fn entry() -> impl Strategy<Value = SizeEntry> {
     let stride = prop_oneof![
         (0u64..4).prop_map(Stride::Int),
         (0u32..4).prop_map(Stride::Infer)
     ];
-    (atom(-2i64..3), dims(atom(0u64..4)), dims(atom(stride))).prop_map(|(scalar, size, stride)| {
-        SizeEntry {
+    (
+        atom(-2i64..3),
+        dims(atom(0u64..4), MAX_DIMS),
+        dims(atom(stride), MAX_DIMS),
+    )
+        .prop_map(|(scalar, size, stride)| SizeEntry {
             scalar,
             size,
             stride,
-        }
-    })
+        })
 }
 
 /// A state over a pool of names, so that ranks share some sources and
@@ -62,7 +50,7 @@ fn state() -> impl Strategy<Value = FrameState> {
         entry(),
         0..10,
     )
-    .prop_map(|entries| FrameState { entries })
+    .prop_map(|entries| entries.into_iter().collect::<FrameState>())
 }
 
 /// A large state: `n` sources of a fixed shape, every third differing with
@@ -179,8 +167,8 @@ proptest! {
             let first = states[0].clone();
             for s in &mut states[1..] {
                 let mut copy = first.clone();
-                if let Some((name, e)) = s.entries.iter().next() {
-                    copy.entries.insert(name.clone(), e.clone());
+                if let Some((name, e)) = s.iter().next() {
+                    copy.insert(name, &e);
                 }
                 *s = copy;
             }
@@ -464,6 +452,58 @@ fn ranks_with_different_slots_are_told_so() {
             text.contains("need the same slot size (ChannelOptions::slot_bytes)"),
             "rank {rank}: {text}"
         );
+    }
+}
+
+/// The second round's lengths come from the slots, and so do the ranks'
+/// limits: every rank applies the smallest before allocating, so a rank
+/// whose limit is under another's envelope makes every rank fail alike,
+/// naming the rank whose envelope is too long — not one rank gathering
+/// while another refuses. With equal limits the same states exchange.
+#[test]
+fn the_second_round_applies_the_smallest_limit_on_every_rank() {
+    let run = |limits: [usize; 3]| -> Vec<Result<FrameState, Error>> {
+        let ranks = InProcessGroup::create(3).unwrap();
+        let handles: Vec<_> = ranks
+            .into_iter()
+            .map(|t| {
+                let limit = limits[t.rank() as usize];
+                std::thread::spawn(move || {
+                    let opts = ChannelOptions::default()
+                        .with_timeout(Duration::from_secs(5))
+                        .with_limits(envelope::Limits {
+                            max_message_bytes: limit,
+                            ..envelope::Limits::default()
+                        });
+                    let mut ch = Channel::with_options(Arc::new(t), opts).unwrap();
+                    // Rank 0's envelope is the longest (it does not fit a slot).
+                    let n = if ch.rank() == 0 { 600 } else { 400 };
+                    let salt = u64::from(ch.rank());
+                    ch.exchange("f", &big(n, salt)).map(|g| g.into_merged())
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    };
+    let len0 = encode_payload(&big(600, 0)).unwrap().len();
+    let joined = run([1 << 20; 3]);
+    let want = joined[0].as_ref().unwrap().clone();
+    assert!(joined.iter().all(|r| r.as_ref().ok() == Some(&want)));
+    assert_eq!(want.len(), 600);
+    // Rank 2 accepts less than rank 0 sends; ranks 0 and 1 would accept it.
+    for (rank, r) in run([1 << 20, 1 << 20, len0]).into_iter().enumerate() {
+        match r {
+            Err(Error::Decode {
+                rank: Some(0),
+                reason:
+                    compiler_collectives_core::DecodeError::TooLarge {
+                        field: "message",
+                        limit,
+                        ..
+                    },
+            }) => assert_eq!(limit, len0 as u64, "rank {rank}"),
+            other => panic!("rank {rank}: {other:?}"),
+        }
     }
 }
 

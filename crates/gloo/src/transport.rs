@@ -988,6 +988,31 @@ impl Transport for GlooTransport {
         Ok(out)
     }
 
+    /// Gloo's all_gather is one round of exact sizes (a header, then what
+    /// did not fit in it): no padding, no copy into one buffer.
+    fn all_gather_sized(
+        &self,
+        data: &[u8],
+        lens: &[usize],
+        deadline: Deadline,
+    ) -> Result<Vec<Vec<u8>>, Error> {
+        toolkit::check_sized(self.rank, self.world, data, lens)?;
+        let longest = lens.iter().copied().max().unwrap_or(0);
+        let out = self.all_gather(data, longest, deadline)?;
+        for (rank, (part, &want)) in (0u32..).zip(out.iter().zip(lens)) {
+            if part.len() != want {
+                return Err(Error::Decode {
+                    rank: Some(rank),
+                    reason: DecodeError::Invalid {
+                        field: "sized contribution",
+                        detail: format!("{} bytes where {want} were announced", part.len()),
+                    },
+                });
+            }
+        }
+        Ok(out)
+    }
+
     fn barrier(&self, deadline: Deadline) -> Result<(), Error> {
         let peers: Vec<u32> = self.peers().collect();
         self.collective(&[], &peers, &peers, 0, deadline)

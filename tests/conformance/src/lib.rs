@@ -147,6 +147,13 @@ pub const BEHAVIOURS: &[Behaviour] = &[
         needs: &[],
     },
     Behaviour {
+        name: "all_gather_sized",
+        min_world: 1,
+        timed: false,
+        run: all_gather_sized,
+        needs: &[],
+    },
+    Behaviour {
         name: "broadcast_every_root",
         min_world: 1,
         timed: false,
@@ -619,6 +626,79 @@ fn all_gather_sizes_mixed(ctx: &Ctx) -> Result<(), String> {
     Ok(())
 }
 
+/// Contributions whose lengths every rank knows (the exchange's second
+/// round): the sizes of [`all_gather_sizes_mixed`], ranks mixing them, some
+/// rounds with every rank empty but one; then lengths that do not fit the
+/// call are refused before anything is sent, and the transport goes on.
+fn all_gather_sized(ctx: &Ctx) -> Result<(), String> {
+    const SIZES: [usize; 7] = [0, 1, 4095, 4096, 4160, 4161, 70_000];
+    let world = ctx.world() as usize;
+    let fill = |rank: usize, round: usize, len: usize| -> Vec<u8> {
+        (0..len)
+            .map(|i| {
+                i.to_le_bytes()[0] ^ rank.to_le_bytes()[0].wrapping_mul(29) ^ round.to_le_bytes()[0]
+            })
+            .collect()
+    };
+    for round in 0..2 * SIZES.len() {
+        // Odd rounds: only the last rank contributes.
+        let lens: Vec<usize> = (0..world)
+            .map(|r| {
+                let n = SIZES[(round + r) % SIZES.len()];
+                if round % 2 == 1 && r + 1 != world {
+                    0
+                } else {
+                    n
+                }
+            })
+            .collect();
+        let me = ctx.rank() as usize;
+        let got = ctx
+            .transport
+            .all_gather_sized(&fill(me, round, lens[me]), &lens, ctx.deadline())
+            .map_err(|e| format!("round {round} ({lens:?}): {e}"))?;
+        ensure(got.len() == world, || {
+            format!("round {round}: {} buffers", got.len())
+        })?;
+        for (r, buf) in got.iter().enumerate() {
+            ensure(*buf == fill(r, round, lens[r]), || {
+                format!(
+                    "round {round}: rank {r}'s {} bytes, want {}",
+                    buf.len(),
+                    lens[r]
+                )
+            })?;
+        }
+    }
+    let wrong_count = ctx
+        .transport
+        .all_gather_sized(&[], &vec![0; world + 1], ctx.deadline());
+    let mut lens = vec![3; world];
+    let wrong_len = ctx
+        .transport
+        .all_gather_sized(&[1, 2], &lens, ctx.deadline());
+    for (what, r) in [
+        ("lengths of another world", wrong_count),
+        ("data of another length", wrong_len),
+    ] {
+        ensure(matches!(r, Err(Error::InvalidArgument(_))), || {
+            format!("{what}: {r:?}")
+        })?;
+    }
+    lens[0] = 0;
+    let me = ctx.rank() as usize;
+    let got = ctx
+        .transport
+        .all_gather_sized(&fill(me, 99, lens[me]), &lens, ctx.deadline())
+        .map_err(|e| format!("after refused calls: {e}"))?;
+    ensure(
+        got.iter()
+            .enumerate()
+            .all(|(r, b)| *b == fill(r, 99, lens[r])),
+        || format!("after refused calls: {got:?}"),
+    )
+}
+
 fn all_gather_empty(ctx: &Ctx) -> Result<(), String> {
     let got = ctx
         .transport
@@ -1012,7 +1092,8 @@ fn corrupt_payload_named(ctx: &Ctx) -> Result<(), String> {
         // The flat exchange's one round: this envelope inline in its slot.
         let mut slot = vec![0u8; envelope::DEFAULT_SLOT_BYTES];
         let len = u32::try_from(bytes.len()).map_err(|e| e.to_string())?;
-        envelope::write_slot_header(&mut slot, 0, &envelope::digest(&bytes), len);
+        let limit = envelope::Limits::default().max_message_bytes as u64;
+        envelope::write_slot_header(&mut slot, 0, &envelope::digest(&bytes), len, true, limit);
         slot[envelope::SLOT_HEADER_LEN..][..bytes.len()].copy_from_slice(&bytes);
         ctx.transport
             .all_gather_fixed(&slot, ctx.deadline())
@@ -1375,6 +1456,11 @@ fn use_after_shutdown_is_unusable(ctx: &Ctx) -> Result<(), String> {
     let mut results: Vec<(&str, Result<(), Error>)> = vec![
         ("all_gather", t.all_gather(b"x", 8, d).map(drop)),
         ("all_gather_fixed", t.all_gather_fixed(b"x", d).map(drop)),
+        (
+            "all_gather_sized",
+            t.all_gather_sized(b"x", &vec![1; ctx.world() as usize], d)
+                .map(drop),
+        ),
         ("broadcast", t.broadcast(b"x", 0, 8, d).map(drop)),
         ("barrier", t.barrier(d)),
     ];

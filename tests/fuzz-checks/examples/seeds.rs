@@ -115,6 +115,30 @@ fn main() -> anyhow::Result<()> {
         let d = envelope::encode_digest_msg(WIRE_VERSION, i as u64, &envelope::digest(e));
         write(&dir, "digest_msg", &i.to_string(), &d)?;
     }
+    // Slots: an envelope inline, one that goes in the second round, and
+    // the first bytes of another version.
+    for (i, e) in envs.iter().enumerate() {
+        let len = u32::try_from(e.len())?;
+        let mut slot = vec![0u8; 128 + e.len()];
+        let limit = Limits::default().max_message_bytes as u64;
+        envelope::write_slot_header(&mut slot, i as u64, &envelope::digest(e), len, true, limit);
+        slot[envelope::SLOT_HEADER_LEN..][..e.len()].copy_from_slice(e);
+        write(&dir, "slot", &format!("inline-{i}"), &slot)?;
+        let mut spilled = vec![0u8; 64];
+        envelope::write_slot_header(
+            &mut spilled,
+            i as u64,
+            &envelope::digest(e),
+            len,
+            false,
+            4096,
+        );
+        write(&dir, "slot", &format!("spilled-{i}"), &spilled)?;
+    }
+    let mut other = vec![0u8; 64];
+    other[..4].copy_from_slice(&envelope::MAGIC);
+    other[4..6].copy_from_slice(&99u16.to_le_bytes());
+    write(&dir, "slot", "v99", &other)?;
     write(
         &dir,
         "digest_msg",

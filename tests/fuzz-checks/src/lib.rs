@@ -39,6 +39,7 @@ pub type Check = fn(&[u8]);
 pub const TARGETS: &[(&str, Check)] = &[
     ("envelope", envelope_decode),
     ("digest_msg", digest_msg_decode),
+    ("slot", slot_decode),
     ("payload", payload_decode),
     ("scenario", scenario_parse),
     ("profile", profile_decode),
@@ -96,6 +97,40 @@ pub fn digest_msg_decode(data: &[u8]) {
         } else {
             assert_eq!((msg.seq, msg.digest), (0, [0; 16]));
         }
+    }
+}
+
+/// A flat exchange's first-round slot from a peer: an accepted slot of this
+/// build's version re-encodes to exactly the input (header, the envelope
+/// when inline, zeros to the end), and its inline envelope lies within it;
+/// one of another version is reported by its version only.
+///
+/// # Panics
+/// When a property is broken.
+pub fn slot_decode(data: &[u8]) {
+    if let Ok(msg) = envelope::decode_slot(data) {
+        if msg.version != WIRE_VERSION {
+            assert_eq!(
+                (msg.seq, msg.digest, msg.len, msg.limit),
+                (0, [0; 16], 0, 0)
+            );
+            assert!(msg.inline.is_none());
+            return;
+        }
+        let mut again = vec![0u8; data.len()];
+        envelope::write_slot_header(
+            &mut again,
+            msg.seq,
+            &msg.digest,
+            msg.len,
+            msg.inline.is_some(),
+            msg.limit,
+        );
+        if let Some(env) = msg.inline {
+            assert_eq!(env.len(), msg.len as usize);
+            again[envelope::SLOT_HEADER_LEN..][..env.len()].copy_from_slice(env);
+        }
+        assert_eq!(again, data, "decode/encode is not the identity");
     }
 }
 

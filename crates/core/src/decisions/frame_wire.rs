@@ -1,32 +1,364 @@
-//! A frame state's payload read and written by hand: the exact bytes of its
-//! postcard encoding (what [`crate::protocol::encode_payload`] writes), the
-//! exact payloads [`crate::protocol::decode_payload`] accepts, without
-//! serde's per-field calls. The exchange spends its CPU here: a 2000-source
-//! state is written, read and joined once per rank per exchange.
+//! A frame state's storage: its entries kept in their canonical wire form
+//! (the exact bytes of the postcard encoding [`crate::protocol::encode_payload`]
+//! writes), with the offset of each entry. Sending a state copies its bytes,
+//! the fast path's digest reads them in one pass, and a join is a merge of
+//! two sorted byte strings that copies every entry the other side does not
+//! change, so an exchange touches a few contiguous buffers instead of three
+//! heap blocks per source.
 //!
 //! ```text
-//! FrameState = varint(n) then n × (name, SizeEntry), names strictly increasing
+//! payload    = varint(n) then n × entry, names strictly increasing
+//! entry      = name, then its SizeEntry: scalar: atom(i64), size: dims(u64), stride: dims(Stride)
 //! name       = varint(len) then len bytes of UTF-8
-//! SizeEntry  = scalar: atom(i64), size: dims(u64), stride: dims(Stride)
 //! dims       = varint(0) Unset | varint(1) Dynamic | varint(2) varint(k) k × atom
 //! atom       = varint: 0 Unset, 1 Dynamic, 2 + code(v) Static(v)
 //! ```
 //!
 //! Varints are postcard's: little-endian groups of 7 bits, at most 5 bytes
 //! for a variant index (last byte ≤ 0x0F), 10 for a length (last ≤ 0x01), 19
-//! for an atom (last ≤ 0x03); longer-than-needed forms are accepted, as
-//! postcard accepts them. The property tests of `tests/one_round.rs` check
-//! both directions against postcard.
+//! for an atom (last ≤ 0x03). Reading a peer's bytes accepts what postcard
+//! accepts (longer-than-needed varints too) and writes every entry it keeps
+//! canonically (the shortest varints), so a stored state's bytes are always
+//! canonical: two states are equal exactly when their bytes are, and an
+//! entry whose bytes equal this state's entry is that entry (the encoding is
+//! prefix-free). The property tests of `tests/one_round.rs` and
+//! `tests/lattice.rs` check the bytes against postcard and every join
+//! against the lattice's own.
+//!
+//! The join of two entries works on atom codes alone: the code of a value
+//! is one-to-one, so `Unset ⊔ y = y`, equal codes join to themselves, and
+//! any other pair of codes joins to `Dynamic` (code 1), whatever the atom's
+//! type.
 
 use crate::decisions::lattice::{Atom, Dims, SizeEntry, Stride};
 use crate::protocol::compact::AtomValue;
-use std::collections::BTreeMap;
 
-/// Why a payload does not read (the detail of a `DecodeError::Payload`).
+/// Why bytes do not read (the detail of a `DecodeError::Payload`).
 pub(crate) type Bad = String;
 
 fn end() -> Bad {
     "the payload ends early".into()
+}
+
+/// The entries of one state in wire form (see the module docs).
+///
+/// Invariant: `bytes` holds `starts.len()` canonical entries, names strictly
+/// increasing, entry `i` starting at `starts[i]`; every constructor and
+/// mutation keeps it (the readers validate, the writers are canonical).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Table {
+    bytes: Vec<u8>,
+    starts: Vec<usize>,
+}
+
+impl Table {
+    /// Number of entries.
+    pub(crate) fn len(&self) -> usize {
+        self.starts.len()
+    }
+
+    /// The bytes of entries `from..to`.
+    fn span(&self, from: usize, to: usize) -> &[u8] {
+        let end = self.starts.get(to).copied().unwrap_or(self.bytes.len());
+        let start = self.starts.get(from).copied().unwrap_or(end);
+        &self.bytes[start..end]
+    }
+
+    /// Entry `i`'s bytes, name first.
+    fn entry(&self, i: usize) -> &[u8] {
+        self.span(i, i + 1)
+    }
+
+    /// Entry `i`'s name and the bytes of its size entry.
+    #[inline]
+    fn split(&self, i: usize) -> (&[u8], &[u8]) {
+        let e = self.entry(i);
+        let mut r = Reader { b: e, at: 0 };
+        match r.name_bytes() {
+            Ok(name) => (name, &e[r.at..]),
+            Err(_) => (&[], e),
+        }
+    }
+
+    /// Entry `i`'s name (UTF-8 by the invariant).
+    fn name(&self, i: usize) -> &[u8] {
+        self.split(i).0
+    }
+
+    /// Entry `i`'s name.
+    pub(crate) fn name_str(&self, i: usize) -> &str {
+        std::str::from_utf8(self.name(i)).unwrap_or_default()
+    }
+
+    /// Entry `i` as a name and a [`SizeEntry`].
+    pub(crate) fn get(&self, i: usize) -> Option<(&str, SizeEntry)> {
+        let (name, body) = self.split(i);
+        let name = std::str::from_utf8(name).ok()?;
+        let mut r = Reader { b: body, at: 0 };
+        let entry = read_entry(&mut r).ok()?;
+        Some((name, entry))
+    }
+
+    /// The index of the entry named `name`, or where it would go.
+    pub(crate) fn find(&self, name: &str) -> Result<usize, usize> {
+        let name = name.as_bytes();
+        let (mut lo, mut hi) = (0, self.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match self.name(mid).cmp(name) {
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+                std::cmp::Ordering::Equal => return Ok(mid),
+            }
+        }
+        Err(lo)
+    }
+
+    /// Puts `new` (one whole entry, or nothing) in place of entry `i` when
+    /// `replace`, else inserts it before entry `i`.
+    fn splice(&mut self, i: usize, replace: bool, new: &[u8]) {
+        let at = self.starts.get(i).copied().unwrap_or(self.bytes.len());
+        let old = if replace { self.entry(i).len() } else { 0 };
+        self.bytes.splice(at..at + old, new.iter().copied());
+        let later = match (replace, new.is_empty()) {
+            (true, true) => {
+                self.starts.remove(i);
+                i
+            }
+            (true, false) => i + 1,
+            (false, _) => {
+                self.starts.insert(i, at);
+                i + 1
+            }
+        };
+        for s in &mut self.starts[later..] {
+            *s = *s + new.len() - old;
+        }
+    }
+
+    /// `entry ⊔` the entry of `name` (inserted when absent).
+    pub(crate) fn join_entry(&mut self, name: &str, entry: &SizeEntry) {
+        let mut theirs = Vec::new();
+        put_name(&mut theirs, name.as_bytes());
+        let body = theirs.len();
+        write_body(&mut theirs, entry);
+        match self.find(name) {
+            Ok(i) => {
+                let (_, mine) = self.split(i);
+                let mut joined = theirs[..body].to_vec();
+                let mut r = Reader {
+                    b: &theirs,
+                    at: body,
+                };
+                if join_bodies(mine, &mut r, &mut joined).is_ok() && joined != self.entry(i) {
+                    self.splice(i, true, &joined);
+                }
+            }
+            Err(i) => self.splice(i, false, &theirs),
+        }
+    }
+
+    /// Sets the entry of `name`; returns the one it replaces.
+    pub(crate) fn insert(&mut self, name: &str, entry: &SizeEntry) -> Option<SizeEntry> {
+        let mut new = Vec::new();
+        write_entry(&mut new, name, entry);
+        match self.find(name) {
+            Ok(i) => {
+                let old = self.get(i).map(|(_, e)| e);
+                self.splice(i, true, &new);
+                old
+            }
+            Err(i) => {
+                self.splice(i, false, &new);
+                None
+            }
+        }
+    }
+
+    /// Removes the entry of `name`; returns it.
+    pub(crate) fn remove(&mut self, name: &str) -> Option<SizeEntry> {
+        let i = self.find(name).ok()?;
+        let old = self.get(i).map(|(_, e)| e);
+        self.splice(i, true, &[]);
+        old
+    }
+
+    /// A table of `entries`, sorted by name with no name twice.
+    pub(crate) fn from_sorted<'a>(
+        entries: impl IntoIterator<Item = (&'a str, &'a SizeEntry)>,
+    ) -> Self {
+        let mut t = Table::default();
+        for (name, e) in entries {
+            t.starts.push(t.bytes.len());
+            write_entry(&mut t.bytes, name, e);
+        }
+        t
+    }
+
+    /// Appends the payload (`varint(n)`, then the entries) to `out`.
+    pub(crate) fn write_payload(&self, out: &mut Vec<u8>) {
+        put_varint(out, self.len() as u128);
+        out.extend_from_slice(&self.bytes);
+    }
+
+    /// The payload's bytes without the count: for a digest or a comparison.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// Reads a payload strictly into a new table (canonical bytes).
+    pub(crate) fn read(payload: &[u8]) -> Result<Table, Bad> {
+        let mut out = Table::default();
+        out.merge_payload(&Table::default(), payload)?;
+        Ok(out)
+    }
+
+    /// `self ← own ⊔ the payload`, read strictly. On an error `self` holds
+    /// part of the join (callers merge into a scratch table).
+    pub(crate) fn merge_payload(&mut self, own: &Table, payload: &[u8]) -> Result<(), Bad> {
+        let mut r = Reader { b: payload, at: 0 };
+        let n = r.len()?;
+        self.merge(own, &payload[r.at..], n)
+    }
+
+    /// `self ← own ⊔ other` (both tables, so nothing can fail to read).
+    pub(crate) fn merge_table(&mut self, own: &Table, other: &Table) -> Result<(), Bad> {
+        self.merge(own, &other.bytes, other.len() as u64)
+    }
+
+    /// `self ← own ⊔ the n entries in peer`, one pass over both sorted
+    /// lists. A peer entry whose bytes equal `own`'s entry at the same place
+    /// is that entry (prefix-free encoding): it costs a comparison, and runs
+    /// of them are copied at once. Any other peer entry is read strictly:
+    /// joined into `own`'s entry of the same name, or written anew.
+    fn merge(&mut self, own: &Table, peer: &[u8], n: u64) -> Result<(), Bad> {
+        self.bytes.clear();
+        self.starts.clear();
+        self.bytes.reserve(own.bytes.len() + peer.len());
+        // Each entry takes at least four bytes: what is left bounds `n`.
+        let bound = usize::try_from(n).unwrap_or(usize::MAX).min(peer.len() / 4);
+        self.starts.reserve(own.len() + bound);
+        let mut r = Reader { b: peer, at: 0 };
+        // `own`'s entries before `i` are done; those from `run` go out as they are.
+        let (mut i, mut run) = (0usize, 0usize);
+        // The peer's previous name: `own`'s entry it equalled, or its own.
+        let mut previous: Option<Result<usize, &[u8]>> = None;
+        for _ in 0..n {
+            if i < own.len() {
+                let e = own.entry(i);
+                if peer.get(r.at..r.at + e.len()).is_some_and(|p| same(p, e)) {
+                    // After `previous`: every earlier peer name is below `own`'s name `i`.
+                    r.at += e.len();
+                    previous = Some(Ok(i));
+                    i += 1;
+                    continue;
+                }
+            }
+            let name = r.name_bytes()?;
+            // `own`'s entries before `name` go out as they are.
+            let held = loop {
+                if i == own.len() {
+                    break None;
+                }
+                let (held, body) = own.split(i);
+                match held.cmp(name) {
+                    std::cmp::Ordering::Less => i += 1,
+                    std::cmp::Ordering::Equal => break Some(body),
+                    std::cmp::Ordering::Greater => break None,
+                }
+            };
+            self.copy_run(own, run, i);
+            self.starts.push(self.bytes.len());
+            put_name(&mut self.bytes, name);
+            match held {
+                // A name `own` holds at or after `i` is after `previous`
+                // (every earlier peer name is below `own`'s name `i`), and UTF-8.
+                Some(body) => {
+                    join_bodies(body, &mut r, &mut self.bytes)?;
+                    i += 1;
+                }
+                None => {
+                    let Ok(text) = std::str::from_utf8(name) else {
+                        return Err("a source name is not UTF-8".into());
+                    };
+                    if let Some(p) = previous {
+                        let p = p.map_or_else(|bytes| bytes, |j| own.name(j));
+                        if name <= p {
+                            return Err(out_of_order(text, &String::from_utf8_lossy(p)));
+                        }
+                    }
+                    copy_body(&mut r, &mut self.bytes)?;
+                }
+            }
+            previous = Some(Err(name));
+            run = i;
+        }
+        r.finished()?;
+        self.copy_run(own, run, own.len());
+        Ok(())
+    }
+
+    /// Appends `own`'s entries `from..to` as they are.
+    fn copy_run(&mut self, own: &Table, from: usize, to: usize) {
+        if from >= to {
+            return;
+        }
+        let base = own.starts[from];
+        let at = self.bytes.len();
+        self.starts
+            .extend(own.starts[from..to].iter().map(|&s| s - base + at));
+        self.bytes.extend_from_slice(own.span(from, to));
+    }
+}
+
+/// Joins every peer payload into `own` in rank order (`payloads[skip]` is
+/// `own`'s own encoding and is not read): the result, or the index of the
+/// first payload that does not read. `own` is not changed.
+pub(crate) fn join_payloads(
+    own: &Table,
+    skip: usize,
+    payloads: &[&[u8]],
+) -> Result<Option<Table>, (usize, Bad)> {
+    let mine = payloads.get(skip).copied();
+    let mut acc: Option<Table> = None;
+    let mut scratch = Table::default();
+    for (rank, peer) in payloads.iter().enumerate() {
+        // This rank's own payload, or a copy of it: nothing to join.
+        if rank == skip || Some(*peer) == mine {
+            continue;
+        }
+        let from = acc.as_ref().unwrap_or(own);
+        scratch.merge_payload(from, peer).map_err(|e| (rank, e))?;
+        match &mut acc {
+            Some(a) => std::mem::swap(a, &mut scratch),
+            None => acc = Some(std::mem::take(&mut scratch)),
+        }
+    }
+    Ok(acc)
+}
+
+/// `a == b` for two slices of the same length, short ones (an entry is
+/// about 16 bytes) compared eight bytes at a time without a call.
+#[inline(always)]
+fn same(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let (mut x, mut y) = (a, b);
+    while let (Some((p, xs)), Some((q, ys))) =
+        (x.split_first_chunk::<8>(), y.split_first_chunk::<8>())
+    {
+        if p != q {
+            return false;
+        }
+        x = xs;
+        y = ys;
+    }
+    x == y
+}
+
+fn out_of_order(name: &str, previous: &str) -> Bad {
+    format!("source '{name}' after '{previous}': names must be strictly increasing")
 }
 
 struct Reader<'a> {
@@ -94,12 +426,37 @@ impl<'a> Reader<'a> {
             .map(|v| u32::try_from(v).unwrap_or(u32::MAX))
     }
 
-    fn name(&mut self) -> Result<&'a str, Bad> {
+    /// A name's bytes (not yet checked as UTF-8).
+    #[inline]
+    fn name_bytes(&mut self) -> Result<&'a [u8], Bad> {
         let len = usize::try_from(self.len()?).unwrap_or(usize::MAX);
-        let end = self.at.checked_add(len).filter(|&e| e <= self.b.len());
-        let bytes = &self.b[self.at..end.ok_or_else(end_of_name)?];
+        let stop = self.at.checked_add(len).filter(|&e| e <= self.b.len());
+        let bytes = &self.b[self.at..stop.ok_or_else(end)?];
         self.at += len;
-        std::str::from_utf8(bytes).map_err(|_| "a source name is not UTF-8".to_owned())
+        Ok(bytes)
+    }
+
+    /// An atom's code, checked against the range of `V`. A one-byte code
+    /// (below 128) is in range for every atom type.
+    #[inline(always)]
+    fn code<V: AtomValue>(&mut self) -> Result<u128, Bad> {
+        match self.b.get(self.at) {
+            Some(&v) if v < 0x80 => {
+                self.at += 1;
+                Ok(u128::from(v))
+            }
+            _ => self.long_code::<V>(),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn long_code<V: AtomValue>(&mut self) -> Result<u128, Bad> {
+        match self.long_varint(19, 0x03)? {
+            c @ (0 | 1) => Ok(c),
+            c if V::from_code(c - 2).is_some() => Ok(c),
+            c => Err(format!("atom code {c} is out of range")),
+        }
     }
 
     fn atom<V: AtomValue>(&mut self) -> Result<Atom<V>, Bad> {
@@ -111,334 +468,142 @@ impl<'a> Reader<'a> {
                 .ok_or_else(|| format!("atom code {c} is out of range")),
         }
     }
-}
 
-fn end_of_name() -> Bad {
-    end()
-}
-
-/// `mine ← mine ⊔ (the dims at the reader)`, the same result as
-/// [`Dims::join`], validating every atom whatever `mine` is.
-fn join_dims<V: AtomValue + PartialEq + Clone>(
-    r: &mut Reader<'_>,
-    mine: &mut Dims<V>,
-) -> Result<(), Bad> {
-    match r.variant()? {
-        0 => Ok(()),
-        1 => {
-            *mine = Dims::Dynamic;
-            Ok(())
-        }
-        2 => {
-            let k = r.len()?;
-            match mine {
-                Dims::Known(xs) if xs.len() as u64 == k => {
-                    for x in xs.iter_mut() {
-                        let a = r.atom::<V>()?;
-                        if *x != a {
-                            *x = x.join(&a);
-                        }
-                    }
-                }
-                Dims::Unset => {
-                    // Each atom takes at least a byte: what is left bounds it.
-                    let room = r.b.len() - r.at;
-                    let mut v = Vec::with_capacity(usize::try_from(k).unwrap_or(room).min(room));
-                    for _ in 0..k {
-                        v.push(r.atom::<V>()?);
-                    }
-                    *mine = Dims::Known(v);
-                }
-                _ => {
-                    for _ in 0..k {
-                        r.atom::<V>()?;
-                    }
-                    *mine = Dims::Dynamic;
-                }
-            }
-            Ok(())
-        }
-        other => Err(format!("tuple variant {other} is not one of 0, 1, 2")),
-    }
-}
-
-fn join_entry(r: &mut Reader<'_>, mine: &mut SizeEntry) -> Result<(), Bad> {
-    let scalar = r.atom::<i64>()?;
-    if mine.scalar != scalar {
-        mine.scalar = mine.scalar.join(&scalar);
-    }
-    join_dims::<u64>(r, &mut mine.size)?;
-    join_dims::<Stride>(r, &mut mine.stride)
-}
-
-fn out_of_order(name: &str, previous: &str) -> Bad {
-    format!("source '{name}' after '{previous}': names must be strictly increasing")
-}
-
-/// `entries ← entries ⊔ payload`: one pass over both sorted lists; a source
-/// already held is joined in place (no allocation), a new one is read whole
-/// and inserted after the pass.
-pub(crate) fn join_into(
-    entries: &mut BTreeMap<String, SizeEntry>,
-    payload: &[u8],
-) -> Result<(), Bad> {
-    let mut r = Reader { b: payload, at: 0 };
-    let n = r.len()?;
-    if entries.is_empty() {
-        *entries = read_entries(&mut r, n)?;
-    } else {
-        let mut new: Vec<(&str, SizeEntry)> = Vec::new();
-        let mut previous: Option<&str> = None;
-        let mut mine = entries.iter_mut().peekable();
-        for _ in 0..n {
-            let name = r.name()?;
-            if let Some(p) = previous {
-                if name <= p {
-                    return Err(out_of_order(name, p));
-                }
-            }
-            previous = Some(name);
-            while mine.next_if(|(k, _)| k.as_str() < name).is_some() {}
-            match mine.next_if(|(k, _)| k.as_str() == name) {
-                Some((_, entry)) => join_entry(&mut r, entry)?,
-                None => {
-                    let mut entry = SizeEntry::unset();
-                    join_entry(&mut r, &mut entry)?;
-                    new.push((name, entry));
-                }
-            }
-        }
-        drop(mine);
-        for (name, entry) in new {
-            entries.insert(name.to_owned(), entry);
-        }
-    }
-    r.finished()
-}
-
-fn read_entries(r: &mut Reader<'_>, n: u64) -> Result<BTreeMap<String, SizeEntry>, Bad> {
-    // Each entry takes at least four bytes: what is left bounds the list.
-    let room = (r.b.len() - r.at) / 4;
-    let mut v: Vec<(String, SizeEntry)> =
-        Vec::with_capacity(usize::try_from(n).unwrap_or(room).min(room));
-    for _ in 0..n {
-        let name = r.name()?;
-        if let Some((p, _)) = v.last() {
-            if name <= p.as_str() {
-                return Err(out_of_order(name, p));
-            }
-        }
-        let mut entry = SizeEntry::unset();
-        join_entry(r, &mut entry)?;
-        v.push((name.to_owned(), entry));
-    }
-    Ok(v.into_iter().collect())
-}
-
-/// Reads a whole payload: a frame state's entries (what `decode_payload`
-/// returns for it).
-pub(crate) fn read(payload: &[u8]) -> Result<BTreeMap<String, SizeEntry>, Bad> {
-    let mut entries = BTreeMap::new();
-    join_into(&mut entries, payload)?;
-    Ok(entries)
-}
-
-/// Skips a varint of this rank's own payload (written by [`write`], so
-/// well formed; still bounds-checked).
-fn skip_varint(r: &mut Reader<'_>) -> Result<u128, Bad> {
-    r.varint(19, 0xff)
-}
-
-/// Skips one dims field of this rank's own payload.
-fn skip_dims(r: &mut Reader<'_>) -> Result<(), Bad> {
-    if skip_varint(r)? == 2 {
-        for _ in 0..skip_varint(r)? {
-            skip_varint(r)?;
-        }
-    }
-    Ok(())
-}
-
-/// One entry of this rank's own payload: its name's bytes, and where the
-/// whole entry (name included) starts and ends.
-type OwnEntry<'a> = (&'a [u8], usize, usize);
-
-/// Reads the next entry of this rank's own payload, if any is left.
-fn next_own<'a>(r: &mut Reader<'a>, left: &mut u64) -> Result<Option<OwnEntry<'a>>, Bad> {
-    if *left == 0 {
-        return Ok(None);
-    }
-    *left -= 1;
-    let start = r.at;
-    let len = usize::try_from(r.len()?).unwrap_or(usize::MAX);
-    let end = r.at.checked_add(len).filter(|&e| e <= r.b.len());
-    let name = &r.b[r.at..end.ok_or_else(end_of_name)?];
-    r.at += len;
-    skip_varint(r)?;
-    skip_dims(r)?;
-    skip_dims(r)?;
-    Ok(Some((name, start, r.at)))
-}
-
-/// Reads one entry of a peer's payload strictly (every atom in range), building nothing.
-fn check_entry(r: &mut Reader<'_>) -> Result<(), Bad> {
-    fn dims<V: AtomValue>(r: &mut Reader<'_>) -> Result<(), Bad> {
-        match r.variant()? {
-            0 | 1 => Ok(()),
-            2 => {
-                for _ in 0..r.len()? {
-                    r.atom::<V>()?;
-                }
-                Ok(())
-            }
+    /// A dims tag: 0 Unset, 1 Dynamic, 2 Known.
+    fn tag(&mut self) -> Result<u32, Bad> {
+        match self.variant()? {
+            t @ 0..=2 => Ok(t),
             other => Err(format!("tuple variant {other} is not one of 0, 1, 2")),
         }
     }
-    r.atom::<i64>()?;
-    dims::<u64>(r)?;
-    dims::<Stride>(r)
 }
 
-/// What a peer's entry does to this rank's state, found by the first pass
-/// of [`join_payloads`].
-enum Change {
-    /// Join the entry at `at` of payload `rank` into this rank's entry
-    /// number `own` (the entry's name is this rank's).
-    Join { own: usize, rank: usize, at: usize },
-    /// A source this rank does not hold: the entry (name first) at `at` of
-    /// payload `rank`.
-    New { rank: usize, at: usize },
+/// The lattice's join on atom codes (see the module docs).
+#[inline(always)]
+fn join_code(a: u128, b: u128) -> u128 {
+    if a == 0 || a == b {
+        b
+    } else if b == 0 {
+        a
+    } else {
+        1
+    }
 }
 
-/// `entries ← entries ⊔ every payload but payloads[own]`, where
-/// `payloads[own]` is the encoding of `entries` (see `Join::join_payloads`).
-///
-/// First pass, per peer payload in rank order: read it strictly in step
-/// with this rank's own payload. An entry whose bytes equal this rank's
-/// entry of the same place is that entry (the encoding is prefix-free), so
-/// it is valid, in order, and changes nothing: a comparison. Any other entry
-/// is read strictly and noted. Second pass, once every payload has read:
-/// the noted entries are joined in place (a new source costs its entry).
-/// On an error nothing has changed.
-pub(crate) fn join_payloads(
-    entries: &mut BTreeMap<String, SizeEntry>,
-    own: usize,
-    payloads: &[&[u8]],
-) -> Result<(), (usize, Bad)> {
-    let mine = payloads.get(own).copied().unwrap_or_default();
-    let mut changes: Vec<Change> = Vec::new();
-    for (rank, peer) in payloads.iter().enumerate() {
-        if rank != own {
-            scan_peer(mine, peer, rank, &mut changes).map_err(|e| (rank, e))?;
-        }
-    }
-    if changes.is_empty() {
-        return Ok(());
-    }
-    // Joins into entries this rank holds, in its entries' order (each peer's
-    // are in order already; the sort interleaves peers).
-    changes.sort_by_key(|c| match *c {
-        Change::Join { own, .. } => own,
-        Change::New { .. } => usize::MAX,
-    });
-    let mut held = entries.values_mut().enumerate().peekable();
-    let mut new = Vec::new();
-    for change in &changes {
-        match *change {
-            Change::Join { own, rank, at } => {
-                while held.next_if(|(i, _)| *i < own).is_some() {}
-                let Some((_, entry)) = held.peek_mut() else {
-                    return Err((rank, "an entry this rank holds is missing".into()));
-                };
-                let mut r = Reader {
-                    b: payloads[rank],
-                    at,
-                };
-                join_entry(&mut r, entry).map_err(|e| (rank, e))?;
-            }
-            Change::New { rank, at } => new.push((rank, at)),
-        }
-    }
-    drop(held);
-    for (rank, at) in new {
-        let mut r = Reader {
-            b: payloads[rank],
-            at,
-        };
-        let name = r.name().map_err(|e| (rank, e))?;
-        if let Some(entry) = entries.get_mut(name) {
-            join_entry(&mut r, entry).map_err(|e| (rank, e))?;
-        } else {
-            let mut entry = SizeEntry::unset();
-            join_entry(&mut r, &mut entry).map_err(|e| (rank, e))?;
-            entries.insert(name.to_owned(), entry);
+/// Joins `mine` (an entry's size entry, canonical) with the one at `r`
+/// (read strictly) and writes the result.
+fn join_bodies(mine: &[u8], r: &mut Reader<'_>, out: &mut Vec<u8>) -> Result<(), Bad> {
+    let mut m = Reader { b: mine, at: 0 };
+    let (a, b) = (m.code::<i64>()?, r.code::<i64>()?);
+    put_varint(out, join_code(a, b));
+    join_dims::<u64>(&mut m, r, out)?;
+    join_dims::<Stride>(&mut m, r, out)
+}
+
+/// Reads `k` atoms of `V`, writing them when `out` is given.
+fn atoms<V: AtomValue>(
+    r: &mut Reader<'_>,
+    k: u64,
+    mut out: Option<&mut Vec<u8>>,
+) -> Result<(), Bad> {
+    for _ in 0..k {
+        let c = r.code::<V>()?;
+        if let Some(o) = out.as_deref_mut() {
+            put_varint(o, c);
         }
     }
     Ok(())
 }
 
-/// The first pass of [`join_payloads`] over one peer's payload.
-fn scan_peer(mine: &[u8], peer: &[u8], rank: usize, changes: &mut Vec<Change>) -> Result<(), Bad> {
-    let mut o = Reader { b: mine, at: 0 };
-    let mut own_left = o.len()?;
-    let mut cur = next_own(&mut o, &mut own_left)?;
-    let mut index = 0usize;
-    let mut r = Reader { b: peer, at: 0 };
-    let n = r.len()?;
-    // The peer's previous name (for the order check), from either payload.
-    let mut previous: Option<&[u8]> = None;
-    for _ in 0..n {
-        if let Some((name, start, end)) = cur {
-            let same = peer
-                .get(r.at..r.at + (end - start))
-                .is_some_and(|theirs| theirs == &mine[start..end]);
-            if same {
-                // This rank's own entry: valid, and after `previous` (every
-                // earlier peer name is below this rank's current one).
-                r.at += end - start;
-                previous = Some(name);
-                cur = next_own(&mut o, &mut own_left)?;
-                index += 1;
-                continue;
-            }
+/// The rest of a dims field whose tag was `tag`: read, and written when
+/// `out` is given.
+fn dims_rest<V: AtomValue>(
+    r: &mut Reader<'_>,
+    tag: u32,
+    mut out: Option<&mut Vec<u8>>,
+) -> Result<(), Bad> {
+    if let Some(o) = out.as_deref_mut() {
+        o.push(tag.to_le_bytes()[0]);
+    }
+    if tag == 2 {
+        let k = r.len()?;
+        if let Some(o) = out.as_deref_mut() {
+            put_varint(o, u128::from(k));
         }
-        let at = r.at;
-        let name = r.name()?.as_bytes();
-        if let Some(p) = previous {
-            if name <= p {
-                return Err(out_of_order(
-                    &String::from_utf8_lossy(name),
-                    &String::from_utf8_lossy(p),
-                ));
-            }
-        }
-        previous = Some(name);
-        let body = r.at;
-        check_entry(&mut r)?;
-        while let Some((held, _, _)) = cur {
-            if held >= name {
-                break;
-            }
-            cur = next_own(&mut o, &mut own_left)?;
-            index += 1;
-        }
-        match cur {
-            Some((held, start, end)) if held == name => {
-                // Equal bytes (after sources the peer lacks) change nothing.
-                if peer[at..r.at] != mine[start..end] {
-                    changes.push(Change::Join {
-                        own: index,
-                        rank,
-                        at: body,
-                    });
+        atoms::<V>(r, k, out)?;
+    }
+    Ok(())
+}
+
+fn join_dims<V: AtomValue>(
+    m: &mut Reader<'_>,
+    r: &mut Reader<'_>,
+    out: &mut Vec<u8>,
+) -> Result<(), Bad> {
+    let (ta, tb) = (m.tag()?, r.tag()?);
+    match (ta, tb) {
+        (_, 0) => dims_rest::<V>(m, ta, Some(out)),
+        (0, _) => dims_rest::<V>(r, tb, Some(out)),
+        (2, 2) => {
+            let (ka, kb) = (m.len()?, r.len()?);
+            if ka == kb {
+                out.push(2);
+                put_varint(out, u128::from(ka));
+                for _ in 0..ka {
+                    let (a, b) = (m.code::<V>()?, r.code::<V>()?);
+                    put_varint(out, join_code(a, b));
                 }
-                cur = next_own(&mut o, &mut own_left)?;
-                index += 1;
+            } else {
+                atoms::<V>(m, ka, None)?;
+                atoms::<V>(r, kb, None)?;
+                out.push(1);
             }
-            _ => changes.push(Change::New { rank, at }),
+            Ok(())
+        }
+        // One side Dynamic, the other Dynamic or known: Dynamic absorbs.
+        // The peer's rest is read strictly all the same.
+        _ => {
+            dims_rest::<V>(m, ta, None)?;
+            dims_rest::<V>(r, tb, None)?;
+            out.push(1);
+            Ok(())
         }
     }
-    r.finished()
+}
+
+/// Reads a size entry strictly and writes it canonically.
+fn copy_body(r: &mut Reader<'_>, out: &mut Vec<u8>) -> Result<(), Bad> {
+    let scalar = r.code::<i64>()?;
+    put_varint(out, scalar);
+    let t = r.tag()?;
+    dims_rest::<u64>(r, t, Some(&mut *out))?;
+    let t = r.tag()?;
+    dims_rest::<Stride>(r, t, Some(out))
+}
+
+fn read_dims<V: AtomValue>(r: &mut Reader<'_>) -> Result<Dims<V>, Bad> {
+    match r.tag()? {
+        0 => Ok(Dims::Unset),
+        1 => Ok(Dims::Dynamic),
+        _ => {
+            let k = r.len()?;
+            // Each atom takes at least a byte: what is left bounds it.
+            let room = r.b.len() - r.at;
+            let mut v = Vec::with_capacity(usize::try_from(k).unwrap_or(room).min(room));
+            for _ in 0..k {
+                v.push(r.atom::<V>()?);
+            }
+            Ok(Dims::Known(v))
+        }
+    }
+}
+
+fn read_entry(r: &mut Reader<'_>) -> Result<SizeEntry, Bad> {
+    Ok(SizeEntry {
+        scalar: r.atom::<i64>()?,
+        size: read_dims::<u64>(r)?,
+        stride: read_dims::<Stride>(r)?,
+    })
 }
 
 #[inline(always)]
@@ -457,6 +622,11 @@ fn put_long_varint(out: &mut Vec<u8>, mut v: u128) {
         v >>= 7;
     }
     out.push(v.to_le_bytes()[0]);
+}
+
+fn put_name(out: &mut Vec<u8>, name: &[u8]) {
+    put_varint(out, name.len() as u128);
+    out.extend_from_slice(name);
 }
 
 #[inline(always)]
@@ -482,25 +652,15 @@ fn put_dims<V: AtomValue>(out: &mut Vec<u8>, d: &Dims<V>) {
     }
 }
 
-/// The most bytes `put_dims` writes for `d`.
-fn dims_bound<V>(d: &Dims<V>) -> usize {
-    match d {
-        Dims::Known(xs) => 11 + 19 * xs.len(),
-        _ => 1,
-    }
+/// Appends one entry (name, then size entry) canonically.
+fn write_entry(out: &mut Vec<u8>, name: &str, e: &SizeEntry) {
+    put_name(out, name.as_bytes());
+    write_body(out, e);
 }
 
-/// Appends the payload of a state with `entries` to `out`: postcard's bytes
-/// exactly.
-pub(crate) fn write(entries: &BTreeMap<String, SizeEntry>, out: &mut Vec<u8>) {
-    put_varint(out, entries.len() as u128);
-    for (name, e) in entries {
-        // One reservation per entry, for its most bytes.
-        out.reserve(10 + name.len() + 19 + dims_bound(&e.size) + dims_bound(&e.stride));
-        put_varint(out, name.len() as u128);
-        out.extend_from_slice(name.as_bytes());
-        put_atom(out, &e.scalar);
-        put_dims(out, &e.size);
-        put_dims(out, &e.stride);
-    }
+/// Appends a size entry canonically.
+fn write_body(out: &mut Vec<u8>, e: &SizeEntry) {
+    put_atom(out, &e.scalar);
+    put_dims(out, &e.size);
+    put_dims(out, &e.stride);
 }

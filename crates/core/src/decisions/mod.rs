@@ -7,7 +7,7 @@
 //! |---|---|
 //! | [`lattice`] | the size-entry lattice (PyTorch's `FrameStateSizeEntry`) and stride canonicalisation |
 //! | [`shapes`] | observations, per-frame state, per-dimension decisions, overrides |
-//! | `frame_wire` | a frame state's payload written, read and joined by hand (postcard's bytes exactly) |
+//! | `frame_wire` | a frame state's storage: its entries in their canonical wire form (postcard's bytes exactly), read strictly, joined by merging bytes |
 //! | [`votes`] | the simple vote kinds (any, all, max, min) and the table of every kind |
 //! | [`agree`] | must-agree values (compiler version, config hash, code fingerprint) |
 //! | [`autotune`] | best-choice and sharded autotuning: the same winner per op on every rank |

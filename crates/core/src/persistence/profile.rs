@@ -346,7 +346,6 @@ impl Profile {
             .map(|(k, v)| {
                 let ProfileValue::Shapes(state) = v;
                 let sources: Vec<Value> = state
-                    .entries
                     .iter()
                     .map(|(source, e)| {
                         json!({
@@ -354,7 +353,7 @@ impl Profile {
                             "scalar": e.scalar.to_string(),
                             "size": e.size.to_string(),
                             "stride": e.stride.to_string(),
-                            "dynamic": persisted_decision(e),
+                            "dynamic": persisted_decision(&e),
                         })
                     })
                     .collect();
@@ -376,10 +375,10 @@ impl Profile {
                 (Some(_), None) => out.push(format!("- {name}: only in A")),
                 (None, Some(_)) => out.push(format!("+ {name}: only in B")),
                 (Some(ProfileValue::Shapes(a)), Some(ProfileValue::Shapes(b))) => {
-                    let sources: std::collections::BTreeSet<&String> =
-                        a.entries.keys().chain(b.entries.keys()).collect();
+                    let sources: std::collections::BTreeSet<&str> =
+                        a.sources().chain(b.sources()).collect();
                     for s in sources {
-                        match (a.entries.get(s), b.entries.get(s)) {
+                        match (a.entry(s), b.entry(s)) {
                             (Some(_), None) => {
                                 out.push(format!("- {name} source '{s}': only in A"));
                             }

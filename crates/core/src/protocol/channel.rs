@@ -12,7 +12,10 @@
 //!    this rank's, every envelope is identical and the result is this rank's
 //!    own value (joins are idempotent): the fast path. If every envelope came
 //!    inline, that one round is the whole exchange; otherwise a second round
-//!    gathers the envelopes that did not fit;
+//!    gathers the envelopes that did not fit, whose lengths every rank read
+//!    in the slots ([`Transport::all_gather_sized`]: one round on every
+//!    engine, after every rank applied the smallest message limit of all
+//!    ranks, also from the slots);
 //! 3. checks version, sequence number, compile key and kind
 //!    (→ [`Error::Desync`] grouping the ranks), then the configuration
 //!    (→ [`Error::Disagreement`]), and joins every rank's payload in rank
@@ -46,7 +49,7 @@ use crate::error::{Error, ExchangeInfo, Result};
 use crate::protocol::checks::Census;
 use crate::protocol::envelope::{
     self, Envelope, EnvelopeRef, Limits, DEFAULT_SLOT_BYTES, MAX_SLOT_BYTES, MIN_SLOT_BYTES,
-    NOT_INLINE, SLOT_HEADER_LEN, WIRE_VERSION,
+    SLOT_HEADER_LEN, WIRE_VERSION,
 };
 use crate::protocol::join::{encode_payload_into, Join};
 use crate::transport::{Deadline, Transport};
@@ -583,8 +586,9 @@ impl Channel {
     ///
     /// Cost: one all_gather of [`ChannelOptions::slot_bytes`] (4096) bytes
     /// per rank when every rank's envelope is identical or every envelope
-    /// fits its slot; otherwise that plus one variable-length all_gather of
-    /// the envelopes that did not fit. A world of one issues nothing. No
+    /// fits its slot; otherwise that plus one
+    /// [`Transport::all_gather_sized`] of the envelopes that did not fit
+    /// (their lengths came in the slots: one round on every engine). A world of one issues nothing. No
     /// copy of `local` is made unless it is needed (a join that differs
     /// from it, or [`Gathered::into_merged`] of a fast-path result).
     ///
@@ -844,15 +848,20 @@ impl Channel {
         let seq = self.seq;
         let digest = envelope::digest(&self.buf[SLOT_HEADER_LEN..]);
         let fits = env_len <= slot - SLOT_HEADER_LEN;
+        let len32 = u32::try_from(env_len).map_err(|_| {
+            Error::InvalidArgument(format!(
+                "this rank's envelope of {env_len} bytes is over 4 GiB"
+            ))
+        })?;
+        let limit = u64::try_from(self.limits.max_message_bytes).unwrap_or(u64::MAX);
         let spilled: Vec<u8>;
         let mine: &[u8] = if fits {
-            let inline_len = u32::try_from(env_len).unwrap_or(NOT_INLINE);
-            envelope::write_slot_header(&mut self.buf, seq, &digest, inline_len);
+            envelope::write_slot_header(&mut self.buf, seq, &digest, len32, true, limit);
             self.buf.resize(slot, 0);
             &self.buf
         } else {
             let mut s = vec![0u8; slot];
-            envelope::write_slot_header(&mut s, seq, &digest, NOT_INLINE);
+            envelope::write_slot_header(&mut s, seq, &digest, len32, false, limit);
             spilled = s;
             &spilled
         };
@@ -871,10 +880,12 @@ impl Channel {
             });
         }
         let mut same = true;
-        let mut every_inline = true;
         let mut versions = Census::default();
-        // Each rank's inline envelope: where it lies in `all`.
+        // Each rank's envelope: where it lies in `all` when inline, else
+        // its length (the second round's).
         let mut inline: Vec<Option<Span>> = Vec::with_capacity(world);
+        let mut second_lens: Vec<usize> = Vec::with_capacity(world);
+        let mut lens: Vec<(u32, u64)> = Vec::with_capacity(world);
         for (rank, chunk) in (0u32..).zip(all.chunks_exact(slot)) {
             let msg = envelope::decode_slot(chunk).map_err(|reason| Error::Decode {
                 rank: Some(rank),
@@ -882,40 +893,61 @@ impl Channel {
             })?;
             versions.version(rank, msg.version);
             same &= msg.version == WIRE_VERSION && chunk == mine;
-            every_inline &= msg.inline.is_some();
             let at = rank as usize * slot + SLOT_HEADER_LEN;
             inline.push(msg.inline.map(|e| (0, at, at + e.len())));
+            second_lens.push(if msg.inline.is_some() {
+                0
+            } else {
+                msg.len as usize
+            });
+            lens.push((msg.len, msg.limit));
         }
         versions.verdict(None)?;
         if same {
             return Ok(Round::Fast);
         }
         let mut bufs = vec![all];
-        let spans: Vec<Span> = if every_inline {
+        let spans: Vec<Span> = if second_lens.iter().all(|&l| l == 0) {
             inline.iter().map(|e| e.unwrap_or_default()).collect()
         } else {
+            // Every rank applies the smallest limit of all ranks to every
+            // envelope before allocating for the second round, so every rank
+            // takes the same branch.
+            let smallest = lens.iter().map(|&(_, l)| l).min().unwrap_or(0);
+            if let Some((rank, &(len, _))) = (0u32..)
+                .zip(&lens)
+                .find(|(_, &(len, _))| u64::from(len) > smallest)
+            {
+                return Err(Error::message_too_large(
+                    rank,
+                    len as usize,
+                    usize::try_from(smallest).unwrap_or(usize::MAX),
+                ));
+            }
             let own: &[u8] = if fits {
                 &[]
             } else {
                 &self.buf[SLOT_HEADER_LEN..]
             };
-            let second = t.all_gather(own, max, deadline)?;
+            let second = t.all_gather_sized(own, &second_lens, deadline)?;
             traffic.add(own.len(), second.iter().map(Vec::len).sum());
             let mut spans = Vec::with_capacity(world);
-            for (rank, (first, rest)) in (0u32..).zip(inline.iter().zip(&second)) {
-                match first {
-                    Some(e) if rest.is_empty() => spans.push(*e),
-                    None => spans.push((1 + rank as usize, 0, rest.len())),
-                    Some(_) => {
-                        return Err(Error::Decode {
-                            rank: Some(rank),
-                            reason: DecodeError::Invalid {
-                                field: "second round",
-                                detail: "an envelope after one that came inline".into(),
-                            },
-                        })
-                    }
+            for (rank, ((first, &want), rest)) in
+                (0u32..).zip(inline.iter().zip(&second_lens).zip(&second))
+            {
+                if rest.len() != want {
+                    return Err(Error::Decode {
+                        rank: Some(rank),
+                        reason: DecodeError::Invalid {
+                            field: "second round",
+                            detail: format!("{} bytes where its slot says {want}", rest.len()),
+                        },
+                    });
                 }
+                spans.push(match first {
+                    Some(e) => *e,
+                    None => (1 + rank as usize, 0, rest.len()),
+                });
             }
             bufs.extend(second);
             spans

@@ -22,26 +22,35 @@
 //! exchange's first round; default DEFAULT_SLOT_BYTES = 4096):
 //!   0  magic 4, version u16, msg type u16 = 3, seq u64,
 //!  16  XXH3-128 of the whole envelope, little-endian
-//!  32  inline length u32: the envelope's length when it follows here,
-//!      NOT_INLINE (u32::MAX) when it is too long and goes in a second round
-//!  36  reserved u32 = 0
-//!  40  the envelope (inline length bytes), then zeros to the slot size
+//!  32  envelope length u32
+//!  36  flags u32: 1 = the envelope follows here, 0 = it goes in the second
+//!      round (no other value)
+//!  40  limit u64: the longest message this rank accepts
+//!      (Limits::max_message_bytes); the second round applies every rank's
+//!      smallest, so every rank takes the same branch
+//!  48  the envelope (when it follows here), then zeros to the slot size
 //! ```
 //!
 //! Magic and version keep their place in every version, so two versions can
-//! always tell each other apart and report the mismatch. Version 2 (this
-//! one) added the slot message; version 1's flat exchange began with a
-//! 32-byte digest round instead, so a version-1 rank and a version-2 rank
-//! meet with first rounds of different sizes, which the engine's fixed-size
-//! gather refuses (a decode error naming the rank on Gloo and in-process;
-//! the engine's error or the deadline on c10d and NCCL).
+//! always tell each other apart and report the mismatch. Version 1's flat
+//! exchange began with a 32-byte digest round; version 2 added the slot
+//! message, with a second round of variable length; version 3 (this one)
+//! puts every rank's envelope length and limit in its slot, so the second
+//! round is one gather of contributions whose lengths every rank knows
+//! ([`crate::Transport::all_gather_sized`]: one round on every engine, where
+//! a variable-length all_gather is two on NCCL and c10d). A version-1 rank
+//! meets a later one with first rounds of different sizes, which the
+//! engine's fixed-size gather refuses (a decode error naming the rank on
+//! Gloo and in-process; the engine's error or the deadline on c10d and
+//! NCCL); versions 2 and 3 meet in a slot of the same size, and every rank
+//! reports the version mismatch.
 
 use crate::error::DecodeError;
 
 /// The four magic bytes that start every message.
 pub const MAGIC: [u8; 4] = *b"CCOL";
 /// The wire version this build speaks.
-pub const WIRE_VERSION: u16 = 2;
+pub const WIRE_VERSION: u16 = 3;
 /// Length of the fixed envelope header, in bytes.
 pub const HEADER_LEN: usize = 32;
 /// Length of a digest message, in bytes.
@@ -52,17 +61,15 @@ const MSG_DIGEST: u16 = 2;
 const MSG_SLOT: u16 = 3;
 
 /// Bytes of a slot message before the inline envelope.
-pub const SLOT_HEADER_LEN: usize = 40;
+pub const SLOT_HEADER_LEN: usize = 48;
 /// The slot size of a channel unless its options say otherwise, in bytes:
-/// an envelope of up to 4056 bytes (about 250 tensor sources of a frame
+/// an envelope of up to 4048 bytes (about 250 tensor sources of a frame
 /// state) goes in the first round.
 pub const DEFAULT_SLOT_BYTES: usize = 4096;
 /// Smallest slot size (a header and a little room), in bytes.
 pub const MIN_SLOT_BYTES: usize = 64;
 /// Largest slot size, in bytes (1 MiB).
 pub const MAX_SLOT_BYTES: usize = 1 << 20;
-/// The inline length of a slot whose envelope goes in the second round.
-pub const NOT_INLINE: u32 = u32::MAX;
 
 /// Upper bounds on what a peer's message may make this rank accept or
 /// allocate. All in bytes.
@@ -386,19 +393,28 @@ pub fn encode_into(
     Ok(total)
 }
 
-/// Writes the 40-byte header of a slot message (see the module docs) into
-/// `out[..SLOT_HEADER_LEN]`.
+/// Writes the 48-byte header of a slot message (see the module docs) into
+/// `out[..SLOT_HEADER_LEN]`: the envelope's digest and length, whether it
+/// follows inline, and this rank's message limit in bytes.
 ///
 /// # Panics
 /// When `out` is shorter than [`SLOT_HEADER_LEN`].
-pub fn write_slot_header(out: &mut [u8], seq: u64, digest: &[u8; 16], inline_len: u32) {
+pub fn write_slot_header(
+    out: &mut [u8],
+    seq: u64,
+    digest: &[u8; 16],
+    envelope_len: u32,
+    inline: bool,
+    limit: u64,
+) {
     out[..4].copy_from_slice(&MAGIC);
     out[4..6].copy_from_slice(&WIRE_VERSION.to_le_bytes());
     out[6..8].copy_from_slice(&MSG_SLOT.to_le_bytes());
     out[8..16].copy_from_slice(&seq.to_le_bytes());
     out[16..32].copy_from_slice(digest);
-    out[32..36].copy_from_slice(&inline_len.to_le_bytes());
-    out[36..40].fill(0);
+    out[32..36].copy_from_slice(&envelope_len.to_le_bytes());
+    out[36..40].copy_from_slice(&u32::from(inline).to_le_bytes());
+    out[40..48].copy_from_slice(&limit.to_le_bytes());
 }
 
 /// A decoded slot message.
@@ -410,6 +426,10 @@ pub struct SlotMsg<'a> {
     pub seq: u64,
     /// The sender's envelope digest.
     pub digest: [u8; 16],
+    /// The sender's envelope length, in bytes.
+    pub len: u32,
+    /// The longest message the sender accepts, in bytes.
+    pub limit: u64,
     /// The envelope when it came inline; `None` when it follows in the
     /// second round (or the sender speaks another version).
     pub inline: Option<&'a [u8]>,
@@ -420,8 +440,9 @@ pub struct SlotMsg<'a> {
 /// zero.
 ///
 /// # Errors
-/// Shorter than the header, bad magic, wrong message type, an inline length
-/// past the slot's end, or padding that is not zeros.
+/// Shorter than the header, bad magic, wrong message type, flags other than
+/// 0 or 1, an inline envelope past the slot's end, or padding that is not
+/// zeros.
 pub fn decode_slot(bytes: &[u8]) -> Result<SlotMsg<'_>, DecodeError> {
     let (version, msg_type) = peek_header(bytes)?;
     if version != WIRE_VERSION {
@@ -429,6 +450,8 @@ pub fn decode_slot(bytes: &[u8]) -> Result<SlotMsg<'_>, DecodeError> {
             version,
             seq: 0,
             digest: [0; 16],
+            len: 0,
+            limit: 0,
             inline: None,
         });
     }
@@ -437,34 +460,43 @@ pub fn decode_slot(bytes: &[u8]) -> Result<SlotMsg<'_>, DecodeError> {
     let mut digest = [0u8; 16];
     digest.copy_from_slice(&bytes[16..32]);
     let len = read_u32(bytes, 32);
-    let inline = if len == NOT_INLINE {
-        None
-    } else {
-        let end = SLOT_HEADER_LEN.checked_add(len as usize);
-        match end {
-            Some(end) if end <= bytes.len() => Some(&bytes[SLOT_HEADER_LEN..end]),
-            _ => {
-                return Err(DecodeError::Invalid {
-                    field: "slot",
-                    detail: format!(
-                        "inline length {len} past the end of a {}-byte slot",
-                        bytes.len()
-                    ),
-                })
+    let inline = match read_u32(bytes, 36) {
+        0 => None,
+        1 => {
+            let end = SLOT_HEADER_LEN.checked_add(len as usize);
+            match end {
+                Some(end) if end <= bytes.len() => Some(&bytes[SLOT_HEADER_LEN..end]),
+                _ => {
+                    return Err(DecodeError::Invalid {
+                        field: "slot",
+                        detail: format!(
+                            "inline length {len} past the end of a {}-byte slot",
+                            bytes.len()
+                        ),
+                    })
+                }
             }
+        }
+        other => {
+            return Err(DecodeError::Invalid {
+                field: "slot",
+                detail: format!("flags {other:#x}: must be 0 or 1"),
+            })
         }
     };
     let used = SLOT_HEADER_LEN + inline.map_or(0, <[u8]>::len);
-    if read_u32(bytes, 36) != 0 || bytes[used..].iter().any(|&b| b != 0) {
+    if bytes[used..].iter().any(|&b| b != 0) {
         return Err(DecodeError::Invalid {
             field: "slot",
-            detail: "reserved bytes or padding are not zero".into(),
+            detail: "padding is not zero".into(),
         });
     }
     Ok(SlotMsg {
         version,
         seq: read_u64(bytes, 8),
         digest,
+        len,
+        limit: read_u64(bytes, 40),
         inline,
     })
 }

@@ -14,7 +14,7 @@ use crate::{Deadline, Error, Result};
 
 mod checks;
 mod postmortem;
-pub use checks::{check_peer, check_root, check_size, shut_down};
+pub use checks::{check_peer, check_root, check_size, check_sized, shut_down};
 pub use postmortem::{
     departure_record, parse_departure, Absent, PostMortem, DRAIN_LIMIT, LATE_CHECK_IN, POST_MORTEM,
     STORE_CALL_LIMIT,

@@ -183,6 +183,59 @@ pub trait Transport: Send + Sync + Debug {
         Ok(out)
     }
 
+    /// Gathers one byte string from every rank where every rank already
+    /// knows every length: `lens[r]` is rank `r`'s, the same slice on every
+    /// rank, and `data.len() == lens[rank]` (the flat exchange's second
+    /// round, after a first round that carried the lengths). Returns
+    /// `world_size` buffers, index = rank, each of its announced length.
+    /// The caller bounds the lengths before calling: every rank allocates
+    /// for them.
+    ///
+    /// Cost: one collective round on every engine. The default pads every
+    /// contribution to the longest and calls
+    /// [`all_gather_fixed`](Transport::all_gather_fixed) (one round where a
+    /// variable-length all_gather is two, on NCCL and c10d); an engine whose
+    /// [`all_gather`](Transport::all_gather) is one round (Gloo) may use it
+    /// instead.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when `lens`
+    /// does not hold one length per rank or `data` is not this rank's
+    /// length; otherwise as [`all_gather_fixed`](Transport::all_gather_fixed).
+    fn all_gather_sized(
+        &self,
+        data: &[u8],
+        lens: &[usize],
+        deadline: Deadline,
+    ) -> Result<Vec<Vec<u8>>> {
+        crate::transport::toolkit::check_sized(self.rank(), self.world_size(), data, lens)?;
+        let longest = lens.iter().copied().max().unwrap_or(0);
+        if longest == 0 {
+            return Ok(vec![Vec::new(); lens.len()]);
+        }
+        let mut padded = data.to_vec();
+        padded.resize(longest, 0);
+        let all = self.all_gather_fixed(&padded, deadline)?;
+        if all.len() != longest * lens.len() {
+            return Err(crate::Error::Decode {
+                rank: None,
+                reason: crate::DecodeError::Invalid {
+                    field: "gathered buffer",
+                    detail: format!(
+                        "the sized round returned {} bytes, want {} × {longest}",
+                        all.len(),
+                        lens.len()
+                    ),
+                },
+            });
+        }
+        Ok(all
+            .chunks_exact(longest)
+            .zip(lens)
+            .map(|(c, &len)| c[..len].to_vec())
+            .collect())
+    }
+
     /// Broadcasts `root`'s buffer to every rank. `data` is read on `root`
     /// only; every rank (root included) gets root's bytes back.
     ///

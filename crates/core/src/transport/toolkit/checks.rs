@@ -38,6 +38,29 @@ pub fn check_size(what: &str, len: usize, max_bytes: usize) -> Result<()> {
     Ok(())
 }
 
+/// `Err(InvalidArgument)` unless `lens` holds one length per rank of a
+/// group of `world` and `data` has this `rank`'s (the arguments of
+/// [`Transport::all_gather_sized`](crate::Transport::all_gather_sized)).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] saying which does not hold.
+pub fn check_sized(rank: u32, world: u32, data: &[u8], lens: &[usize]) -> Result<()> {
+    if lens.len() != world as usize {
+        return Err(Error::InvalidArgument(format!(
+            "all_gather_sized: {} lengths for a group of {world}",
+            lens.len()
+        )));
+    }
+    match lens.get(rank as usize) {
+        Some(&own) if own == data.len() => Ok(()),
+        _ => Err(Error::InvalidArgument(format!(
+            "all_gather_sized: rank {rank} passes {} bytes where its length says {}",
+            data.len(),
+            lens.get(rank as usize).copied().unwrap_or(0)
+        ))),
+    }
+}
+
 /// `Err(InvalidArgument)` unless `root` is a rank of a group of `world`.
 ///
 /// # Errors
