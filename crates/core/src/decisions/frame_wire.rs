@@ -234,10 +234,12 @@ impl Table {
     fn merge(&mut self, own: &Table, peer: &[u8], n: u64) -> Result<(), Bad> {
         self.bytes.clear();
         self.starts.clear();
-        self.bytes.reserve(own.bytes.len() + peer.len());
+        // The join is usually about as long as the longer side (ranks
+        // mostly saw the same sources); more grows the buffers as usual.
+        self.bytes.reserve(own.bytes.len().max(peer.len()) + 64);
         // Each entry takes at least four bytes: what is left bounds `n`.
         let bound = usize::try_from(n).unwrap_or(usize::MAX).min(peer.len() / 4);
-        self.starts.reserve(own.len() + bound);
+        self.starts.reserve(own.len().max(bound) + 4);
         let mut r = Reader { b: peer, at: 0 };
         // `own`'s entries before `i` are done; those from `run` go out as they are.
         let (mut i, mut run) = (0usize, 0usize);

@@ -485,7 +485,8 @@ pub fn decode_slot(bytes: &[u8]) -> Result<SlotMsg<'_>, DecodeError> {
         }
     };
     let used = SLOT_HEADER_LEN + inline.map_or(0, <[u8]>::len);
-    if bytes[used..].iter().any(|&b| b != 0) {
+    // Folded, not short-circuited: one vectorised pass over the padding.
+    if bytes[used..].iter().fold(0u8, |acc, &b| acc | b) != 0 {
         return Err(DecodeError::Invalid {
             field: "slot",
             detail: "padding is not zero".into(),
