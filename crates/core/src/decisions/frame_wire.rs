@@ -236,10 +236,10 @@ impl Table {
         self.starts.clear();
         // The join is usually about as long as the longer side (ranks
         // mostly saw the same sources); more grows the buffers as usual.
-        self.bytes.reserve(own.bytes.len().max(peer.len()) + 64);
+        self.bytes.reserve(own.bytes.len() + peer.len());
         // Each entry takes at least four bytes: what is left bounds `n`.
         let bound = usize::try_from(n).unwrap_or(usize::MAX).min(peer.len() / 4);
-        self.starts.reserve(own.len().max(bound) + 4);
+        self.starts.reserve(own.len() + bound);
         let mut r = Reader { b: peer, at: 0 };
         // `own`'s entries before `i` are done; those from `run` go out as they are.
         let (mut i, mut run) = (0usize, 0usize);
@@ -253,6 +253,27 @@ impl Table {
                     r.at += e.len();
                     previous = Some(Ok(i));
                     i += 1;
+                    continue;
+                }
+            }
+            // Most often the peer's entry differs from `own`'s entry `i` in
+            // its size entry only: same name, found without a search.
+            if i < own.len() {
+                let (held, body) = own.split(i);
+                let head = own.entry(i).len() - body.len();
+                let e = own.entry(i);
+                if peer
+                    .get(r.at..r.at + head)
+                    .is_some_and(|p| same(p, &e[..head]))
+                {
+                    r.at += head;
+                    self.copy_run(own, run, i);
+                    self.starts.push(self.bytes.len());
+                    self.bytes.extend_from_slice(&e[..head]);
+                    join_bodies(body, &mut r, &mut self.bytes)?;
+                    previous = Some(Err(held));
+                    i += 1;
+                    run = i;
                     continue;
                 }
             }
