@@ -351,3 +351,56 @@ fn joins_that_change_nothing_keep_the_state() {
     assert_eq!(t, s);
     assert_eq!(s.as_bytes(), &model_bytes(&m)[1..]);
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// The one-pass join of many states, and the in-place join of many
+    /// payloads (some equal to this rank's own, some padded), are the fold
+    /// of the lattice's join; a bad payload among them names the first one
+    /// in rank order that does not read, and changes nothing.
+    #[test]
+    fn many_at_once_is_the_fold(
+        models in proptest::collection::vec(model(), 0..7),
+        own in any::<prop::sample::Index>(),
+        padding in proptest::collection::vec(any::<bool>(), 7),
+        bad in proptest::collection::vec(any::<bool>(), 7),
+    ) {
+        let want = models.iter().fold(Model::new(), |a, m| model_join(&a, m));
+        let states: Vec<FrameState> = models.iter().map(state).collect();
+        prop_assert_eq!(model_of(&FrameState::join_all(&states)), want.clone());
+        if models.is_empty() {
+            return Ok(());
+        }
+        let own = own.index(models.len());
+        let mut payloads: Vec<Vec<u8>> = models
+            .iter()
+            .zip(&padding)
+            .enumerate()
+            .map(|(r, (m, &pad))| if pad && r != own { padded(m) } else { model_bytes(m) })
+            .collect();
+        let views: Vec<&[u8]> = payloads.iter().map(Vec::as_slice).collect();
+        let mut s = states[own].clone();
+        s.join_payloads(own, &views).unwrap();
+        prop_assert_eq!(model_of(&s), want);
+        // Damage some peers' payloads: the first damaged one in rank order
+        // is named, and the state is unchanged.
+        let mut first_bad = None;
+        for (r, p) in payloads.iter_mut().enumerate() {
+            if bad[r] && r != own {
+                p.push(0xff);
+                first_bad.get_or_insert(r);
+            }
+        }
+        let views: Vec<&[u8]> = payloads.iter().map(Vec::as_slice).collect();
+        let mut s = states[own].clone();
+        match (s.join_payloads(own, &views), first_bad) {
+            (Ok(()), None) => {}
+            (Err((r, _)), Some(b)) => {
+                prop_assert_eq!(r, b);
+                prop_assert_eq!(&s, &states[own]);
+            }
+            (other, b) => prop_assert!(false, "{:?} with damaged {:?}", other.map_err(|e| e.0), b),
+        }
+    }
+}

@@ -7,7 +7,8 @@
 //!   (every later rank, in `Channel::exchange`);
 //! - `join_payloads`: another rank's payload joined into this rank's state,
 //!   compared against this rank's own payload (`Channel::exchange_in_place`);
-//! - `join`: 64 ranks × 1000 sources, pairwise in rank order;
+//! - `join`: 64 ranks × 1000 sources, `FrameState::join_all` (two-way
+//!   merges into two buffers) and `Join::join` folded in rank order;
 //!
 //! and the wire bytes per state (printed; compare with the pickle sizes
 //!   `ccol bench` prints for PyTorch's `all_gather_object`).
@@ -32,7 +33,10 @@ fn join(c: &mut Criterion) {
     let states: Vec<FrameState> = (0..ranks).map(|r| bench_state(sources, r)).collect();
     let mut g = c.benchmark_group("join");
     g.throughput(Throughput::Elements(ranks * sources as u64));
-    g.bench_function("64 ranks x 1000 sources", |b| {
+    g.bench_function("64 ranks x 1000 sources, join_all", |b| {
+        b.iter(|| FrameState::join_all(black_box(&states)));
+    });
+    g.bench_function("64 ranks x 1000 sources, folded", |b| {
         b.iter(|| {
             let mut acc = FrameState::new();
             for s in &states {

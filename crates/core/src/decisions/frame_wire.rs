@@ -335,8 +335,14 @@ impl Table {
 }
 
 /// Joins every peer payload into `own` in rank order (`payloads[skip]` is
-/// `own`'s own encoding and is not read): the result, or the index of the
-/// first payload that does not read. `own` is not changed.
+/// `own`'s own encoding and is not read; a payload equal to it is
+/// skipped): the result, `None` when no payload can change `own`, or the
+/// index of the first payload that does not read. `own` is not changed.
+///
+/// One two-way merge per peer, into two buffers used in turn. (A k-way
+/// merge of every payload at once was measured slower: it reads a name per
+/// input per source, where the two-way merge compares whole entries and
+/// copies runs of equal ones at once.)
 pub(crate) fn join_payloads(
     own: &Table,
     skip: usize,
@@ -356,6 +362,24 @@ pub(crate) fn join_payloads(
             Some(a) => std::mem::swap(a, &mut scratch),
             None => acc = Some(std::mem::take(&mut scratch)),
         }
+    }
+    Ok(acc)
+}
+
+/// The join of `tables`, by two-way merges into two buffers used in turn
+/// (see [`join_payloads`] on a k-way merge).
+pub(crate) fn join_tables(tables: &[&Table]) -> Result<Table, Bad> {
+    let Some((first, rest)) = tables.split_first() else {
+        return Ok(Table::default());
+    };
+    let mut acc = (*first).clone();
+    let mut scratch = Table::default();
+    for t in rest {
+        if t.len() == 0 || **t == acc {
+            continue;
+        }
+        scratch.merge_table(&acc, t)?;
+        std::mem::swap(&mut acc, &mut scratch);
     }
     Ok(acc)
 }

@@ -390,6 +390,29 @@ impl FrameState {
         (0..self.table.len()).map(|i| self.table.name_str(i))
     }
 
+    /// The join of `states` (⊥ for none): the same value as folding
+    /// [`Join::join`] over them, by two-way merges into two buffers used in
+    /// turn (so two allocations in all, where the fold makes one per
+    /// state). The join of many ranks' states: 64 × 1000 sources in about a
+    /// millisecond on the project's machine (README, Performance).
+    pub fn join_all<'a>(states: impl IntoIterator<Item = &'a FrameState>) -> FrameState {
+        let states: Vec<&FrameState> = states.into_iter().filter(|s| !s.is_empty()).collect();
+        let tables: Vec<&Table> = states.iter().map(|s| &s.table).collect();
+        match crate::decisions::frame_wire::join_tables(&tables) {
+            Ok(table) => FrameState { table },
+            // Tables hold canonical entries (the type's invariant); were one
+            // not to read, join them one by one.
+            Err(e) => {
+                debug_assert!(false, "a frame state's own bytes do not read: {e}");
+                let mut acc = FrameState::new();
+                for s in states {
+                    acc.join(s);
+                }
+                acc
+            }
+        }
+    }
+
     /// The entries' wire bytes (the payload without its count), canonical:
     /// equal states have equal bytes.
     pub fn as_bytes(&self) -> &[u8] {
