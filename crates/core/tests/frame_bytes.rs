@@ -355,7 +355,7 @@ fn joins_that_change_nothing_keep_the_state() {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
-    /// The one-pass join of many states, and the in-place join of many
+    /// The join of many states (`join_all`), and the in-place join of many
     /// payloads (some equal to this rank's own, some padded), are the fold
     /// of the lattice's join; a bad payload among them names the first one
     /// in rank order that does not read, and changes nothing.
