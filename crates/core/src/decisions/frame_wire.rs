@@ -21,9 +21,10 @@
 //! canonically (the shortest varints), so a stored state's bytes are always
 //! canonical: two states are equal exactly when their bytes are, and an
 //! entry whose bytes equal this state's entry is that entry (the encoding is
-//! prefix-free). The property tests of `tests/one_round.rs` and
-//! `tests/lattice.rs` check the bytes against postcard and every join
-//! against the lattice's own.
+//! prefix-free). The property tests of `tests/frame_bytes.rs` check the
+//! bytes against postcard (padded varints too) and every join and edit
+//! against a map of lattice entries; those of `tests/one_round.rs` and
+//! `tests/lattice.rs` check the exchange's joins and the lattice's laws.
 //!
 //! The join of two entries works on atom codes alone: the code of a value
 //! is one-to-one, so `Unset ⊔ y = y`, equal codes join to themselves, and
