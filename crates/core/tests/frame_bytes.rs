@@ -404,3 +404,55 @@ proptest! {
         }
     }
 }
+
+/// The trait's provided `join_payloads` over canonical payloads and bytes
+/// that do not read: read every payload in rank order (the first that does
+/// not read names its index), then join every one but `own`'s.
+fn provided(s: &FrameState, own: usize, payloads: &[Vec<u8>]) -> Result<Model, usize> {
+    let mut values = Vec::new();
+    for (i, p) in payloads.iter().enumerate() {
+        let (m, rest) = postcard::take_from_bytes::<Model>(p).map_err(|_| i)?;
+        // A canonical payload re-encodes to itself (names in order too).
+        if !rest.is_empty() || model_bytes(&m) != *p {
+            return Err(i);
+        }
+        values.push(m);
+    }
+    Ok(values
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| i != own)
+        .fold(model_of(s), |a, (_, m)| model_join(&a, m)))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Whatever `payloads[own]` holds — this state's encoding, another
+    /// state's, or bytes that do not read — the frame state's
+    /// `join_payloads` is the provided version's (found by a new user's
+    /// attack: it used to trust `payloads[own]` to be this state's).
+    #[test]
+    fn join_payloads_is_the_provided_version_whatever_own_holds(
+        mine in model(),
+        others in proptest::collection::vec(model(), 1..4),
+        own in any::<prop::sample::Index>(),
+        what in 0u8..3,
+    ) {
+        let s = state(&mine);
+        let own = own.index(others.len() + 1);
+        let mut payloads: Vec<Vec<u8>> = others.iter().map(model_bytes).collect();
+        payloads.insert(own, match what {
+            0 => model_bytes(&mine),
+            1 => model_bytes(&others[0]),
+            _ => vec![0xff, 0xff],
+        });
+        let views: Vec<&[u8]> = payloads.iter().map(Vec::as_slice).collect();
+        let mut t = s.clone();
+        let ours = t.join_payloads(own, &views).map(|()| model_of(&t)).map_err(|e| e.0);
+        prop_assert_eq!(ours.clone(), provided(&s, own, &payloads));
+        if ours.is_err() {
+            prop_assert_eq!(t, s);
+        }
+    }
+}

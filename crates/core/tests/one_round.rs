@@ -455,19 +455,23 @@ fn ranks_with_different_slots_are_told_so() {
     }
 }
 
-/// The second round's lengths come from the slots, and so do the ranks'
-/// limits: every rank applies the smallest before allocating, so a rank
-/// whose limit is under another's envelope makes every rank fail alike,
-/// naming the rank whose envelope is too long — not one rank gathering
-/// while another refuses. With equal limits the same states exchange.
+/// Every slot carries its envelope's length and its rank's limit: every
+/// rank applies the smallest limit to every envelope, inline or in the
+/// second round, so a rank whose limit is under another's envelope makes
+/// every rank fail alike, naming the rank whose envelope is too long — not
+/// one rank failing while another goes on (found by a new user's attack:
+/// inline envelopes were checked against each rank's own limit). With
+/// equal limits the same states exchange.
 #[test]
-fn the_second_round_applies_the_smallest_limit_on_every_rank() {
-    let run = |limits: [usize; 3]| -> Vec<Result<FrameState, Error>> {
+fn every_rank_applies_the_smallest_limit() {
+    // `sizes[r]`: rank r's sources; rank 0's envelope is the longest.
+    let run = |limits: [usize; 3], sizes: [usize; 3]| -> Vec<Result<FrameState, Error>> {
         let ranks = InProcessGroup::create(3).unwrap();
         let handles: Vec<_> = ranks
             .into_iter()
             .map(|t| {
                 let limit = limits[t.rank() as usize];
+                let n = sizes[t.rank() as usize];
                 std::thread::spawn(move || {
                     let opts = ChannelOptions::default()
                         .with_timeout(Duration::from_secs(5))
@@ -476,8 +480,6 @@ fn the_second_round_applies_the_smallest_limit_on_every_rank() {
                             ..envelope::Limits::default()
                         });
                     let mut ch = Channel::with_options(Arc::new(t), opts).unwrap();
-                    // Rank 0's envelope is the longest (it does not fit a slot).
-                    let n = if ch.rank() == 0 { 600 } else { 400 };
                     let salt = u64::from(ch.rank());
                     ch.exchange("f", &big(n, salt)).map(|g| g.into_merged())
                 })
@@ -485,24 +487,28 @@ fn the_second_round_applies_the_smallest_limit_on_every_rank() {
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     };
-    let len0 = encode_payload(&big(600, 0)).unwrap().len();
-    let joined = run([1 << 20; 3]);
-    let want = joined[0].as_ref().unwrap().clone();
-    assert!(joined.iter().all(|r| r.as_ref().ok() == Some(&want)));
-    assert_eq!(want.len(), 600);
-    // Rank 2 accepts less than rank 0 sends; ranks 0 and 1 would accept it.
-    for (rank, r) in run([1 << 20, 1 << 20, len0]).into_iter().enumerate() {
-        match r {
-            Err(Error::Decode {
-                rank: Some(0),
-                reason:
-                    compiler_collectives_core::DecodeError::TooLarge {
-                        field: "message",
-                        limit,
-                        ..
-                    },
-            }) => assert_eq!(limit, len0 as u64, "rank {rank}"),
-            other => panic!("rank {rank}: {other:?}"),
+    // Two rounds (rank 0's envelope does not fit a slot), then one (every
+    // envelope fits).
+    for sizes in [[600, 400, 400], [100, 20, 20]] {
+        let joined = run([1 << 20; 3], sizes);
+        let want = joined[0].as_ref().unwrap().clone();
+        assert!(joined.iter().all(|r| r.as_ref().ok() == Some(&want)));
+        assert_eq!(want.len(), sizes[0]);
+        let len0 = encode_payload(&big(sizes[0], 0)).unwrap().len();
+        // Rank 2 accepts less than rank 0 sends; ranks 0 and 1 would accept it.
+        for (rank, r) in run([1 << 20, 1 << 20, len0], sizes).into_iter().enumerate() {
+            match r {
+                Err(Error::Decode {
+                    rank: Some(0),
+                    reason:
+                        compiler_collectives_core::DecodeError::TooLarge {
+                            field: "message",
+                            limit,
+                            ..
+                        },
+                }) => assert_eq!(limit, len0 as u64, "{sizes:?} rank {rank}"),
+                other => panic!("{sizes:?} rank {rank}: {:?}", other.map(|s| s.len())),
+            }
         }
     }
 }

@@ -202,6 +202,12 @@ impl Table {
         out.extend_from_slice(&self.bytes);
     }
 
+    /// Whether `payload` is this table's payload (the count, then its bytes).
+    fn is_payload(&self, payload: &[u8]) -> bool {
+        let mut r = Reader { b: payload, at: 0 };
+        r.len().is_ok_and(|n| n == self.len() as u64) && payload[r.at..] == self.bytes[..]
+    }
+
     /// The payload's bytes without the count: for a digest or a comparison.
     pub(crate) fn bytes(&self) -> &[u8] {
         &self.bytes
@@ -350,6 +356,24 @@ pub(crate) fn join_payloads(
     payloads: &[&[u8]],
 ) -> Result<Option<Table>, (usize, Bad)> {
     let mine = payloads.get(skip).copied();
+    if !mine.is_some_and(|m| own.is_payload(m)) {
+        // Not `own`'s encoding (the caller broke the precondition): what
+        // the trait's provided version does, read every payload, `skip`'s
+        // too, then join every other one.
+        let mut tables = Vec::with_capacity(payloads.len());
+        for (rank, p) in payloads.iter().enumerate() {
+            tables.push(Table::read(p).map_err(|e| (rank, e))?);
+        }
+        let mut all: Vec<&Table> = vec![own];
+        all.extend(
+            tables
+                .iter()
+                .enumerate()
+                .filter(|&(r, _)| r != skip)
+                .map(|(_, t)| t),
+        );
+        return join_tables(&all).map(Some).map_err(|e| (skip, e));
+    }
     let mut acc: Option<Table> = None;
     let mut scratch = Table::default();
     for (rank, peer) in payloads.iter().enumerate() {

@@ -154,10 +154,12 @@ impl Join for FrameState {
     /// Joins every peer's payload in rank order, each in one pass over this
     /// state's bytes and the peer's (an entry whose bytes equal this
     /// state's costs a comparison; a payload equal to this rank's own is
-    /// skipped). This rank's own payload is not read again: the frame
-    /// state's writer writes only what its reader accepts (property-tested).
-    /// Same acceptance and result as the provided version (property-tested);
-    /// on an error `self` is unchanged.
+    /// skipped). This rank's own payload is not read again once a
+    /// comparison showed it is this state's encoding (the frame state's
+    /// writer writes only what its reader accepts, property-tested); should
+    /// it not be, every payload is read, as the provided version does.
+    /// Same acceptance and result as the provided version on every input
+    /// (property-tested); on an error `self` is unchanged.
     fn join_payloads(
         &mut self,
         own: usize,

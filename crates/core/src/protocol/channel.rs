@@ -906,24 +906,26 @@ impl Channel {
         if same {
             return Ok(Round::Fast);
         }
+        // Every rank applies the smallest limit of all ranks to every
+        // envelope, inline or not, before reading any or allocating for the
+        // second round, so every rank takes the same branch whatever its own
+        // limit. (Identical slots carry identical limits: the fast path
+        // needs no such check.)
+        let smallest = lens.iter().map(|&(_, l)| l).min().unwrap_or(0);
+        if let Some((rank, &(len, _))) = (0u32..)
+            .zip(&lens)
+            .find(|(_, &(len, _))| u64::from(len) > smallest)
+        {
+            return Err(Error::message_too_large(
+                rank,
+                len as usize,
+                usize::try_from(smallest).unwrap_or(usize::MAX),
+            ));
+        }
         let mut bufs = vec![all];
         let spans: Vec<Span> = if second_lens.iter().all(|&l| l == 0) {
             inline.iter().map(|e| e.unwrap_or_default()).collect()
         } else {
-            // Every rank applies the smallest limit of all ranks to every
-            // envelope before allocating for the second round, so every rank
-            // takes the same branch.
-            let smallest = lens.iter().map(|&(_, l)| l).min().unwrap_or(0);
-            if let Some((rank, &(len, _))) = (0u32..)
-                .zip(&lens)
-                .find(|(_, &(len, _))| u64::from(len) > smallest)
-            {
-                return Err(Error::message_too_large(
-                    rank,
-                    len as usize,
-                    usize::try_from(smallest).unwrap_or(usize::MAX),
-                ));
-            }
             let own: &[u8] = if fits {
                 &[]
             } else {
