@@ -455,6 +455,52 @@ fn ranks_with_different_slots_are_told_so() {
     }
 }
 
+/// Ranks with different fast-path settings fail their first exchange at
+/// once, every rank with a decode error on the first round that names the
+/// setting — the ranks with the fast path off too (found by a new user's
+/// attack: they said only "invalid message type: 3, expected 1").
+#[test]
+fn ranks_with_different_fast_path_settings_are_told_so() {
+    for off in [vec![1u32], vec![0], vec![0, 2]] {
+        let world = if off.len() == 2 { 3 } else { 2 };
+        let ranks = InProcessGroup::create(world).unwrap();
+        let handles: Vec<_> = ranks
+            .into_iter()
+            .map(|t| {
+                let fast = !off.contains(&t.rank());
+                std::thread::spawn(move || {
+                    let opts = ChannelOptions::default()
+                        .with_timeout(Duration::from_secs(5))
+                        .with_fast_path(fast);
+                    let mut ch = Channel::with_options(Arc::new(t), opts).unwrap();
+                    ch.exchange("f", &big(3, 0)).map(drop)
+                })
+            })
+            .collect();
+        for (rank, h) in handles.into_iter().enumerate() {
+            let e = h.join().unwrap().expect_err("different settings must fail");
+            let text = e.to_string();
+            assert!(
+                matches!(
+                    &e,
+                    Error::Decode {
+                        rank: Some(_),
+                        reason: compiler_collectives_core::DecodeError::Invalid {
+                            field: "first round",
+                            ..
+                        },
+                    }
+                ),
+                "off {off:?}, rank {rank}: {text}"
+            );
+            assert!(
+                text.contains("the same fast-path setting"),
+                "off {off:?}, rank {rank}: {text}"
+            );
+        }
+    }
+}
+
 /// Every slot carries its envelope's length and its rank's limit: every
 /// rank applies the smallest limit to every envelope, inline or in the
 /// second round, so a rank whose limit is under another's envelope makes
@@ -509,6 +555,105 @@ fn every_rank_applies_the_smallest_limit() {
                 }) => assert_eq!(limit, len0 as u64, "{sizes:?} rank {rank}"),
                 other => panic!("{sizes:?} rank {rank}: {:?}", other.map(|s| s.len())),
             }
+        }
+    }
+}
+
+/// A rank whose own envelope is over the message limit (the same on every
+/// rank) fails with its peers, at once and with the same error naming it,
+/// whether its envelope would have gone inline or in the second round, and
+/// when every rank's state is the same too (found by a new user's attack:
+/// the rank refused its own envelope alone, sending nothing, and its peers
+/// waited for it until the deadline). Where no slot round runs (one rank,
+/// the fast path off) it stays this rank's own `InvalidArgument`.
+#[test]
+fn a_rank_over_the_limit_fails_with_its_peers() {
+    const LIMIT: usize = 1000;
+    let limits = envelope::Limits {
+        max_message_bytes: LIMIT,
+        ..envelope::Limits::default()
+    };
+    let run = |world: u32, sizes: Vec<usize>, fast_path: bool| -> Vec<Result<usize, Error>> {
+        let ranks = InProcessGroup::create(world).unwrap();
+        let handles: Vec<_> = ranks
+            .into_iter()
+            .map(|t| {
+                let (n, salt) = (sizes[t.rank() as usize], u64::from(t.rank()));
+                std::thread::spawn(move || {
+                    let opts = ChannelOptions::default()
+                        .with_timeout(Duration::from_secs(20))
+                        .with_fast_path(fast_path)
+                        .with_limits(limits);
+                    let mut ch = Channel::with_options(Arc::new(t), opts).unwrap();
+                    let mut state = big(n, salt);
+                    let before = state.clone();
+                    let got = ch
+                        .exchange_in_place("f", &mut state, &ExchangeOptions::default())
+                        .map(|g| g.merged().len());
+                    if got.is_err() {
+                        assert_eq!(state, before, "the state changed on an error");
+                    }
+                    got
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    };
+    let envelope_len = |n: usize| {
+        let mut buf = Vec::new();
+        envelope::encode_into(
+            &mut buf,
+            0,
+            "shape.frame_state",
+            "f",
+            "",
+            &envelope::Limits::default(),
+            |out| {
+                out.extend_from_slice(&encode_payload(&big(n, 0)).unwrap());
+                Ok(())
+            },
+        )
+        .unwrap()
+    };
+    // Rank 0's envelope inline but over the limit; in the second round; every
+    // rank's the same and over it.
+    let (inline, spilled) = (120, 400);
+    let (a, b) = (envelope_len(inline), envelope_len(spilled));
+    assert!(a > LIMIT && a < 4048 && b > 4048, "{a}, {b}");
+    for (sizes, same) in [
+        (vec![inline, 3, 3], false),
+        (vec![spilled, 3, 3], false),
+        (vec![inline, inline, inline], true),
+    ] {
+        for (rank, r) in run(3, sizes.clone(), true).into_iter().enumerate() {
+            match r {
+                Err(Error::Decode {
+                    rank: Some(0),
+                    reason:
+                        compiler_collectives_core::DecodeError::TooLarge {
+                            field: "message",
+                            len,
+                            limit,
+                        },
+                }) => {
+                    assert_eq!(len, envelope_len(sizes[0]) as u64, "{sizes:?} rank {rank}");
+                    assert_eq!(limit, LIMIT as u64, "{sizes:?} rank {rank}");
+                }
+                other => panic!("{sizes:?} (same: {same}) rank {rank}: {other:?}"),
+            }
+        }
+    }
+    // Under the limit, the same ranks exchange.
+    for r in run(3, vec![20, 3, 3], true) {
+        assert_eq!(r.unwrap(), 20);
+    }
+    // No slot round: this rank's own error, nothing sent.
+    for (world, fast_path) in [(1, true), (1, false)] {
+        match &run(world, vec![inline], fast_path)[0] {
+            Err(Error::InvalidArgument(text)) => {
+                assert!(text.contains("over the limit of 1000 bytes"), "{text}");
+            }
+            other => panic!("world {world}, fast path {fast_path}: {other:?}"),
         }
     }
 }

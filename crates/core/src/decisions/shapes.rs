@@ -336,6 +336,12 @@ impl FrameState {
     }
 
     /// Sets the entry of `source` (no join); returns the entry it replaces.
+    /// The entry is kept as given, ⊥ ([`SizeEntry::unset`]) too: the source
+    /// is then listed ([`FrameState::contains`], [`FrameState::len`]) and
+    /// the state differs from one without it (as a Dynamo frame state with
+    /// an all-`auto_unset` entry differs from one without the key), so a
+    /// rank that inserts ⊥ where its peers hold nothing does not take the
+    /// fast path; [`FrameState::remove`] takes a source out.
     pub fn insert(&mut self, source: &str, entry: &SizeEntry) -> Option<SizeEntry> {
         self.table.insert(source, entry)
     }

@@ -130,7 +130,7 @@ pub struct ChannelOptions {
     /// Size of the flat exchange's first round, in bytes (default
     /// [`DEFAULT_SLOT_BYTES`], 4096; from [`MIN_SLOT_BYTES`] to
     /// [`MAX_SLOT_BYTES`]): every rank sends exactly one slot, its
-    /// envelope's digest and, when the envelope fits in the rest (slot − 40
+    /// envelope's digest and, when the envelope fits in the rest (slot − 48
     /// bytes), the envelope, so that small states take one collective round.
     /// Large worlds use a smaller slot, so that the round never brings a
     /// rank more than [`SLOT_ROUND_BYTES`] (64 KiB) in all:
@@ -665,13 +665,29 @@ impl Channel {
         self.buf.clear();
         self.buf.resize(SLOT_HEADER_LEN, 0);
         let own_value: &J = local.get();
+        // An envelope over the message limit is refused by every rank
+        // together where the slot round runs: the slot announces its
+        // length, and every rank fails with the same error naming this
+        // rank (see `run`), instead of this rank alone while its peers wait
+        // for it until the deadline. Elsewhere (one rank, the fast path off,
+        // the tree) it is this rank's own error and nothing is sent.
+        let slot_round =
+            self.fast_path && self.topology != Topology::Tree && self.transport.world_size() > 1;
+        let own_limits = if slot_round {
+            Limits {
+                max_message_bytes: usize::MAX,
+                ..self.limits
+            }
+        } else {
+            self.limits
+        };
         let env_len = envelope::encode_into(
             &mut self.buf,
             seq,
             J::KIND,
             key,
             config,
-            &self.limits,
+            &own_limits,
             |out| encode_payload_into(own_value, out),
         )
         .map_err(|e| match e {
@@ -833,6 +849,27 @@ impl Channel {
             let mine = &self.buf[SLOT_HEADER_LEN..];
             let all = t.all_gather(mine, max, deadline)?;
             traffic.add(mine.len(), all.iter().map(Vec::len).sum());
+            // A slot of this version where an envelope belongs: that rank
+            // has the fast path on. Said as such, as the ranks with it on
+            // say it (`mismatch`), rather than as a wrong message type.
+            let slot_from = (0u32..).zip(&all).find(|(_, b)| {
+                matches!(envelope::peek_header(b), Ok((v, m)) if v == WIRE_VERSION && m == envelope::MSG_SLOT)
+            });
+            if let Some((rank, b)) = slot_from {
+                return Err(Error::Decode {
+                    rank: Some(rank),
+                    reason: DecodeError::Invalid {
+                        field: "first round",
+                        detail: format!(
+                            "rank {rank} sent a {}-byte slot (its fast path is on) where this \
+                             rank, with the fast path off, sends its envelope: the ranks need \
+                             the same fast-path setting (ChannelOptions::with_fast_path), the \
+                             same slot size and the same wire version",
+                            b.len()
+                        ),
+                    },
+                });
+            }
             let spans: Vec<Span> = all
                 .iter()
                 .enumerate()
@@ -903,14 +940,12 @@ impl Channel {
             lens.push((msg.len, msg.limit));
         }
         versions.verdict(None)?;
-        if same {
-            return Ok(Round::Fast);
-        }
         // Every rank applies the smallest limit of all ranks to every
-        // envelope, inline or not, before reading any or allocating for the
-        // second round, so every rank takes the same branch whatever its own
-        // limit. (Identical slots carry identical limits: the fast path
-        // needs no such check.)
+        // envelope, inline or not, before the fast path, before reading any
+        // envelope and before allocating for the second round, so every rank
+        // takes the same branch whatever its own limit; a rank whose own
+        // envelope is over it fails with its peers (its envelope is not
+        // sent in full: the slot says its length).
         let smallest = lens.iter().map(|&(_, l)| l).min().unwrap_or(0);
         if let Some((rank, &(len, _))) = (0u32..)
             .zip(&lens)
@@ -921,6 +956,9 @@ impl Channel {
                 len as usize,
                 usize::try_from(smallest).unwrap_or(usize::MAX),
             ));
+        }
+        if same {
+            return Ok(Round::Fast);
         }
         let mut bufs = vec![all];
         let spans: Vec<Span> = if second_lens.iter().all(|&l| l == 0) {

@@ -58,7 +58,7 @@ pub const DIGEST_MSG_LEN: usize = 32;
 
 const MSG_ENVELOPE: u16 = 1;
 const MSG_DIGEST: u16 = 2;
-const MSG_SLOT: u16 = 3;
+pub(crate) const MSG_SLOT: u16 = 3;
 
 /// Bytes of a slot message before the inline envelope.
 pub const SLOT_HEADER_LEN: usize = 48;
