@@ -428,3 +428,107 @@ fn the_tree_runs_only_over_cheap_point_to_point() {
         "{why}"
     );
 }
+
+/// What a rank sends as a frame state: a state, or payload bytes of the
+/// frame state's kind that its writer would never write (a broken or
+/// hostile peer).
+#[derive(Clone, Debug)]
+enum Sent {
+    State(FrameState),
+    Raw(Vec<u8>),
+}
+
+impl serde::Serialize for Sent {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeTuple;
+        match self {
+            Sent::State(f) => f.serialize(s),
+            Sent::Raw(bytes) => {
+                let mut t = s.serialize_tuple(bytes.len())?;
+                for b in bytes {
+                    t.serialize_element(b)?;
+                }
+                t.end()
+            }
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Sent {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        FrameState::deserialize(d).map(Sent::State)
+    }
+}
+
+impl Join for Sent {
+    const KIND: &'static str = FrameState::KIND;
+
+    fn join(&mut self, other: &Self) {
+        if let (Sent::State(a), Sent::State(b)) = (self, other) {
+            a.join(b);
+        }
+    }
+
+    fn read_payload(payload: &[u8]) -> Result<Self, compiler_collectives_core::DecodeError> {
+        FrameState::read_payload(payload).map(Sent::State)
+    }
+
+    fn write_payload(&self, out: &mut Vec<u8>) -> Result<(), String> {
+        match self {
+            Sent::State(f) => f.write_payload(out),
+            Sent::Raw(bytes) => {
+                out.extend_from_slice(bytes);
+                Ok(())
+            }
+        }
+    }
+}
+
+/// A payload that does not read, from one rank of 64: the tree exchange
+/// fails on every rank with the frame state's own reason, as the flat one
+/// does (found by a new user's attack: the tree said postcard's "Serde
+/// Deserialization Error" where the flat exchange named the source).
+#[test]
+fn the_tree_reports_a_bad_payload_as_the_flat_exchange_does() {
+    let one = |name: &str| {
+        let mut s = FrameState::new();
+        s.record(name, &Observation::tensor([4, 2]));
+        compiler_collectives_core::protocol::encode_payload(&s).unwrap()
+    };
+    // Two entries, "b" before "a"; and one entry cut short.
+    let (a, b) = (one("a"), one("b"));
+    assert_eq!((a[0], b[0]), (1, 1), "one entry: the count is one byte");
+    let mut unordered = vec![2u8];
+    unordered.extend_from_slice(&b[1..]);
+    unordered.extend_from_slice(&a[1..]);
+    let short = a[..a.len() - 1].to_vec();
+    for (bytes, reason) in [
+        (unordered, "names must be strictly increasing"),
+        (short, "the payload ends early"),
+    ] {
+        let calls: Vec<Call<Sent>> = (0..64u64)
+            .map(|r| Call {
+                key: "f".into(),
+                config: String::new(),
+                value: if r == 37 {
+                    Sent::Raw(bytes.clone())
+                } else {
+                    Sent::State(bench_state(20, r))
+                },
+            })
+            .collect();
+        for (tree, in_place) in [(false, false), (true, false), (true, true)] {
+            let (texts, _, _) = run(calls.clone(), tree, true, in_place);
+            for (rank, t) in texts.iter().enumerate() {
+                assert!(
+                    t.starts_with("error: ") && t.contains(reason),
+                    "tree {tree}, in place {in_place}, rank {rank}: {t}"
+                );
+            }
+            assert!(
+                texts.iter().all(|t| *t == texts[0]),
+                "tree {tree}: ranks disagree: {texts:?}"
+            );
+        }
+    }
+}

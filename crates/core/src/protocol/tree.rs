@@ -204,7 +204,7 @@ fn decode_summary<J: Join>(
     // A subtree at another decision kind is a desync; its value is not ours to decode.
     let same_kind = theirs.census.all_of_kind(J::KIND);
     let merged = match value {
-        Some(v) if same_kind => match envelope::decode_payload::<J>(J::KIND, &v) {
+        Some(v) if same_kind => match J::read_payload(&v) {
             Ok(j) => Some(j),
             Err(e) => {
                 meta.fail(from, e.to_string());
