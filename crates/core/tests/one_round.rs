@@ -423,26 +423,32 @@ fn the_slot_shrinks_in_large_worlds() {
     }
 }
 
-/// Ranks with different slot sizes fail their first exchange at once, each
-/// with a decode error that says what differs (not a message over a limit).
-#[test]
-fn ranks_with_different_slots_are_told_so() {
-    let ranks = InProcessGroup::create(2).unwrap();
-    let handles: Vec<_> = ranks
+/// The first exchange of `big(3, 0)` on every rank of an in-process world,
+/// each rank's channel made with `opts(rank)` and a 5 s deadline.
+fn first_exchange(world: u32, opts: impl Fn(u32) -> ChannelOptions) -> Vec<Result<(), Error>> {
+    let handles: Vec<_> = InProcessGroup::create(world)
+        .unwrap()
         .into_iter()
         .map(|t| {
+            let opts = opts(t.rank()).with_timeout(Duration::from_secs(5));
             std::thread::spawn(move || {
-                let slot = if t.rank() == 0 { 4096 } else { 8192 };
-                let opts = ChannelOptions::default()
-                    .with_timeout(Duration::from_secs(5))
-                    .with_slot_bytes(slot);
                 let mut ch = Channel::with_options(Arc::new(t), opts).unwrap();
                 ch.exchange("f", &big(3, 0)).map(drop)
             })
         })
         .collect();
-    for (rank, h) in handles.into_iter().enumerate() {
-        let e = h.join().unwrap().expect_err("different slots must fail");
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
+}
+
+/// Ranks with different slot sizes fail their first exchange at once, each
+/// with a decode error that says what differs (not a message over a limit).
+#[test]
+fn ranks_with_different_slots_are_told_so() {
+    let outcomes = first_exchange(2, |rank| {
+        ChannelOptions::default().with_slot_bytes(if rank == 0 { 4096 } else { 8192 })
+    });
+    for (rank, r) in outcomes.into_iter().enumerate() {
+        let e = r.expect_err("different slots must fail");
         assert!(
             matches!(e, Error::Decode { rank: Some(_), .. }),
             "rank {rank}: {e}"
@@ -463,22 +469,11 @@ fn ranks_with_different_slots_are_told_so() {
 fn ranks_with_different_fast_path_settings_are_told_so() {
     for off in [vec![1u32], vec![0], vec![0, 2]] {
         let world = if off.len() == 2 { 3 } else { 2 };
-        let ranks = InProcessGroup::create(world).unwrap();
-        let handles: Vec<_> = ranks
-            .into_iter()
-            .map(|t| {
-                let fast = !off.contains(&t.rank());
-                std::thread::spawn(move || {
-                    let opts = ChannelOptions::default()
-                        .with_timeout(Duration::from_secs(5))
-                        .with_fast_path(fast);
-                    let mut ch = Channel::with_options(Arc::new(t), opts).unwrap();
-                    ch.exchange("f", &big(3, 0)).map(drop)
-                })
-            })
-            .collect();
-        for (rank, h) in handles.into_iter().enumerate() {
-            let e = h.join().unwrap().expect_err("different settings must fail");
+        let outcomes = first_exchange(world, |rank| {
+            ChannelOptions::default().with_fast_path(!off.contains(&rank))
+        });
+        for (rank, r) in outcomes.into_iter().enumerate() {
+            let e = r.expect_err("different settings must fail");
             let text = e.to_string();
             assert!(
                 matches!(
