@@ -109,27 +109,62 @@ def test_compiles_in_a_world_of_one_take_one_exchange_each(world_of_one):
         cct.disable()
 
 
-def test_another_torch_version_is_refused_and_nothing_changes(world_of_one, monkeypatch):
+def test_another_torch_version_is_refused_and_nothing_changes(world_of_one, monkeypatch, tmp_path):
+    """A torch that matches no version of the table (here: a table without
+    the installed version, and a newer version string) is refused, naming
+    the version and what differs from the newest known version."""
+    import json
+
+    from compiler_collectives import _compat
+
+    installed = _compat.plain(torch.__version__)
+    table = _compat.load_table()
+    del table["versions"][installed]
+    path = tmp_path / "table.json"
+    path.write_text(json.dumps(table))
+    monkeypatch.setattr(_compat, "TABLE", str(path))
     before = replaced_objects()
-    monkeypatch.setattr(torch, "__version__", "2.14.0")
-    with pytest.raises(compiler_collectives.IncompatibleTorch, match="torch 2.14.0"):
+    monkeypatch.setattr(torch, "__version__", "2.99.0")
+    newest = max(table["versions"], key=_compat.release)
+    with pytest.raises(compiler_collectives.IncompatibleTorch, match="torch 2.99.0") as e:
         cct.enable()
+    assert f"Compared with torch {newest}, the nearest: " in str(e.value)
+    assert e.value.kind == "unsupported"
     assert replaced_objects() == before
     assert not cct.is_enabled()
+
+
+def test_another_version_string_alone_is_accepted(world_of_one, monkeypatch):
+    """What is compared is torch's source, not its version string."""
+    from compiler_collectives import _compat
+
+    installed = _compat.plain(torch.__version__)
+    monkeypatch.setattr(torch, "__version__", "2.99.0+local")
+    decision = cct._check_torch()
+    assert (decision.version, decision.matched, decision.warning) == (installed, True, None)
 
 
 def test_a_changed_torch_function_is_refused_naming_it(world_of_one, monkeypatch):
     import torch._dynamo.output_graph as og
 
-    def run_compiler_collective(self):  # another body than torch 2.13's
+    def run_compiler_collective(self):  # another body than torch's
         return None
 
+    before = replaced_objects()
     monkeypatch.setattr(og.OutputGraph, "run_compiler_collective", run_compiler_collective)
     with pytest.raises(compiler_collectives.IncompatibleTorch) as e:
         cct.enable()
-    assert "OutputGraph.run_compiler_collective (its source differs)" in str(e.value)
+    code = run_compiler_collective.__code__
+    assert (
+        "torch._dynamo.output_graph.OutputGraph.run_compiler_collective (replaced at run time: "
+        f"the live object is {run_compiler_collective.__module__}."
+        f"{run_compiler_collective.__qualname__} ({code.co_filename}:{code.co_firstlineno}), "
+        "not torch's source)" in str(e.value)
+    )
     assert e.value.kind == "unsupported"
     assert not cct.is_enabled()
+    monkeypatch.undo()
+    assert replaced_objects() == before
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,10 @@ Call :func:`enable` once on every rank, after ``init_process_group``::
     import compiler_collectives.torch
     compiler_collectives.torch.enable(timeout=120)
 
-What it replaces in Dynamo (torch 2.13; docs/torch-compile.md):
+What it replaces in Dynamo (torch 2.11 to 2.15; docs/torch-compile.md). Which
+torch versions it was tested with, and what it checks in them, is data:
+``_torch_table.json`` (``scripts/torch-table.py`` regenerates it; the checks
+are in ``_compat.py``).
 
 - ``OutputGraph.run_compiler_collective``: the ``all_gather_object`` of the
   frame's ``LocalState`` on Dynamo's compile group becomes one exchange on
@@ -43,14 +46,12 @@ from __future__ import annotations
 import atexit
 import datetime
 import hashlib
-import inspect
 import json
 import logging
 import math
 import os
 import socket
 import sys
-import textwrap
 import time
 import traceback
 from typing import Callable, Optional, Union
@@ -58,34 +59,26 @@ from typing import Callable, Optional, Union
 import torch
 import torch.distributed as dist
 
-from ._errors import ChannelUnusable, Error, IncompatibleTorch, InvalidArgument
+from . import _compat
+from ._errors import ChannelUnusable, Error, IncompatibleTorch, InvalidArgument, Unsupported
 
-__all__ = ["enable", "disable", "is_enabled", "channel_info", "TORCH_VERSION"]
+__all__ = ["enable", "disable", "is_enabled", "channel_info", "TORCH_VERSION", "TORCH_VERSIONS"]
 
 log = logging.getLogger(__name__)
 
-#: The torch version this module was written for.
-TORCH_VERSION = "2.13.0"
+#: The torch versions this module was tested with: those of its table
+#: (``_torch_table.json``), oldest first. A torch whose every entry matches one
+#: of them is accepted, whatever its version string; any other is refused
+#: unless ``enable(allow_untested_torch=True)``.
+TORCH_VERSIONS = tuple(
+    sorted(_compat.load_table()["versions"], key=lambda v: _compat.release(v) or ())
+)
+#: The newest of them.
+TORCH_VERSION = TORCH_VERSIONS[-1]
 
-#: sha256 of ``textwrap.dedent(inspect.getsource(f))`` of each torch function
-#: this module replaces or depends on, as installed with torch 2.13.0.
-_SOURCES = {
-    "torch._dynamo.output_graph.OutputGraph.run_compiler_collective": (
-        "580d543628bed01d63b8776f3bc5e4e02d1059b2d832ee060d0e805507db2da6"
-    ),
-    "torch._dynamo.eval_frame.guard_collectives_hook": (
-        "0bcf4590ae39d1bffdf595a5c61ca5670955d04f8d245a9d06d4b41d5ae25bd0"
-    ),
-    "torch._dynamo.distributed.get_compile_pg": (
-        "c4d0a9ebb378acc0b87464fa76a56cc3198ad27587e10f1a7b01911f3701ba4d"
-    ),
-    "torch._dynamo.convert_frame.CatchErrorsWrapper.__call__": (
-        "03695994d74f8125b6e4a74280ebd6032de6e6d7af4ebb352e8d876b521c364f"
-    ),
-    "torch._dynamo.pgo.process_automatic_dynamic": (
-        "cb44ecf7b9a27abed9c15fb07045806ea482e0e354686b4a7822d3cedb824a64"
-    ),
-}
+# What is checked in torch (formerly the digests of 5 functions here) is the
+# table's "entries": every function, class, field, call site and setting this
+# module replaces, wraps or relies on.
 
 #: The compile key of a guard vote (fixed: every rank's k-th vote is the same
 #: decision point).
@@ -154,30 +147,66 @@ def _resolve(path: str):
     raise ImportError(path)
 
 
-def _check_torch() -> None:
-    """Raises IncompatibleTorch unless torch and the replaced functions are
-    the ones this module was written for."""
-    version = torch.__version__.split("+")[0]
-    if version != TORCH_VERSION:
+def _check_torch(allow_untested: bool = False) -> "_compat.Decision":
+    """Which tested torch this one is (every table entry equal to that
+    version's), read from the installed torch's source and its live objects.
+
+    Raises IncompatibleTorch naming the version and each entry that differs
+    from the nearest tested version; with ``allow_untested``, logs one
+    warning instead and follows that version, unless a required entry is
+    missing or cannot be called as this module calls it. Changes nothing."""
+    try:
+        table = _compat.load_table()
+    except (OSError, ValueError) as e:
         raise IncompatibleTorch(
-            f"compiler_collectives.torch was written for torch {TORCH_VERSION}; this is torch "
-            f"{torch.__version__}. Dynamo's compiler collectives were left as they are."
-        )
-    changed = []
-    for path, digest in _SOURCES.items():
+            f"compiler_collectives.torch cannot read its torch table {_compat.table_path()}: "
+            f"{e}. Nothing was changed."
+        ) from None
+    root = os.path.dirname(os.path.dirname(os.path.abspath(torch.__file__)))
+    observed = _compat.observe(root, table["entries"])
+    problems = {}
+    for path, entry in table["entries"].items():
+        if observed[path] is not None:
+            why = _compat.live_problem(root, path, entry)
+            if why is not None:
+                problems[path] = why
+    try:
+        decision = _compat.decide(table, observed, problems, torch.__version__, allow_untested)
+    except _compat.Refusal as e:
+        raise IncompatibleTorch(str(e)) from None
+    if decision.warning is not None:
+        log.warning("%s", decision.warning)
+    return decision
+
+
+#: Settings ``enable`` refuses to run with (on every torch version): with
+#: either on, functorch's partitioner and AOTAutogradCache sync decisions
+#: across ranks with collectives of their own on a torch process group (the
+#: default group up to torch 2.14; from 2.15, a Gloo group tagged
+#: ``pt2_compile_sync_pg``), outside this package's channel and deadline.
+_REFUSED = [
+    "torch._functorch.config._sync_decision_cross_ranks",
+    "torch._functorch.config._sync_cache_decision_cross_ranks",
+]
+
+
+def _check_refused_settings() -> None:
+    on = []
+    for path in _REFUSED:
+        module, name = path.rsplit(".", 1)
         try:
-            src = textwrap.dedent(inspect.getsource(_resolve(path)))
-        except (ImportError, AttributeError, OSError, TypeError) as e:
-            changed.append(f"{path} (cannot read its source: {e})")
+            value = getattr(_resolve(module), name)
+        except (ImportError, AttributeError):
             continue
-        if hashlib.sha256(src.encode()).hexdigest() != digest:
-            changed.append(f"{path} (its source differs)")
-    if changed:
-        raise IncompatibleTorch(
-            "compiler_collectives.torch refuses to replace what it was not written for: "
-            + "; ".join(changed)
-            + f". It was written for torch {TORCH_VERSION}'s own source; Dynamo's compiler "
-            "collectives were left as they are."
+        if value:
+            on.append(f"{path}={value!r}")
+    if on:
+        raise Unsupported(
+            "compiler_collectives.torch does not support " + " and ".join(on)
+            + ": functorch's cross-rank sync then runs collectives of its own on a torch "
+            "process group (the default group up to torch 2.14, 'pt2_compile_sync_pg' from "
+            "2.15), outside this package's channel and deadline. Turn it off (the default). "
+            "Nothing was changed."
         )
 
 
@@ -227,41 +256,71 @@ def _hostname() -> str:
         return socket.gethostname()
 
 
-#: Dynamo and fx settings that shape automatic-dynamic and recompile
-#: decisions: must be equal on every rank.
+#: Settings that shape automatic-dynamic, recompile and graph decisions: must
+#: be equal on every rank. Each is a list of where torch versions keep it,
+#: first choice first: the value is read from the first place the followed
+#: version's table entry has (``compile_on_one_rank`` is in
+#: ``torch.distributed.config`` up to 2.13, ``torch.compiler.config`` from
+#: 2.14, where the former is a deprecated alias). Every place is a table entry.
 _CONFIG = [
-    ("torch._dynamo.config", "automatic_dynamic_shapes"),
-    ("torch._dynamo.config", "automatic_dynamic_shapes_mark_as"),
-    ("torch._dynamo.config", "assume_static_by_default"),
-    ("torch._dynamo.config", "specialize_int"),
-    ("torch._dynamo.config", "specialize_float"),
-    ("torch._dynamo.config", "force_parameter_static_shapes"),
-    ("torch._dynamo.config", "force_nn_module_property_static_shapes"),
-    ("torch._dynamo.config", "allow_unspec_int_on_nn_module"),
-    ("torch._dynamo.config", "capture_scalar_outputs"),
-    ("torch._dynamo.config", "capture_dynamic_output_shape_ops"),
-    ("torch._dynamo.config", "recompile_limit"),
-    ("torch._dynamo.config", "accumulated_recompile_limit"),
-    ("torch._dynamo.config", "enable_compiler_collectives"),
-    ("torch.fx.experimental._config", "use_duck_shape"),
+    ["torch._dynamo.config.automatic_dynamic_shapes"],
+    ["torch._dynamo.config.automatic_dynamic_shapes_mark_as"],
+    ["torch._dynamo.config.assume_static_by_default"],
+    ["torch._dynamo.config.specialize_int"],
+    ["torch._dynamo.config.specialize_float"],
+    ["torch._dynamo.config.force_parameter_static_shapes"],
+    ["torch._dynamo.config.force_nn_module_property_static_shapes"],
+    ["torch._dynamo.config.allow_unspec_int_on_nn_module"],
+    ["torch._dynamo.config.capture_scalar_outputs"],
+    ["torch._dynamo.config.capture_dynamic_output_shape_ops"],
+    ["torch._dynamo.config.recompile_limit"],
+    ["torch._dynamo.config.accumulated_recompile_limit"],
+    ["torch._dynamo.config.enable_compiler_collectives"],
+    ["torch._dynamo.config.automatic_dynamic_exclusion_guard"],
+    ["torch._dynamo.config.canonicalize_output_graph_node_order"],
+    ["torch.fx.experimental._config.use_duck_shape"],
+    ["torch.compiler.config.dynamic_sources"],
+    ["torch.compiler.config.unbacked_sources"],
+    ["torch.compiler.config.dynamic_values"],
+    ["torch.compiler.config.static_sources"],
+    ["torch.compiler.config.compile_on_one_rank", "torch.distributed.config.compile_on_one_rank"],
+    ["torch._functorch.config._sync_decision_cross_ranks"],
+    ["torch._functorch.config._sync_cache_decision_cross_ranks"],
 ]
 
 
-def _must_agree(guard_votes: bool) -> str:
+def _settings(version: str) -> list:
+    """(path, value) of each _CONFIG setting, read where torch `version` (a
+    table version: the one followed) keeps it; value None where it has none."""
+    known = _compat.load_table()["versions"][version]
+    out = []
+    for places in _CONFIG:
+        path = next((p for p in places if known.get(p)), None)
+        if path is None:
+            out.append((places[0], None))
+            continue
+        module, name = path.rsplit(".", 1)
+        try:
+            value = repr(getattr(_resolve(module), name))
+        except (ImportError, AttributeError):
+            value = "<absent>"
+        out.append((path, value))
+    return out
+
+
+def _must_agree(guard_votes: bool, allow_untested: bool, version: str) -> str:
     from ._native import VERSION, WIRE_VERSION
 
     fields = [
         f"torch={torch.__version__}",
+        f"torch_followed={version}",
         f"compiler_collectives={VERSION}",
         f"wire={WIRE_VERSION}",
         f"guard_votes={guard_votes}",
+        f"allow_untested_torch={allow_untested}",
     ]
-    for module, name in _CONFIG:
-        try:
-            value = getattr(_resolve(module), name)
-        except (ImportError, AttributeError):
-            value = "<absent>"
-        fields.append(f"{module.rsplit('.', 1)[-1]}.{name}={value!r}")
+    for path, value in _settings(version):
+        fields.append(f"{path}={'<absent in torch ' + version + '>' if value is None else value}")
     return "\n".join(fields)
 
 
@@ -481,6 +540,7 @@ def enable(
     *,
     timeout: Union[None, float, int, datetime.timedelta] = None,
     guard_votes: bool = False,
+    allow_untested_torch: bool = False,
 ) -> None:
     """Puts Dynamo's compiler collectives (and, with ``guard_votes``, its
     guard collectives) on this package's channel. Call it on every rank,
@@ -494,16 +554,29 @@ def enable(
         guard_votes: also take a guard vote per call of a frame with
             compiled entries (``torch.compiler.set_enable_guard_collectives``
             semantics: any rank's miss makes every rank recompile).
+        allow_untested_torch: run on a torch that matches none of the tested
+            versions (``TORCH_VERSIONS``): one warning (logger
+            ``compiler_collectives.torch``) names what differs from the
+            nearest tested version, whose behaviour is then followed. It
+            still refuses when something required is missing or cannot be
+            called as this module calls it. Ranks must pass the same value.
 
     Turns ``torch._dynamo.config.enable_compiler_collectives`` on
     (``disable`` restores it). Costs one rendezvous through the default
     group's store, then one check that every rank has the same torch
-    version, Dynamo configuration (automatic dynamic shapes, recompile
-    limits, …), wire version and ``guard_votes``.
+    version, Dynamo and compiler configuration (automatic dynamic shapes,
+    recompile limits, dynamic/unbacked sources, …), wire version,
+    ``guard_votes`` and ``allow_untested_torch``. Reading torch's source for
+    the version check takes about 2 s, once per process.
 
     Raises:
-        IncompatibleTorch: torch is not 2.13.0, or a function this module
-            replaces has another source (nothing is changed).
+        IncompatibleTorch: this torch matches none of the tested versions
+            (the message names the version and each entry that differs from
+            the nearest tested one), and ``allow_untested_torch`` is off; or
+            it is on and a required entry is missing (nothing is changed).
+        Unsupported: ``torch._functorch.config._sync_decision_cross_ranks``
+            or ``_sync_cache_decision_cross_ranks`` is on (nothing is
+            changed).
         InvalidArgument: no default process group, already enabled, or a bad
             timeout.
         Timeout: a rank did not come to the rendezvous within the deadline
@@ -516,7 +589,12 @@ def enable(
         raise InvalidArgument(
             "compiler_collectives.torch is already enabled; call disable() first"
         )
-    _check_torch()
+    if not isinstance(allow_untested_torch, bool):
+        raise InvalidArgument(
+            f"allow_untested_torch must be a bool, not {allow_untested_torch!r}"
+        )
+    decision = _check_torch(allow_untested_torch)
+    _check_refused_settings()
     if not isinstance(guard_votes, bool):
         raise InvalidArgument(f"guard_votes must be a bool, not {guard_votes!r}")
     timeout_s = _timeout_seconds(timeout)
@@ -550,7 +628,9 @@ def enable(
         lambda: setattr(torch._dynamo.config, "enable_compiler_collectives", previous_flag)
     )
     try:
-        channel.agree(ENABLE_KEY, _must_agree(guard_votes))
+        channel.agree(
+            ENABLE_KEY, _must_agree(guard_votes, allow_untested_torch, decision.version)
+        )
     except BaseException as e:
         for undo in reversed(st.restore):
             undo()

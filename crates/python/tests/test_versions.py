@@ -1,0 +1,509 @@
+"""Which torch enable() runs on: the version table (_torch_table.json), its
+generator (scripts/torch-table.py), an untested torch, the opt-in, and the
+settings enable() refuses."""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import hashlib
+import inspect
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import compiler_collectives
+import compiler_collectives.torch as cct
+from compiler_collectives import _compat
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+GENERATOR = os.path.join(REPO, "scripts", "torch-table.py")
+INSTALLED = _compat.plain(torch.__version__)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(torch.__file__)))
+TABLE = _compat.load_table()
+LOGGER = "compiler_collectives.torch"
+
+
+@pytest.fixture(scope="module")
+def world_of_one(tmp_path_factory):
+    if dist.is_initialized():
+        yield
+        return
+    store = tmp_path_factory.mktemp("store") / "store"
+    dist.init_process_group(
+        "gloo", init_method=f"file://{store}", rank=0, world_size=1,
+        timeout=datetime.timedelta(seconds=60),
+    )
+    yield
+    cct.disable()
+    dist.destroy_process_group()
+
+
+def replaced_objects():
+    import torch._dynamo.convert_frame as cf
+    import torch._dynamo.distributed as dd
+    import torch._dynamo.eval_frame as ef
+    import torch._dynamo.output_graph as og
+
+    return {
+        "run_compiler_collective": og.OutputGraph.__dict__["run_compiler_collective"],
+        "distributed.get_compile_pg": dd.get_compile_pg,
+        "convert_frame.get_compile_pg": cf.get_compile_pg,
+        "CatchErrorsWrapper.__call__": cf.CatchErrorsWrapper.__dict__["__call__"],
+        "guard_collectives_hook": ef.guard_collectives_hook,
+        "enable_compiler_collectives": torch._dynamo.config.enable_compiler_collectives,
+    }
+
+
+def table_with(tmp_path, monkeypatch, keep=lambda v: True, entries=None):
+    """Makes enable() read a copy of the table holding only the versions
+    `keep` accepts (and `entries` added to every version)."""
+    t = copy.deepcopy(TABLE)
+    t["versions"] = {v: values for v, values in t["versions"].items() if keep(v)}
+    for path, (entry, value) in (entries or {}).items():
+        t["entries"][path] = entry
+        for values in t["versions"].values():
+            values[path] = value
+    path = tmp_path / "table.json"
+    path.write_text(json.dumps(t))
+    monkeypatch.setattr(_compat, "TABLE", str(path))
+    return t
+
+
+def differing(versions: dict, a: str, b: str) -> list:
+    return [p for p in TABLE["entries"] if versions[a][p] != versions[b][p]]
+
+
+# --------------------------------------------------------------------------
+# The table and the installed torch
+# --------------------------------------------------------------------------
+
+
+def test_the_table_matches_the_installed_torch():
+    assert INSTALLED in TABLE["versions"], f"torch {INSTALLED} is not in the table"
+    observed = _compat.observe(ROOT, TABLE["entries"])
+    assert observed == TABLE["versions"][INSTALLED]
+    decision = cct._check_torch()
+    assert (decision.version, decision.matched, decision.differs, decision.warning) == (
+        INSTALLED, True, [], None)
+    # Every live object passes its existence, callability and identity check.
+    problems = {p: _compat.live_problem(ROOT, p, e) for p, e in TABLE["entries"].items()
+                if observed[p] is not None}
+    assert {p: w for p, w in problems.items() if w is not None} == {}
+    # The digest is the one the package used before the table:
+    # sha256(dedent(inspect.getsource(f))) for an undecorated function.
+    import torch._dynamo.distributed as dd
+    import torch._dynamo.pgo as pgo
+
+    for path, f in [("torch._dynamo.distributed.get_compile_pg", dd.get_compile_pg),
+                    ("torch._dynamo.pgo.process_automatic_dynamic", pgo.process_automatic_dynamic)]:
+        src = textwrap.dedent(inspect.getsource(f))
+        assert observed[path] == hashlib.sha256(src.encode()).hexdigest()
+
+
+def test_the_table_covers_the_supported_versions_and_marks_required_entries():
+    versions = TABLE["versions"]
+    assert {"2.11.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1", "2.15.0"} <= set(versions)
+    assert cct.TORCH_VERSIONS == tuple(sorted(versions, key=_compat.release))
+    assert cct.TORCH_VERSION == "2.15.0"
+    # 2.14.0 and 2.14.1 are byte-identical where the package looks.
+    assert versions["2.14.0"] == versions["2.14.1"]
+    for path, entry in TABLE["entries"].items():
+        assert entry["kind"] in ("digest", "callable", "exists"), path
+        present = [v for v in versions if versions[v][path] is not None]
+        if entry["required"]:
+            assert present == list(versions), f"{path} is required but absent in some versions"
+    # Every place _CONFIG reads a setting from is an entry of the table.
+    for places in cct._CONFIG:
+        for path in places:
+            assert path in TABLE["entries"], path
+    # compile_on_one_rank moved: distributed.config up to 2.13, compiler.config from 2.14.
+    moved = "torch.compiler.config.compile_on_one_rank"
+    assert [v for v in versions if versions[v][moved]] == ["2.14.0", "2.14.1", "2.15.0"]
+    assert all(versions[v]["torch.distributed.config.compile_on_one_rank"] for v in versions)
+    # What the issue found from the wheels: get_compile_pg changes in 2.14 and
+    # 2.15, CatchErrorsWrapper.__call__ in 2.14, get_compile_sync_pg is new in 2.15.
+    replaced = ["torch._dynamo.output_graph.OutputGraph.run_compiler_collective",
+                "torch._dynamo.distributed.get_compile_pg",
+                "torch._dynamo.convert_frame.CatchErrorsWrapper.__call__",
+                "torch._dynamo.eval_frame.guard_collectives_hook",
+                "torch._dynamo.pgo.process_automatic_dynamic"]
+    changed = lambda a, b: [p for p in replaced if versions[a][p] != versions[b][p]]  # noqa: E731
+    assert changed("2.13.0", "2.14.1") == ["torch._dynamo.distributed.get_compile_pg",
+                                            "torch._dynamo.convert_frame.CatchErrorsWrapper.__call__"]
+    assert changed("2.14.1", "2.15.0") == ["torch._dynamo.distributed.get_compile_pg"]
+    sync = "torch._dynamo.distributed.get_compile_sync_pg"
+    assert [v for v in versions if versions[v][sync]] == ["2.15.0"]
+
+
+def test_a_torch_matching_a_known_version_passes_whatever_its_version_string():
+    versions = TABLE["versions"]
+    for claimed in ("2.14.0", "2.14.1", "2.14.7+cu999", "3.0.0"):
+        d = _compat.decide(TABLE, versions["2.14.1"], {}, claimed, False)
+        assert d.matched and d.warning is None
+        assert d.version == (_compat.plain(claimed) if claimed.startswith("2.14.") and
+                             _compat.plain(claimed) in versions else "2.14.1")
+
+
+def test_the_nearest_known_version_goes_by_version_order():
+    known = ["2.11.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1", "2.15.0"]
+    assert _compat.nearest("2.16.0.dev20261201+cpu", known) == "2.15.0"
+    assert _compat.nearest("2.10.0", known) == "2.11.0"
+    assert _compat.nearest("2.14.2", known) == "2.14.1"
+    assert _compat.nearest("2.12.0", known) == "2.11.0"
+    assert _compat.nearest("2.13.0+cu130", known) == "2.13.0"
+    assert _compat.nearest("nonsense", known) == "2.15.0"
+
+
+# --------------------------------------------------------------------------
+# An untested torch
+# --------------------------------------------------------------------------
+
+
+def test_an_untested_torch_is_refused_naming_version_and_what_differs(
+        world_of_one, tmp_path, monkeypatch):
+    """The table without the installed version (for torch 2.15.0: the table
+    with its entry removed)."""
+    t = table_with(tmp_path, monkeypatch, keep=lambda v: v != INSTALLED)
+    follow = _compat.nearest(torch.__version__, list(t["versions"]))
+    expected = differing(TABLE["versions"], INSTALLED, follow)
+    assert expected, "the nearest version differs from the installed one in nothing"
+    before = replaced_objects()
+    with pytest.raises(compiler_collectives.IncompatibleTorch) as e:
+        cct.enable(timeout=20)
+    message = str(e.value)
+    print(f"\nREFUSAL: {message}")
+    assert message.startswith(
+        f"compiler_collectives.torch was not tested with torch {torch.__version__}: it matches "
+        f"none of the torch versions in its table ("
+    )
+    assert f"Compared with torch {follow}, the nearest: " in message
+    named = [p for p in TABLE["entries"] if f"{p} (" in message]
+    assert named == expected
+    assert "Nothing was changed" in message and "allow_untested_torch=True" in message
+    assert e.value.kind == "unsupported"
+    assert replaced_objects() == before
+    assert not cct.is_enabled()
+
+
+@pytest.mark.parametrize("side", ["newer", "older"])
+def test_the_nearest_is_the_newest_known_for_a_newer_torch_the_oldest_for_an_older(
+        world_of_one, tmp_path, monkeypatch, side):
+    r = _compat.release(INSTALLED)
+    keep = (lambda v: _compat.release(v) < r) if side == "newer" else (
+        lambda v: _compat.release(v) > r)
+    t = table_with(tmp_path, monkeypatch, keep=keep)
+    if not t["versions"]:
+        pytest.skip(f"no known version is {'older' if side == 'newer' else 'newer'} than {INSTALLED}")
+    ordered = sorted(t["versions"], key=_compat.release)
+    follow = ordered[-1] if side == "newer" else ordered[0]
+    with pytest.raises(compiler_collectives.IncompatibleTorch) as e:
+        cct.enable(timeout=20)
+    assert f"Compared with torch {follow}, the nearest: " in str(e.value)
+    named = [p for p in TABLE["entries"] if f"{p} (" in str(e.value)]
+    assert named == differing(TABLE["versions"], INSTALLED, follow)
+
+
+def test_with_the_opt_in_one_warning_and_a_working_compile(
+        world_of_one, tmp_path, monkeypatch, caplog):
+    t = table_with(tmp_path, monkeypatch, keep=lambda v: v != INSTALLED)
+    follow = _compat.nearest(torch.__version__, list(t["versions"]))
+    torch._dynamo.reset()
+    caplog.set_level(logging.WARNING)
+    cct.enable(timeout=20, allow_untested_torch=True)
+    try:
+        warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+        assert [r.name for r in warnings] == [LOGGER]
+        text = warnings[0].getMessage()
+        print(f"\nWARNING: {text}")
+        assert text.startswith(
+            f"compiler_collectives.torch: torch {torch.__version__} is untested "
+            f"(allow_untested_torch=True); following torch {follow}, from which it differs in: "
+        )
+        named = [p for p in TABLE["entries"] if f"{p} (" in text]
+        assert named == differing(TABLE["versions"], INSTALLED, follow)
+        # The must-agree check carries the opt-in and the version followed.
+        agreed = cct._must_agree(False, True, follow)
+        assert "allow_untested_torch=True" in agreed.splitlines()
+        assert f"torch_followed={follow}" in agreed.splitlines()
+        compiles = []
+
+        def backend(gm, example_inputs):
+            compiles.append(len(example_inputs))
+            return gm.forward
+
+        @torch.compile(backend=backend)
+        def f(x):
+            return x.sum()
+
+        for n in (3, 3, 5, 7):
+            assert f(torch.ones(n)).item() == n
+        assert compiles == [1, 2]
+        assert cct.channel_info()["next_exchange"] == 3
+    finally:
+        cct.disable()
+
+
+def test_with_the_opt_in_a_missing_required_entry_is_refused_naming_it(
+        world_of_one, tmp_path, monkeypatch):
+    import torch._dynamo.pgo as pgo
+    import torch._dynamo.utils as utils
+
+    absent = "torch._dynamo.symbolic_convert.LocalState.no_such_field"
+    table_with(tmp_path, monkeypatch, keep=lambda v: v != INSTALLED, entries={
+        absent: ({"kind": "exists", "required": True, "why": "a test"}, True),
+    })
+    monkeypatch.delattr(pgo, "InferStride")
+    monkeypatch.setattr(utils, "dynamo_timed", lambda key: None)
+    before = replaced_objects()
+    with pytest.raises(compiler_collectives.IncompatibleTorch) as e:
+        cct.enable(timeout=20, allow_untested_torch=True)
+    message = str(e.value)
+    print(f"\nREFUSAL (required): {message}")
+    assert message.startswith(
+        f"compiler_collectives.torch cannot run on torch {torch.__version__}, even with "
+        "allow_untested_torch=True: what it requires is missing or cannot be called as it "
+        "calls it: "
+    )
+    assert f"{absent} (absent)" in message
+    assert "torch._dynamo.pgo.InferStride (absent at run time: module 'torch._dynamo.pgo' " \
+           "has no attribute 'InferStride')" in message
+    assert "torch._dynamo.utils.dynamo_timed (cannot be called as " \
+           "(_, log_pt2_compile_event=_): (key)" in message
+    # Nothing else is named: the other required entries pass.
+    named = [p for p in list(TABLE["entries"]) + [absent] if f"{p} (" in message]
+    assert named == ["torch._dynamo.pgo.InferStride", "torch._dynamo.pgo.InferStride.dim",
+                     "torch._dynamo.utils.dynamo_timed", absent]
+    assert replaced_objects() == before
+    assert not cct.is_enabled()
+
+
+def test_a_known_torch_with_a_required_entry_gone_is_refused(world_of_one, monkeypatch):
+    import torch._dynamo.symbolic_convert as sc
+
+    monkeypatch.delattr(sc, "LocalState")
+    with pytest.raises(compiler_collectives.IncompatibleTorch) as e:
+        cct.enable(timeout=20)
+    assert f"Compared with torch {INSTALLED}, the nearest: " in str(e.value)
+    assert ("torch._dynamo.symbolic_convert.LocalState (absent at run time: module "
+            "'torch._dynamo.symbolic_convert' has no attribute 'LocalState')") in str(e.value)
+    named = [p for p in TABLE["entries"] if f"{p} (" in str(e.value)]
+    assert named == ["torch._dynamo.symbolic_convert.LocalState",
+                     "torch._dynamo.symbolic_convert.LocalState.automatic_dynamic",
+                     "torch._dynamo.symbolic_convert.LocalState.render"]
+    assert not cct.is_enabled()
+
+
+def test_allow_untested_torch_must_be_a_bool(world_of_one):
+    with pytest.raises(compiler_collectives.InvalidArgument, match="allow_untested_torch"):
+        cct.enable(timeout=20, allow_untested_torch="yes")
+    assert not cct.is_enabled()
+
+
+# --------------------------------------------------------------------------
+# Settings: where each version keeps them, and the refused functorch syncs
+# --------------------------------------------------------------------------
+
+
+def test_settings_are_read_where_the_version_keeps_them(world_of_one):
+    settings = dict(cct._settings(INSTALLED))
+    versions = TABLE["versions"]
+    place = ("torch.compiler.config.compile_on_one_rank"
+             if versions[INSTALLED]["torch.compiler.config.compile_on_one_rank"]
+             else "torch.distributed.config.compile_on_one_rank")
+    assert settings[place] == "False"
+    other = ({"torch.compiler.config.compile_on_one_rank",
+              "torch.distributed.config.compile_on_one_rank"} - {place}).pop()
+    assert other not in settings
+    # Followed as 2.13 (distributed.config) and as 2.15 (compiler.config).
+    assert "torch.distributed.config.compile_on_one_rank" in dict(cct._settings("2.13.0"))
+    assert "torch.compiler.config.compile_on_one_rank" in dict(cct._settings("2.15.0"))
+    agreed = cct._must_agree(True, False, INSTALLED).splitlines()
+    assert agreed[:6] == [f"torch={torch.__version__}", f"torch_followed={INSTALLED}",
+                          f"compiler_collectives={compiler_collectives.__version__}",
+                          f"wire={compiler_collectives.WIRE_VERSION}", "guard_votes=True",
+                          "allow_untested_torch=False"]
+    for name in ("dynamic_sources", "unbacked_sources", "dynamic_values", "static_sources"):
+        path = f"torch.compiler.config.{name}"
+        line = [x for x in agreed if x.startswith(path + "=")]
+        if versions[INSTALLED][path]:
+            assert line == [f"{path}={getattr(torch.compiler.config, name)!r}"]
+        else:
+            assert line == [f"{path}=<absent in torch {INSTALLED}>"]
+    for path in ("torch._dynamo.config.automatic_dynamic_exclusion_guard",
+                 "torch._dynamo.config.canonicalize_output_graph_node_order",
+                 "torch._functorch.config._sync_decision_cross_ranks",
+                 "torch._functorch.config._sync_cache_decision_cross_ranks"):
+        assert [x for x in agreed if x.startswith(path + "=")] == (
+            [f"{path}=False"] if versions[INSTALLED][path]
+            else [f"{path}=<absent in torch {INSTALLED}>"])
+
+
+@pytest.mark.parametrize("flag", ["_sync_decision_cross_ranks",
+                                  "_sync_cache_decision_cross_ranks"])
+def test_a_functorch_cross_rank_sync_flag_is_refused_naming_it(world_of_one, flag):
+    import torch._functorch.config as fc
+
+    if not TABLE["versions"][INSTALLED][f"torch._functorch.config.{flag}"]:
+        pytest.skip(f"torch {INSTALLED} has no {flag}")
+    before = replaced_objects()
+    # (monkeypatch.setattr on a config module deletes the setting on undo.)
+    with fc.patch(flag, True), pytest.raises(compiler_collectives.Unsupported) as e:
+        cct.enable(timeout=20)
+    assert getattr(fc, flag) is False
+    print(f"\nREFUSAL (functorch): {e.value}")
+    assert str(e.value).startswith(
+        f"compiler_collectives.torch does not support torch._functorch.config.{flag}=True: ")
+    assert e.value.kind == "unsupported"
+    assert replaced_objects() == before
+    assert not cct.is_enabled()
+
+
+def test_no_torch_process_group_is_created_by_a_compile(world_of_one):
+    """With functorch's sync flags off (the default): a compile through
+    AOTAutograd's partitioner creates no process group (neither Dynamo's
+    pt2_compile_pg nor 2.15's pt2_compile_sync_pg)."""
+    import torch._dynamo.distributed as dd
+    import torch._functorch.config as fc
+
+    c10d = dist.distributed_c10d
+    assert not getattr(fc, "_sync_decision_cross_ranks", False)
+    assert not getattr(fc, "_sync_cache_decision_cross_ranks", False)
+    groups = set(c10d._world.pg_map)
+    torch._dynamo.reset()
+    cct.enable(timeout=20)
+    try:
+        @torch.compile(backend="aot_eager")
+        def f(x):
+            return (x.sin() * 2).sum()
+
+        for n in (3, 5):
+            x = torch.ones(n, requires_grad=True)
+            f(x).backward()
+            assert torch.allclose(x.grad, 2 * torch.ones(n).cos())
+    finally:
+        cct.disable()
+    assert set(c10d._world.pg_map) == groups
+    tags = [t for t in c10d._world.tags_to_pg if t.startswith("pt2_")]
+    assert tags == []
+    assert dd._COMPILE_PG is None
+    assert getattr(dd, "_COMPILE_SYNC_PG", None) is None
+
+
+# --------------------------------------------------------------------------
+# The generator
+# --------------------------------------------------------------------------
+
+
+def run_generator(*args, table=None):
+    """scripts/torch-table.py in a Python where importing torch fails."""
+    argv = [GENERATOR, *args] + (["--table", str(table)] if table else [])
+    code = ("import runpy, sys; sys.modules['torch'] = None; "
+            f"sys.argv = {argv!r}; runpy.run_path({GENERATOR!r}, run_name='__main__')")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+
+
+def test_the_generator_over_the_installed_sources_gives_the_committed_entry(tmp_path):
+    """Only the files the table reads, copied from the installed torch."""
+    _compat._PARSED.clear()
+    _compat.observe(ROOT, TABLE["entries"])
+    files = sorted(_compat._PARSED) + [os.path.join(ROOT, "torch", "version.py")]
+    for f in files:
+        rel = os.path.relpath(f, ROOT)
+        assert rel.startswith("torch" + os.sep), f
+        (tmp_path / "src" / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(f, tmp_path / "src" / rel)
+    out = run_generator("--source", str(tmp_path / "src"))
+    assert out.returncode == 0, out.stderr
+    generated = json.loads(out.stdout)
+    assert generated == {"version": INSTALLED, "values": TABLE["versions"][INSTALLED]}
+
+
+FAKE = {
+    "torch/version.py": "__version__ = '9.1.0+cpu'\n",
+    "torch/_dynamo/__init__.py": "",
+    "torch/_dynamo/distributed.py": '''\
+from .helpers import helper as get_helper
+
+def get_compile_pg():
+    # a comment
+    return None
+
+
+class DistributedState:
+    def __init__(self, compile_pg, local_state=None):
+        self.compile_pg = compile_pg
+''',
+    "torch/_dynamo/helpers.py": '''\
+import functools
+
+@functools.lru_cache(None)
+@staticmethod
+def helper(a, /, b, *args, c=1, **kw):
+    pass
+''',
+    "torch/_C/__init__.pyi": "",
+    "torch/_C/_stub.pyi": '''\
+from typing import overload
+class Store:
+    @overload
+    def wait(self, keys: list[str]) -> None: ...
+    @overload
+    def wait(self, keys: list[str], timeout: int) -> None: ...
+''',
+}
+
+
+def test_the_generator_reads_a_source_tree(tmp_path):
+    for rel, text in FAKE.items():
+        (tmp_path / "src" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "src" / rel).write_text(text)
+    entries = {
+        "torch._dynamo.distributed.get_compile_pg": {"kind": "digest", "required": True},
+        "torch._dynamo.distributed.get_helper": {"kind": "callable", "required": True,
+                                                 "call": {"args": 2, "kwargs": ["c"]}},
+        "torch._dynamo.distributed.DistributedState": {"kind": "callable", "required": True,
+                                                       "call": {"args": 1}},
+        "torch._dynamo.distributed.DistributedState.compile_pg": {"kind": "exists",
+                                                                  "required": True},
+        "torch._C._stub.Store.wait": {"kind": "callable", "required": True,
+                                      "call": {"args": 3}},
+        "torch._dynamo.distributed.gone": {"kind": "exists", "required": False},
+    }
+    table = tmp_path / "table.json"
+    table.write_text(json.dumps({"format": 1, "entries": entries, "versions": {}}))
+    out = run_generator("--source", str(tmp_path / "src"), "--write", table=table)
+    assert out.returncode == 0, out.stderr
+    written = json.loads(table.read_text())
+    src = "def get_compile_pg():\n    # a comment\n    return None\n"
+    assert written["versions"] == {"9.1.0": {
+        "torch._dynamo.distributed.get_compile_pg": hashlib.sha256(src.encode()).hexdigest(),
+        "torch._dynamo.distributed.get_helper": "(a, /, b, *args, c=, **kw)",
+        "torch._dynamo.distributed.DistributedState": "(compile_pg, local_state=)",
+        "torch._dynamo.distributed.DistributedState.compile_pg": True,
+        "torch._C._stub.Store.wait": "(self, keys) | (self, keys, timeout)",
+        "torch._dynamo.distributed.gone": None,
+    }}
+    # A decorated function's digest starts at its first decorator.
+    helper = _compat.find(str(tmp_path / "src"), "torch._dynamo.helpers.helper")
+    assert _compat.source_lines(helper) == (3, 6)
+    # A required entry absent, or a call that does not bind: reported, exit 1.
+    entries["torch._dynamo.distributed.gone"]["required"] = True
+    entries["torch._dynamo.distributed.get_helper"]["call"] = {"args": 1, "kwargs": ["d"]}
+    table.write_text(json.dumps({"format": 1, "entries": entries, "versions": {}}))
+    out = run_generator("--source", str(tmp_path / "src"), "--version", "9.0.0", table=table)
+    assert out.returncode == 1
+    assert json.loads(out.stdout)["version"] == "9.0.0"
+    assert out.stderr.splitlines() == [
+        "torch-table: torch._dynamo.distributed.get_helper: (_, d=_) does not bind to "
+        "(a, /, b, *args, c=, **kw)",
+        "torch-table: torch._dynamo.distributed.gone: required, absent in torch 9.0.0",
+    ]
