@@ -542,7 +542,7 @@ def live_problem(root: str, path: str, entry: dict) -> Optional[str]:
         try:
             parent = resolve(path.rsplit(".", 1)[0])
         except (ImportError, AttributeError):
-            return f"absent ({e})"
+            return f"absent at run time: {e}"
         if isinstance(parent, type):
             if dataclasses.is_dataclass(parent) and name in {f.name for f in dataclasses.fields(parent)}:
                 return None
@@ -551,7 +551,7 @@ def live_problem(root: str, path: str, entry: dict) -> Optional[str]:
                 found = find(root, qual)
                 if found is not None and found.kind == "value":
                     return None
-        return f"absent ({e})"
+        return f"absent at run time: {e}"
     kind = entry["kind"]
     shape = _call_shape(entry)
     if kind in ("digest", "callable") or shape is not None:
@@ -615,14 +615,17 @@ def _show(value: Any) -> str:
 
 
 def differences(observed: Dict[str, Any], known: Dict[str, Any], version: str,
-                entries: Dict[str, dict]) -> List[str]:
+                entries: Dict[str, dict], problems: Optional[Dict[str, str]] = None) -> List[str]:
     """Each entry whose observed value is not torch `version`'s, in words."""
+    problems = problems or {}
     out = []
     for path, entry in entries.items():
         mine, theirs = observed.get(path), known.get(path)
         if mine == theirs:
             continue
-        if theirs is None:
+        if isinstance(mine, str) and mine.startswith("<") and path in problems:
+            what = problems[path]
+        elif theirs is None:
             what = f"present here, absent in torch {version}"
         elif mine is None:
             what = f"absent here, present in torch {version}"
@@ -666,7 +669,7 @@ def decide(table: dict, observed: Dict[str, Any], problems: Dict[str, str],
         chosen = exact[0] if exact else max(matches, key=lambda v: release(v) or ())
         return Decision(chosen, True, [], None)
     follow = nearest(torch_version, list(versions))
-    differs = differences(seen, versions[follow], follow, entries)
+    differs = differences(seen, versions[follow], follow, entries, problems)
     tested = ", ".join(sorted(versions, key=lambda v: release(v) or ()))
     if not allow_untested:
         raise Refusal(
