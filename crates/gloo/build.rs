@@ -1,7 +1,13 @@
 //! Compiles the C++ adapter (`adapter/ccol_gloo.cpp`) into a shared object
-//! that links Debian's libgloo. The crate embeds the object and loads it at
-//! run time with `RTLD_DEEPBIND`, so the Rust binary itself never links
-//! libgloo (see docs/environment.md: libgloo and libtorch collide in one process).
+//! that links Debian's libgloo. The crate embeds the object (feature
+//! `embedded-adapter`) and loads it at run time with `RTLD_DEEPBIND`, so the
+//! Rust binary itself never links libgloo (see docs/environment.md: libgloo
+//! and libtorch collide in one process).
+//!
+//! Outputs: `CCOL_GLOO_ADAPTER_SO` (the object's path, for `include_bytes!`)
+//! and, through the `links = "ccol_gloo"` key, `DEP_CCOL_GLOO_ADAPTER` (the
+//! same path) for the build scripts of dependent crates: the Python package
+//! ships the object as a file of its wheel.
 //!
 //! Honoured variables: `GLOO_ROOT` (a prefix with `include/gloo` and `lib`),
 //! `GLOO_INCLUDE_DIR`, `GLOO_LIB_DIR`, `HIREDIS_INCLUDE_DIR`, and the `cc`
@@ -102,14 +108,19 @@ fn run() -> Result<(), String> {
         .arg(&lib)
         .arg(format!("-Wl,-rpath,{}", lib.display()))
         .args(["-Wl,-z,defs", "-lgloo", "-lpthread"]);
-    let status = cmd
-        .status()
-        .map_err(|e| format!("cannot run the C++ compiler {:?}: {e}", compiler.path()))?;
+    let status = cmd.status().map_err(|e| {
+        format!(
+            "cannot run the C++ compiler {:?} ({e}); install one: `sudo apt-get install -y \
+                 --no-install-recommends g++` (or set CXX)",
+            compiler.path()
+        )
+    })?;
     if !status.success() {
         return Err(format!(
             "compiling the Gloo adapter failed ({status}): {cmd:?}; {INSTALL_HINT}"
         ));
     }
     println!("cargo:rustc-env=CCOL_GLOO_ADAPTER_SO={}", object.display());
+    println!("cargo:adapter={}", object.display());
     Ok(())
 }

@@ -5,7 +5,9 @@
 //!
 //! The crate compiles a small C++ adapter with a plain C ABI into a shared
 //! object, embeds it, writes it to a cache file on first use and loads it
-//! with `dlopen(RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND)`. The Rust binary
+//! with `dlopen(RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND)` (a package that ships
+//! the adapter as a file of its own names it with [`use_adapter_file`]
+//! instead). The Rust binary
 //! never links libgloo, so a process can also hold libtorch (which carries
 //! its own copy of Gloo's symbols) without the two colliding. Every adapter
 //! entry catches C++ exceptions and returns a status plus Gloo's message.
@@ -15,6 +17,15 @@
 //! | [`GlooStore`] | rendezvous stores: FileStore, RedisStore, HashStore, prefix, any core `Store` |
 //! | [`GlooTransport`] | core's `Transport`: all_gather (variable length), broadcast, barrier, send/recv, shutdown |
 //! | [`from_env`] | a transport from torchrun's environment (`RANK`, `WORLD_SIZE`, …) |
+//! | [`use_adapter_file`] | load the adapter from a file a package ships, not the embedded copy |
+//!
+//! | feature | default | what |
+//! |---|---|---|
+//! | `embedded-adapter` | on | the adapter's bytes are compiled into the crate and written to a private cache file on first use; without it, [`use_adapter_file`] must name the file |
+//!
+//! The build script also hands the compiled adapter's path to dependent
+//! build scripts (`links = "ccol_gloo"`: `DEP_CCOL_GLOO_ADAPTER`), so a
+//! package can ship it as a file.
 //!
 //! Build requirement: `sudo apt-get install -y --no-install-recommends libgloo-dev`
 //! (the build script says so when it is missing).
@@ -97,4 +108,18 @@ impl GlooError {
 /// [`GlooError::Load`] if it cannot be written or loaded.
 pub fn adapter_path() -> Result<std::path::PathBuf, GlooError> {
     sys::api().map(|a| a.path.clone())
+}
+
+/// Loads the adapter from the file at `path` rather than the embedded copy:
+/// for a package that ships the adapter as a file (the Python wheel, where
+/// `auditwheel` points it at the Gloo libraries the wheel carries). Call it
+/// before the transport's first use, which opens the file. A build without
+/// the `embedded-adapter` feature needs this call.
+///
+/// # Errors
+/// [`GlooError::Load`] if a different adapter was chosen already (another
+/// path, or the embedded adapter by an earlier first use). Naming the same
+/// path again is `Ok`.
+pub fn use_adapter_file(path: &std::path::Path) -> Result<(), GlooError> {
+    sys::use_adapter_file(path)
 }

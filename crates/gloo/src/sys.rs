@@ -1,10 +1,13 @@
 //! The crate's only unsafe code: loading the adapter and safe handles over
 //! its C ABI.
 //!
-//! - Loading: the embedded shared object is written to a cache file once and
-//!   opened with `dlopen(RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND)`, so its Gloo
-//!   symbols resolve against Debian's libgloo even in a process that also
-//!   holds libtorch's copy of Gloo (docs/environment.md).
+//! - Loading: the adapter file — the one [`use_adapter_file`] named (the
+//!   Python wheel's), else the embedded shared object written to a cache file
+//!   once (feature `embedded-adapter`) — is opened with
+//!   `dlopen(RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND)`, so its Gloo symbols
+//!   resolve against the libgloo it links (Debian's, or the copy a wheel
+//!   carries) even in a process that also holds libtorch's copy of Gloo
+//!   (docs/environment.md).
 //! - Handles: [`StoreHandle`], [`Context`], [`Buffer`] own one adapter object
 //!   each (`NonNull` inside, freed once by a Drop that never panics) and
 //!   expose safe methods over slices, `&CStr` and durations;
@@ -29,8 +32,6 @@ pub(crate) const TIMEOUT: i32 = 1;
 pub(crate) const IO: i32 = 2;
 pub(crate) const INVALID: i32 = 3;
 pub(crate) const ABORTED: i32 = 5;
-
-static ADAPTER: &[u8] = include_bytes!(env!("CCOL_GLOO_ADAPTER_SO"));
 
 /// `ccol_gloo_error`.
 #[repr(C)]
@@ -148,89 +149,75 @@ pub(crate) fn api() -> Result<&'static Api, GlooError> {
     API.get_or_init(load).as_ref().map_err(Clone::clone)
 }
 
-/// Where the adapter is written: the project's cache directories in core's
-/// order ([`compiler_collectives_core::persistence::paths::cache_dirs`]: `$CCOL_CACHE`, else
-/// `$XDG_CACHE_HOME/compiler-collectives`, else `$HOME/.cache/compiler-collectives`),
-/// else `compiler-collectives-<uid>` in the temporary directory. A directory is
-/// used only if this user owns it and nobody else can write it (see [`private_dir`]).
-fn cache_dirs() -> Vec<PathBuf> {
-    let mut dirs = compiler_collectives_core::persistence::paths::cache_dirs();
-    // SAFETY: getuid has no preconditions and cannot fail.
-    let uid = unsafe { libc::getuid() };
-    dirs.push(std::env::temp_dir().join(format!("compiler-collectives-{uid}")));
-    dirs
-}
+/// The adapter file to load: set once, by [`use_adapter_file`] or, when
+/// nobody named one before the first load, by [`load`] (`None`: the embedded
+/// adapter). Whoever sets it first decides; the other gets an error.
+static ADAPTER_FILE: OnceLock<Option<PathBuf>> = OnceLock::new();
 
-/// Creates `dir` (mode 0700) if needed and checks that it is a directory
-/// owned by this user that no other user can write: another user who could
-/// write it could plant a library in it for this process to load.
+/// Loads the adapter from `path` instead of the embedded one: for a package
+/// that ships the adapter as a file of its own (the Python wheel, whose
+/// `auditwheel` pass gives the file the Gloo libraries the wheel carries).
+/// Call it before the first use of the transport; the file is opened on that
+/// first use. A relative path is made absolute against the current directory
+/// now (so `dlopen` never searches the library path for it).
 ///
 /// # Errors
-/// An I/O error, or `PermissionDenied` naming what is wrong.
-fn private_dir(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)?;
-    let m = std::fs::symlink_metadata(dir)?;
-    // SAFETY: getuid has no preconditions and cannot fail.
-    let uid = unsafe { libc::getuid() };
-    if !m.is_dir() || m.uid() != uid || m.mode() & 0o022 != 0 {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::PermissionDenied,
-            format!(
-                "not a private directory (owner uid {}, mode {:o}; this process runs as uid {uid}): \
-                 the adapter library is only written to and loaded from a directory that no \
-                 other user can write",
-                m.uid(),
-                m.mode() & 0o7777
-            ),
-        ));
+/// [`GlooError::Load`] if another adapter was chosen already (another path,
+/// or the embedded adapter by a first use), or if the current directory
+/// cannot be read for a relative path. Naming the chosen path again is
+/// `Ok`.
+pub(crate) fn use_adapter_file(path: &Path) -> Result<(), GlooError> {
+    let path = std::path::absolute(path)
+        .map_err(|e| GlooError::Load(format!("cannot make {} absolute: {e}", path.display())))?;
+    match ADAPTER_FILE.set(Some(path.clone())) {
+        Ok(()) => Ok(()),
+        Err(_) => match ADAPTER_FILE.get() {
+            Some(Some(chosen)) if *chosen == path => Ok(()),
+            Some(Some(chosen)) => Err(GlooError::Load(format!(
+                "cannot use {}: this process already uses the adapter file {}",
+                path.display(),
+                chosen.display()
+            ))),
+            _ => Err(GlooError::Load(format!(
+                "cannot use {}: this process already loaded the embedded adapter \
+                 (use_adapter_file comes before the first use of the transport)",
+                path.display()
+            ))),
+        },
     }
-    Ok(())
 }
 
-/// Writes the embedded adapter into `dir` unless an identical file is
-/// already there, and returns its path. A file of that name with other
-/// contents (a stale or planted one) is replaced.
-fn write_adapter(dir: &Path) -> std::io::Result<PathBuf> {
-    private_dir(dir)?;
-    let digest = xxhash_rust::xxh3::xxh3_64(ADAPTER);
-    let path = dir.join(format!("gloo-adapter-{digest:016x}.so"));
-    let same = std::fs::symlink_metadata(&path)
-        .is_ok_and(|m| m.is_file() && m.len() == ADAPTER.len() as u64)
-        && std::fs::read(&path).is_ok_and(|bytes| bytes == ADAPTER);
-    if same {
-        return Ok(path);
+/// The path of the adapter to open: the chosen file, else the embedded
+/// adapter written to a private cache directory.
+fn adapter_file() -> Result<PathBuf, GlooError> {
+    match ADAPTER_FILE.get_or_init(|| None) {
+        Some(path) => Ok(path.clone()),
+        None => embedded_file(),
     }
-    // Write under a unique name, then rename: concurrent ranks never load a
-    // half-written file.
-    let mut tmp = tempfile::Builder::new()
-        .prefix(&format!(".gloo-adapter-{digest:016x}."))
-        .tempfile_in(dir)?;
-    std::io::Write::write_all(&mut tmp, ADAPTER)?;
-    tmp.persist(&path).map_err(|e| e.error)?;
-    Ok(path)
+}
+
+#[cfg(feature = "embedded-adapter")]
+fn embedded_file() -> Result<PathBuf, GlooError> {
+    embedded::write()
+}
+
+#[cfg(not(feature = "embedded-adapter"))]
+fn embedded_file() -> Result<PathBuf, GlooError> {
+    Err(GlooError::Load(
+        "no adapter file was named: this build has no embedded adapter (feature \
+         `embedded-adapter` is off), so compiler_collectives_gloo::use_adapter_file must \
+         name the adapter file before the first use of the transport"
+            .to_owned(),
+    ))
 }
 
 fn load() -> Result<Api, GlooError> {
-    let mut errors = Vec::new();
-    let path = cache_dirs()
-        .into_iter()
-        .find_map(|d| match write_adapter(&d) {
-            Ok(p) => Some(p),
-            Err(e) => {
-                errors.push(format!("{}: {e}", d.display()));
-                None
-            }
-        })
-        .ok_or_else(|| {
-            GlooError::Load(format!("cannot write the adapter: {}", errors.join("; ")))
-        })?;
+    let path = adapter_file()?;
     let flags = libc::RTLD_NOW | libc::RTLD_LOCAL | libc::RTLD_DEEPBIND;
-    // SAFETY: the file is the adapter this crate's build script compiled; its
-    // initialisers are those of a plain C++ shared object linking libgloo.
+    // SAFETY: the file is the adapter this crate's build script compiled (the
+    // embedded copy, or the file a package shipped it as and named with
+    // `use_adapter_file`); its initialisers are those of a plain C++ shared
+    // object linking libgloo.
     let lib = unsafe { libloading::os::unix::Library::open(Some(&path), flags) }.map_err(|e| {
         GlooError::Load(format!(
             "cannot load the Gloo adapter {} ({e}); when the error names libgloo, install \
@@ -1040,47 +1027,172 @@ impl Interrupter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::PermissionsExt;
 
+    // The only test of this process that chooses or loads an adapter (the
+    // choice is process-wide).
     #[test]
-    fn a_directory_others_can_write_is_refused() {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let dir = tmp.path().join("shared");
-        std::fs::create_dir(&dir).expect("mkdir");
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).expect("chmod");
-        let e = write_adapter(&dir).expect_err("a world-writable directory");
-        assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied);
-        assert!(e.to_string().contains("mode 777"), "{e}");
-        assert_eq!(std::fs::read_dir(&dir).expect("list").count(), 0);
+    fn the_first_adapter_file_named_is_the_one_loaded() {
+        use_adapter_file(Path::new("no-such-adapter.so")).expect("the first choice");
+        let absolute = std::env::current_dir()
+            .expect("cwd")
+            .join("no-such-adapter.so");
+        assert_eq!(ADAPTER_FILE.get(), Some(&Some(absolute.clone())));
+        use_adapter_file(&absolute).expect("the same file again");
+        let e = use_adapter_file(Path::new("/elsewhere/adapter.so")).expect_err("another file");
+        assert!(
+            e.to_string().contains("already uses the adapter file"),
+            "{e}"
+        );
+        // Loaded from that file, not from the embedded copy: its absence is the error.
+        let e = api().expect_err("no such file");
+        assert!(
+            e.to_string().contains(&absolute.display().to_string()),
+            "{e}"
+        );
+    }
+}
+
+/// The adapter embedded in this crate (feature `embedded-adapter`), written
+/// to a private cache file on first use.
+#[cfg(feature = "embedded-adapter")]
+mod embedded {
+    use crate::GlooError;
+    use std::path::{Path, PathBuf};
+
+    static ADAPTER: &[u8] = include_bytes!(env!("CCOL_GLOO_ADAPTER_SO"));
+
+    /// Writes the adapter into the first usable cache directory (see
+    /// [`cache_dirs`]); its path.
+    ///
+    /// # Errors
+    /// [`GlooError::Load`] naming each directory and why it was not usable.
+    pub(super) fn write() -> Result<PathBuf, GlooError> {
+        let mut errors = Vec::new();
+        cache_dirs()
+            .into_iter()
+            .find_map(|d| match write_adapter(&d) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    errors.push(format!("{}: {e}", d.display()));
+                    None
+                }
+            })
+            .ok_or_else(|| {
+                GlooError::Load(format!("cannot write the adapter: {}", errors.join("; ")))
+            })
     }
 
-    #[test]
-    fn a_directory_of_another_user_is_refused() {
-        // SAFETY: getuid has no preconditions.
-        if unsafe { libc::getuid() } != 0 {
-            println!("skipped: only root can give a directory to another user");
-            return;
+    /// Where the adapter is written: the project's cache directories in core's
+    /// order ([`compiler_collectives_core::persistence::paths::cache_dirs`]: `$CCOL_CACHE`, else
+    /// `$XDG_CACHE_HOME/compiler-collectives`, else `$HOME/.cache/compiler-collectives`),
+    /// else `compiler-collectives-<uid>` in the temporary directory. A directory is
+    /// used only if this user owns it and nobody else can write it (see [`private_dir`]).
+    fn cache_dirs() -> Vec<PathBuf> {
+        let mut dirs = compiler_collectives_core::persistence::paths::cache_dirs();
+        // SAFETY: getuid has no preconditions and cannot fail.
+        let uid = unsafe { libc::getuid() };
+        dirs.push(std::env::temp_dir().join(format!("compiler-collectives-{uid}")));
+        dirs
+    }
+
+    /// Creates `dir` (mode 0700) if needed and checks that it is a directory
+    /// owned by this user that no other user can write: another user who could
+    /// write it could plant a library in it for this process to load.
+    ///
+    /// # Errors
+    /// An I/O error, or `PermissionDenied` naming what is wrong.
+    fn private_dir(dir: &Path) -> std::io::Result<()> {
+        use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+        let m = std::fs::symlink_metadata(dir)?;
+        // SAFETY: getuid has no preconditions and cannot fail.
+        let uid = unsafe { libc::getuid() };
+        if !m.is_dir() || m.uid() != uid || m.mode() & 0o022 != 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!(
+                    "not a private directory (owner uid {}, mode {:o}; this process runs as uid {uid}): \
+                     the adapter library is only written to and loaded from a directory that no \
+                     other user can write",
+                    m.uid(),
+                    m.mode() & 0o7777
+                ),
+            ));
         }
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let dir = tmp.path().join("theirs");
-        std::fs::create_dir(&dir).expect("mkdir");
-        std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).expect("chown");
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        let e = write_adapter(&dir).expect_err("another user's directory");
-        assert!(e.to_string().contains("owner uid 65534"), "{e}");
+        Ok(())
     }
 
-    #[test]
-    fn a_planted_file_of_the_right_size_is_replaced() {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let dir = tmp.path().join("cache");
+    /// Writes the embedded adapter into `dir` unless an identical file is
+    /// already there, and returns its path. A file of that name with other
+    /// contents (a stale or planted one) is replaced.
+    fn write_adapter(dir: &Path) -> std::io::Result<PathBuf> {
+        private_dir(dir)?;
         let digest = xxhash_rust::xxh3::xxh3_64(ADAPTER);
-        std::fs::create_dir(&dir).expect("mkdir");
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).expect("chmod");
-        let planted = dir.join(format!("gloo-adapter-{digest:016x}.so"));
-        std::fs::write(&planted, vec![0u8; ADAPTER.len()]).expect("plant");
-        let path = write_adapter(&dir).expect("write");
-        assert_eq!(path, planted);
-        assert!(std::fs::read(&path).expect("read") == ADAPTER);
+        let path = dir.join(format!("gloo-adapter-{digest:016x}.so"));
+        let same = std::fs::symlink_metadata(&path)
+            .is_ok_and(|m| m.is_file() && m.len() == ADAPTER.len() as u64)
+            && std::fs::read(&path).is_ok_and(|bytes| bytes == ADAPTER);
+        if same {
+            return Ok(path);
+        }
+        // Write under a unique name, then rename: concurrent ranks never load a
+        // half-written file.
+        let mut tmp = tempfile::Builder::new()
+            .prefix(&format!(".gloo-adapter-{digest:016x}."))
+            .tempfile_in(dir)?;
+        std::io::Write::write_all(&mut tmp, ADAPTER)?;
+        tmp.persist(&path).map_err(|e| e.error)?;
+        Ok(path)
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+        use std::os::unix::fs::PermissionsExt;
+
+        #[test]
+        fn a_directory_others_can_write_is_refused() {
+            let tmp = tempfile::tempdir().expect("tempdir");
+            let dir = tmp.path().join("shared");
+            std::fs::create_dir(&dir).expect("mkdir");
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+            let e = write_adapter(&dir).expect_err("a world-writable directory");
+            assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied);
+            assert!(e.to_string().contains("mode 777"), "{e}");
+            assert_eq!(std::fs::read_dir(&dir).expect("list").count(), 0);
+        }
+
+        #[test]
+        fn a_directory_of_another_user_is_refused() {
+            // SAFETY: getuid has no preconditions.
+            if unsafe { libc::getuid() } != 0 {
+                println!("skipped: only root can give a directory to another user");
+                return;
+            }
+            let tmp = tempfile::tempdir().expect("tempdir");
+            let dir = tmp.path().join("theirs");
+            std::fs::create_dir(&dir).expect("mkdir");
+            std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).expect("chown");
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+            let e = write_adapter(&dir).expect_err("another user's directory");
+            assert!(e.to_string().contains("owner uid 65534"), "{e}");
+        }
+
+        #[test]
+        fn a_planted_file_of_the_right_size_is_replaced() {
+            let tmp = tempfile::tempdir().expect("tempdir");
+            let dir = tmp.path().join("cache");
+            let digest = xxhash_rust::xxh3::xxh3_64(ADAPTER);
+            std::fs::create_dir(&dir).expect("mkdir");
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+            let planted = dir.join(format!("gloo-adapter-{digest:016x}.so"));
+            std::fs::write(&planted, vec![0u8; ADAPTER.len()]).expect("plant");
+            let path = write_adapter(&dir).expect("write");
+            assert_eq!(path, planted);
+            assert!(std::fs::read(&path).expect("read") == ADAPTER);
+        }
     }
 }

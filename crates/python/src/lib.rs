@@ -346,5 +346,19 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(parse_timeout_secs, m)?)?;
     m.add("WIRE_VERSION", WIRE_VERSION)?;
     m.add("VERSION", env!("CARGO_PKG_VERSION"))?;
+    m.add_function(wrap_pyfunction!(use_gloo_adapter, m)?)?;
     Ok(())
+}
+
+/// Has the Gloo transport load its adapter from the package's own directory
+/// (`package_dir`, where the wheel ships it: crates/python/build.rs), never
+/// from a cache file. `compiler_collectives/__init__.py` calls it at import;
+/// the file is opened on the first `CompileChannel`.
+///
+/// Raises `BackendError` if another adapter was chosen already.
+#[pyfunction]
+#[pyo3(name = "_use_gloo_adapter")]
+fn use_gloo_adapter(py: Python<'_>, package_dir: std::path::PathBuf) -> PyResult<()> {
+    compiler_collectives_gloo::use_adapter_file(&package_dir.join(env!("CCOL_WHEEL_ADAPTER")))
+        .map_err(|e| to_py(py, &Error::from(e)))
 }

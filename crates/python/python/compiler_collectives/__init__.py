@@ -34,6 +34,12 @@ from ._errors import (
 )
 from ._native import VERSION as __version__
 from ._native import WIRE_VERSION
+from ._native import _use_gloo_adapter
+
+# The Gloo adapter ships in this directory (the wheel's copy links the Gloo
+# libraries the wheel carries); the first CompileChannel loads it from here.
+_use_gloo_adapter(__path__[0])
+del _use_gloo_adapter
 
 __all__ = [
     "BackendError",
