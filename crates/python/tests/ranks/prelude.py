@@ -1,0 +1,31 @@
+"""The shared prelude of the rank programs (tests/conftest.py's run_ranks).
+
+A program starts with ``from prelude import *``. Its arguments are RANK,
+WORLD and the FileStore's path; the prelude joins torch's Gloo process group
+and gives the program RANK, WORLD, emit(**kv) (an event line the harness
+reads), and datetime, json, os, sys, time, torch, dist, compiler_collectives
+and cct (compiler_collectives.torch)."""
+
+import datetime
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+RANK, WORLD, STORE = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+
+
+def emit(**kv):
+    print("EVENT " + json.dumps(kv), flush=True)
+
+
+dist.init_process_group("gloo", init_method=f"file://{STORE}", rank=RANK, world_size=WORLD,
+                        timeout=datetime.timedelta(seconds=120))
+import compiler_collectives  # noqa: E402
+import compiler_collectives.torch as cct  # noqa: E402
+
+__all__ = ["RANK", "WORLD", "STORE", "emit", "datetime", "json", "os", "sys", "time", "torch",
+           "dist", "compiler_collectives", "cct"]
