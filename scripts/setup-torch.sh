@@ -1,15 +1,28 @@
 #!/usr/bin/env bash
-# Shared torch set-up: installs the pinned torch 2.13.0 wheel (full install, so
-# Python tests can `import torch`) and numpy into a virtual environment outside
-# the checkout (reused by fresh clones), verifies the version, and prints the
-# variables that build tch-rs against it and find its tools:
-#   eval "$(scripts/setup-torch.sh)"
+# Shared torch set-up: installs a pinned torch wheel (full install, so Python
+# tests can `import torch`) and numpy into a virtual environment of its own
+# outside the checkout ($CCOL_CACHE/torch-<version>, reused by fresh clones),
+# verifies the version, and prints the variables that build tch-rs against it
+# and find its tools:
+#   eval "$(scripts/setup-torch.sh)"          # torch 2.13.0 (libtorch for tch-rs)
+#   eval "$(scripts/setup-torch.sh 2.15.0)"   # another of TORCH_VERSIONS
 # Idempotent: a second run only verifies. Progress goes to stderr (pip's
-# download progress included: the first run fetches about 4.7 GB).
+# download progress included: the first run of a version fetches about 4.7 GB).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/env.sh
-version=2.13.0
+# The versions the test command installs: the one libtorch (tch-rs, the
+# c10d tests) and the PyTorch oracle's default build against, first; then the
+# others the package is tested on (docs/python.md, "Support matrix").
+TORCH_VERSIONS=(2.13.0 2.14.1 2.15.0)
+version=${1:-${TORCH_VERSIONS[0]}}
+case " ${TORCH_VERSIONS[*]} " in
+    *" $version "*) ;;
+    *)
+        echo "setup-torch: torch $version is not one of the tested versions (${TORCH_VERSIONS[*]})" >&2
+        exit 2
+        ;;
+esac
 venv="$CCOL_CACHE/torch-$version"
 check='import torch, numpy, sys; sys.exit(0 if torch.__version__.split("+")[0] == "'$version'" else 1)'
 if ! "$venv/bin/python" -c "$check" 2>/dev/null; then

@@ -53,7 +53,7 @@ mod transport;
 
 pub use env::{from_env, store_from_env, EnvConfig, StoreSpec, STORE_ENV};
 pub use store::{GlooStore, StoreKind};
-pub use transport::{GlooOptions, GlooTransport};
+pub use transport::{GlooInterrupt, GlooOptions, GlooTransport};
 
 /// Errors of the Gloo backend. Converted into core's
 /// [`Error::Backend`](compiler_collectives_core::Error::Backend) (or

@@ -114,6 +114,9 @@ struct WatchState {
     /// a scheduler tick (about 4 ms) on many operations.
     wakes_at: Option<Instant>,
     stop: bool,
+    /// Set by [`GlooInterrupt::interrupt`]: every wait, in progress or to
+    /// come, is interrupted at once, as if its deadline had passed.
+    interrupted: bool,
 }
 
 /// Interrupts waits at their deadline with `abortWait*`, so that this rank's
@@ -152,7 +155,7 @@ impl Watchdog {
                         }
                         Some(deadline) => {
                             let now = Instant::now();
-                            if now >= deadline {
+                            if now >= deadline || st.interrupted {
                                 // Armed (under this lock) only while the
                                 // interrupter targets the waiting buffer.
                                 target.interrupt();
@@ -204,8 +207,8 @@ impl Watchdog {
                 let at = deadline.instant();
                 st.armed = Some(at);
                 // The thread already looks at `armed` by `wakes_at`; it only needs
-                // waking for an earlier deadline.
-                if st.wakes_at.is_none_or(|w| at < w) {
+                // waking for an earlier deadline (or an interrupted transport's).
+                if st.interrupted || st.wakes_at.is_none_or(|w| at < w) {
                     cv.notify_all();
                 }
             }
@@ -213,6 +216,39 @@ impl Watchdog {
             lock.lock().unwrap_or_else(|e| e.into_inner()).armed = None;
             r
         })
+    }
+}
+
+/// Interrupts a [`GlooTransport`]'s waits from another thread (a Ctrl-C
+/// watcher, say): see [`GlooTransport::interrupter`]. Cheap to clone; `Send`
+/// and `Sync`.
+#[derive(Clone)]
+pub struct GlooInterrupt {
+    shared: Arc<(Mutex<WatchState>, Condvar)>,
+}
+
+impl std::fmt::Debug for GlooInterrupt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GlooInterrupt").finish_non_exhaustive()
+    }
+}
+
+impl GlooInterrupt {
+    /// Brings every deadline of the transport forward to now, for good: the
+    /// operation waiting (if any) and every later one fail at once with
+    /// [`Error::Timeout`] naming the ranks not heard from, its `waited`
+    /// being the time actually waited. The transport is then of no further
+    /// use; abort it ([`Transport::abort`]) so that peers see this rank as
+    /// aborted. Idempotent; never blocks on the operation in progress.
+    pub fn interrupt(&self) {
+        let (lock, cv) = &*self.shared;
+        lock.lock().unwrap_or_else(|e| e.into_inner()).interrupted = true;
+        cv.notify_all();
+    }
+
+    /// Whether [`interrupt`](GlooInterrupt::interrupt) was called.
+    pub fn is_interrupted(&self) -> bool {
+        self.shared.0.lock().unwrap_or_else(|e| e.into_inner()).interrupted
     }
 }
 
@@ -293,6 +329,9 @@ struct State {
     /// receive on a never-used slot of every pair; `None` after an error.
     inbox: Option<Buffer>,
     op: u64,
+    /// The collective that failed, if one did: this rank completed only
+    /// the ones before it (what its departure record says).
+    failed_op: Option<u64>,
     sent: HashMap<(u32, u32), u64>,
     received: HashMap<(u32, u32), u64>,
     shut: bool,
@@ -521,6 +560,15 @@ impl GlooTransport {
         })
     }
 
+    /// A handle that interrupts this transport's waits from any thread
+    /// ([`GlooInterrupt::interrupt`]), e.g. on Ctrl-C: the wait in progress
+    /// ends at once instead of at its deadline.
+    pub fn interrupter(&self) -> GlooInterrupt {
+        GlooInterrupt {
+            shared: Arc::clone(&self.watchdog.shared),
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -739,6 +787,7 @@ impl GlooTransport {
             Err(f) => {
                 // Gloo may still write into it: keep it for ever.
                 inbox.leak();
+                st.failed_op.get_or_insert(k);
                 Err(self.fail(&mut st, f, start.elapsed()))
             }
         }
@@ -1129,7 +1178,10 @@ impl GlooTransport {
         st.shut = true;
         // First, before any connection closes: a peer that reaches the next
         // collective after they did reads how this rank left here.
-        self.record_departure(flag, st.op);
+        // Collectives completed: up to the one that failed (interrupted,
+        // timed out), if one did, so that a peer still at that one reads
+        // how this rank left instead of taking it for dead.
+        self.record_departure(flag, st.failed_op.unwrap_or(st.op));
         // Peers are still collecting what this rank sent in its last
         // operations: let them take it before the connections close.
         self.reaper

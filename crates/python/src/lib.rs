@@ -8,33 +8,55 @@
 //! (`compiler_collectives.torch.enable`) on it; see
 //! `docs/python.md`.
 //!
-//! Every method that waits on peers releases the GIL for the wait. Errors
+//! Every method that waits on peers releases the GIL for the wait; a Ctrl-C
+//! in the main thread ends the wait at once (`interrupt.rs`). Errors
 //! are raised as the package's exception classes
 //! (`compiler_collectives.Error` and its subclasses, one per core error
-//! kind), built by `compiler_collectives._errors._from_native`.
+//! kind), built by `compiler_collectives._errors._from_native`. The Rust
+//! side's log events reach Python's `logging` (`logs.rs`).
 
 #![forbid(unsafe_code)]
 
 mod frame;
+mod interrupt;
+mod logs;
 mod store;
 
 use compiler_collectives_core::decisions::votes::AnyVote;
 use compiler_collectives_core::protocol::envelope::WIRE_VERSION;
 use compiler_collectives_core::{Channel, ChannelOptions, Error, ExchangeOptions, Transport};
-use compiler_collectives_gloo::{GlooOptions, GlooStore, GlooTransport};
+use compiler_collectives_gloo::{GlooInterrupt, GlooOptions, GlooStore, GlooTransport};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+/// This rank's side of an exchange: its sequence number, compile key and
+/// the last exchange every rank completed before it.
+struct Context<'k> {
+    seq: u64,
+    key: &'k str,
+    last_completed: Option<u64>,
+}
+
 /// Core's error as the package's exception (`compiler_collectives._errors`).
 fn to_py(py: Python<'_>, e: &Error) -> PyErr {
+    to_py_in(py, e, None)
+}
+
+/// [`to_py`] for an error of the exchange `context`: an error that names no
+/// exchange of its own (a `Desync`, whose groups say where each rank was)
+/// gets this rank's `exchange`, `key` and `last_completed`.
+fn to_py_in(py: Python<'_>, e: &Error, context: Option<&Context<'_>>) -> PyErr {
     let made = (|| -> PyResult<PyErr> {
         let module = py.import("compiler_collectives._errors")?;
-        let (seq, key, last) = match e.exchange() {
-            Some(info) => (Some(info.seq), Some(info.key.clone()), info.last_completed),
-            None => (None, None, None),
+        let (seq, key, last) = match (e.exchange(), context) {
+            (Some(info), _) => (Some(info.seq), Some(info.key.clone()), info.last_completed),
+            (None, Some(c)) if matches!(e, Error::Desync { .. }) => {
+                (Some(c.seq), Some(c.key.to_owned()), c.last_completed)
+            }
+            (None, _) => (None, None, None),
         };
         let departures: Vec<(u32, String)> = e
             .departures()
@@ -69,6 +91,21 @@ fn seconds(name: &str, s: f64) -> PyResult<Duration> {
 
 struct Inner {
     channel: Option<Channel>,
+    /// Why `channel` is gone, for the error of a later call.
+    closed: &'static str,
+    /// The abort that a Ctrl-C started on a thread of its own (so that
+    /// `KeyboardInterrupt` is not held up by it); `shutdown` and `abort`
+    /// wait for it.
+    aborting: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Inner {
+    /// Waits for an abort started by a Ctrl-C to finish.
+    fn join_abort(&mut self) {
+        if let Some(handle) = self.aborting.take() {
+            let _ = handle.join();
+        }
+    }
 }
 
 /// One rank's channel for compile decisions: core's `Channel` over a Gloo
@@ -84,13 +121,17 @@ struct Inner {
 ///   seconds;
 /// - `hostname`: the address peers connect to for this rank;
 /// - `pgo`, `local_state_type`: `torch._dynamo.pgo` and
-///   `torch._dynamo.symbolic_convert.LocalState`.
+///   `torch._dynamo.symbolic_convert.LocalState`;
+/// - `sigint`: whether a Ctrl-C (SIGINT) ends this thread's waits at once
+///   (`KeyboardInterrupt`, the channel aborted); pass it from Python's main
+///   thread only, when SIGINT has a Python handler.
 ///
 /// Raises the package's `Timeout` if peers do not rendezvous in time,
 /// `InvalidArgument` for a bad rank, `BackendError` for Gloo's errors.
 #[pyclass(frozen, module = "compiler_collectives._native")]
 struct CompileChannel {
     inner: Mutex<Inner>,
+    interrupt: GlooInterrupt,
     types: frame::TorchTypes,
     rank: u32,
     world_size: u32,
@@ -103,30 +144,58 @@ impl CompileChannel {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Runs `f` on the channel with the GIL released.
+    /// Runs `f` on the channel with the GIL released. A Ctrl-C during it
+    /// (in the main thread) ends the wait, aborts the channel on a thread
+    /// of its own and raises what Python's SIGINT handler raises
+    /// (`KeyboardInterrupt`).
     fn with_channel<R: Send>(
         &self,
         py: Python<'_>,
+        key: &str,
         f: impl FnOnce(&mut Channel) -> compiler_collectives_core::Result<R> + Send,
     ) -> PyResult<R> {
-        let outcome = py.detach(|| {
+        let (outcome, interrupted, context) = py.detach(|| {
             let mut inner = self.lock();
-            match inner.channel.as_mut() {
-                Some(channel) => f(channel),
-                None => Err(Error::unusable(
-                    "shutdown",
-                    "this CompileChannel was shut down (compiler_collectives.torch.disable)",
-                )),
+            let closed = inner.closed;
+            let Some(channel) = inner.channel.as_mut() else {
+                return (Err(Error::unusable("shutdown", closed)), false, None);
+            };
+            let context = Context {
+                seq: channel.next_seq(),
+                key,
+                last_completed: channel.last_completed(),
+            };
+            let armed = interrupt::Armed::new(&self.interrupt);
+            let outcome = f(channel);
+            drop(armed);
+            if !self.interrupt.is_interrupted() {
+                return (outcome, false, Some(context));
             }
+            // Every later wait would fail at once: abort now, so that the
+            // peers see this rank aborted.
+            if let Some(mut channel) = inner.channel.take() {
+                inner.closed = "this rank was interrupted (Ctrl-C) and aborted its channel";
+                inner.aborting = std::thread::Builder::new()
+                    .name("ccol-py-abort".into())
+                    .spawn(move || channel.abort())
+                    .ok();
+            }
+            (outcome, true, Some(context))
         });
-        outcome.map_err(|e| to_py(py, &e))
+        if interrupted {
+            // Before any Python code runs (logging's would run the handler
+            // and lose its exception).
+            py.check_signals()?;
+        }
+        logs::flush(py)?;
+        outcome.map_err(|e| to_py_in(py, &e, context.as_ref()))
     }
 }
 
 #[pymethods]
 impl CompileChannel {
     #[new]
-    #[pyo3(signature = (store, rank, world_size, *, prefix, timeout_s, hostname, pgo, local_state_type))]
+    #[pyo3(signature = (store, rank, world_size, *, prefix, timeout_s, hostname, pgo, local_state_type, sigint=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -138,8 +207,14 @@ impl CompileChannel {
         hostname: &str,
         pgo: &Bound<'_, PyAny>,
         local_state_type: &Bound<'_, PyAny>,
+        sigint: bool,
     ) -> PyResult<Self> {
         let timeout = seconds("timeout_s", timeout_s)?;
+        if sigint {
+            if let Err(why) = interrupt::install() {
+                tracing::warn!("Ctrl-C will not interrupt exchanges: {why}");
+            }
+        }
         let types = frame::TorchTypes::new(pgo, local_state_type)?;
         let store = store::PyStore::new(py, store)?;
         let described = store.describe().to_owned();
@@ -147,32 +222,36 @@ impl CompileChannel {
             .with_hostname(hostname)
             .with_connect_timeout(timeout)
             .with_prefix(prefix);
-        let channel = py
-            .detach(|| {
-                let gloo = GlooStore::from_store(Arc::new(store), timeout)
-                    .map_err(Error::from)?
-                    .with_description(described.clone());
-                let transport = GlooTransport::connect(&gloo, rank, world_size, &options)?;
-                let transport: Arc<dyn Transport> = Arc::new(transport);
-                // Dynamo applies every rank's state in rank order
-                // (process_automatic_dynamic), so every exchange is flat:
-                // the tree exchange moves joins, not each rank's value.
-                // The deadline is the caller's (Python resolved `timeout`,
-                // then CCOL_TIMEOUT_S, with core's parser); only the trace
-                // directory comes from the environment here.
-                let mut options = ChannelOptions::default()
-                    .with_timeout(timeout)
-                    .with_hierarchical_from(u32::MAX);
-                if let Some(dir) = std::env::var_os("CCOL_TRACE_DIR").filter(|d| !d.is_empty()) {
-                    options = options.with_trace_dir(dir);
-                }
-                Channel::with_options(transport, options)
-            })
-            .map_err(|e| to_py(py, &e))?;
+        let made = py.detach(|| {
+            let gloo = GlooStore::from_store(Arc::new(store), timeout)
+                .map_err(Error::from)?
+                .with_description(described.clone());
+            let transport = GlooTransport::connect(&gloo, rank, world_size, &options)?;
+            let interrupt = transport.interrupter();
+            let transport: Arc<dyn Transport> = Arc::new(transport);
+            // Dynamo applies every rank's state in rank order
+            // (process_automatic_dynamic), so every exchange is flat:
+            // the tree exchange moves joins, not each rank's value.
+            // The deadline is the caller's (Python resolved `timeout`,
+            // then CCOL_TIMEOUT_S, with core's parser); only the trace
+            // directory comes from the environment here.
+            let mut options = ChannelOptions::default()
+                .with_timeout(timeout)
+                .with_hierarchical_from(u32::MAX);
+            if let Some(dir) = std::env::var_os("CCOL_TRACE_DIR").filter(|d| !d.is_empty()) {
+                options = options.with_trace_dir(dir);
+            }
+            Ok((Channel::with_options(transport, options)?, interrupt))
+        });
+        logs::flush(py)?;
+        let (channel, interrupt) = made.map_err(|e| to_py(py, &e))?;
         Ok(CompileChannel {
             inner: Mutex::new(Inner {
                 channel: Some(channel),
+                closed: "this CompileChannel was shut down (compiler_collectives.torch.disable)",
+                aborting: None,
             }),
+            interrupt,
             types,
             rank,
             world_size,
@@ -218,8 +297,9 @@ impl CompileChannel {
     /// sent the same bytes the list holds `local_state` itself at every
     /// index.
     ///
-    /// Cost: one 32-byte all_gather when all ranks agree, else one more of
-    /// the encoded states. Raises the package's errors (`Timeout`,
+    /// Cost: one all_gather of a fixed slot (`ChannelOptions`' slot size)
+    /// when every rank sent the same state or every state fits in the
+    /// slot, else one more of the states that did not fit. Raises the package's errors (`Timeout`,
     /// `PeerLost`, `Desync` when ranks are at different keys, …) — the
     /// same on every rank.
     fn exchange_local_state<'py>(
@@ -236,7 +316,8 @@ impl CompileChannel {
                 &Error::InvalidArgument(format!("cannot send the state of '{key}': {e}")),
             )
         })?;
-        let gathered = self.with_channel(py, |c| c.exchange::<frame::DynamoState>(key, &state))?;
+        let gathered =
+            self.with_channel(py, key, |c| c.exchange::<frame::DynamoState>(key, &state))?;
         let all = match gathered.per_rank() {
             None => vec![local_state.clone(); self.world_size as usize],
             Some(states) => states
@@ -258,7 +339,8 @@ impl CompileChannel {
     /// (`hit` is this rank's). Errors as `exchange_local_state`.
     fn vote_all_hit(&self, py: Python<'_>, key: &str, hit: bool) -> PyResult<bool> {
         let miss = AnyVote(!hit);
-        let any_miss = self.with_channel(py, |c| c.exchange(key, &miss).map(|g| g.merged().0))?;
+        let any_miss =
+            self.with_channel(py, key, |c| c.exchange(key, &miss).map(|g| g.merged().0))?;
         Ok(!any_miss)
     }
 
@@ -266,7 +348,7 @@ impl CompileChannel {
     /// raises `Disagreement` naming the ranks and their values otherwise.
     fn agree(&self, py: Python<'_>, key: &str, config: &str) -> PyResult<()> {
         let options = ExchangeOptions::default().with_config(config);
-        self.with_channel(py, |c| {
+        self.with_channel(py, key, |c| {
             c.exchange_with(key, &AnyVote(false), &options).map(drop)
         })
     }
@@ -275,19 +357,30 @@ impl CompileChannel {
     /// group (theirs then end with `PeerLost` naming this rank, not a
     /// timeout). Later calls raise `ChannelUnusable`. Idempotent.
     fn shutdown(&self, py: Python<'_>) -> PyResult<()> {
-        let taken = py.detach(|| self.lock().channel.take());
-        match taken {
+        let taken = py.detach(|| {
+            let mut inner = self.lock();
+            inner.join_abort();
+            inner.channel.take()
+        });
+        let done = match taken {
             None => Ok(()),
-            Some(mut channel) => py.detach(|| channel.shutdown()).map_err(|e| to_py(py, &e)),
-        }
+            Some(mut channel) => py.detach(|| channel.shutdown()),
+        };
+        logs::flush(py)?;
+        done.map_err(|e| to_py(py, &e))
     }
 
     /// Closes the group without telling the others (they see a lost peer).
-    fn abort(&self, py: Python<'_>) {
-        let taken = py.detach(|| self.lock().channel.take());
+    fn abort(&self, py: Python<'_>) -> PyResult<()> {
+        let taken = py.detach(|| {
+            let mut inner = self.lock();
+            inner.join_abort();
+            inner.channel.take()
+        });
         if let Some(mut channel) = taken {
             py.detach(|| channel.abort());
         }
+        logs::flush(py)
     }
 
     /// In a process forked from a rank: forgets the channel without
@@ -342,6 +435,7 @@ fn parse_timeout_secs(py: Python<'_>, text: &str) -> PyResult<f64> {
 /// protocol's wire version), `VERSION` (this build's).
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    logs::install();
     m.add_class::<CompileChannel>()?;
     m.add_function(wrap_pyfunction!(parse_timeout_secs, m)?)?;
     m.add("WIRE_VERSION", WIRE_VERSION)?;

@@ -523,6 +523,18 @@ def _patch(st: _State, owner, name: str, value) -> None:
     st.restore.append(lambda: setattr(owner, name, old))
 
 
+def _sigint_interrupts() -> bool:
+    """Whether a Ctrl-C may end this thread's waits at once: only in
+    Python's main thread (the one that gets ``KeyboardInterrupt``), and only
+    while SIGINT has a Python handler (not ``SIG_IGN``/``SIG_DFL``)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    return callable(signal.getsignal(signal.SIGINT))
+
+
 def _connect(channel_type, store, timeout_s: float, pgo, local_state_type):
     return channel_type(
         store,
@@ -533,6 +545,7 @@ def _connect(channel_type, store, timeout_s: float, pgo, local_state_type):
         hostname=_hostname(),
         pgo=pgo,
         local_state_type=local_state_type,
+        sigint=_sigint_interrupts(),
     )
 
 
