@@ -248,7 +248,11 @@ impl GlooInterrupt {
 
     /// Whether [`interrupt`](GlooInterrupt::interrupt) was called.
     pub fn is_interrupted(&self) -> bool {
-        self.shared.0.lock().unwrap_or_else(|e| e.into_inner()).interrupted
+        self.shared
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .interrupted
     }
 }
 
