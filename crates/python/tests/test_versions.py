@@ -507,3 +507,88 @@ def test_the_generator_reads_a_source_tree(tmp_path):
         "(a, /, b, *args, c=, **kw)",
         "torch-table: torch._dynamo.distributed.gone: required, absent in torch 9.0.0",
     ]
+
+
+# --------------------------------------------------------------------------
+# Two ranks
+# --------------------------------------------------------------------------
+
+
+def test_an_untested_torch_in_a_2_rank_job(tmp_path):
+    """The table without the installed version (on torch 2.15.0: without
+    its 2.15.0 entry), given to both ranks by CCOL_TORCH_TABLE."""
+    from conftest import run_ranks
+
+    t = copy.deepcopy(TABLE)
+    del t["versions"][INSTALLED]
+    table = tmp_path / "table.json"
+    table.write_text(json.dumps(t))
+    follow = _compat.nearest(torch.__version__, list(t["versions"]))
+    named = lambda text: [p for p in TABLE["entries"] if f"{p} (" in text]  # noqa: E731
+    expected = differing(TABLE["versions"], INSTALLED, follow)
+
+    def run(case, table_file):
+        (tmp_path / case).mkdir()
+        env = {"CASE": case}
+        if table_file:
+            env["CCOL_TORCH_TABLE"] = str(table_file)
+        return run_ranks(tmp_path / case, 2, "untested_torch.py", env=env, limit=240)
+
+    for r in run("refused", table):
+        done = r.event("done")
+        assert done["error"] == "unsupported" and not done["enabled"], (done, r.stderr[-3000:])
+        assert done["message"].startswith(
+            f"compiler_collectives.torch was not tested with torch {torch.__version__}: ")
+        assert named(done["message"]) == expected
+        assert done["records"] == []
+    for r in run("opt_in", table):
+        warned = r.event("enabled")["records"]
+        assert len(warned) == 1 and warned[0][:2] == ["compiler_collectives.torch", "WARNING"]
+        assert warned[0][2].startswith(
+            f"compiler_collectives.torch: torch {torch.__version__} is untested "
+            f"(allow_untested_torch=True); following torch {follow}, ")
+        assert named(warned[0][2]) == expected
+        done = r.event("done")
+        assert done == {"ev": "done", "error": None, "compiles": [1, 2],
+                        "sums": [3.0, 3.0, 5.0, 7.0], "next_exchange": 3}, r.stderr[-3000:]
+        assert r.returncode == 0
+    for r in run("disagree", None):
+        done = r.event("done")
+        assert done["error"] == "disagreement", (done, r.stderr[-3000:])
+        assert "allow_untested_torch=True" in done["message"]
+        assert "allow_untested_torch=False" in done["message"]
+        assert not done["enabled"]
+        # (The native side logs the failed exchange; the check itself warns of nothing.)
+        assert [x for x in done["records"] if x[0] == "compiler_collectives.torch"] == []
+
+
+def test_no_torch_group_for_functorchs_sync_in_a_2_rank_job(tmp_path):
+    """With functorch's sync flags off (enable() refuses otherwise), a
+    compile whose joint graph holds a collective creates no torch process
+    group: neither Dynamo's pt2_compile_pg nor 2.15's pt2_compile_sync_pg.
+    The control, torch alone with _sync_decision_cross_ranks on, shows the
+    group the flag creates from torch 2.15 (up to 2.14 the sync uses the
+    default group)."""
+    from conftest import run_ranks
+
+    import math
+
+    runs = {}
+    for case in ("package", "flag_on"):
+        (tmp_path / case).mkdir()
+        runs[case] = run_ranks(tmp_path / case, 2, "compile_sync_group.py",
+                               env={"CASE": case}, limit=240)
+    # Each rank sums 4 ones: s = 8 on both ranks; d/dx sum(sin(x) * s) = cos(1) * 8.
+    grad = [math.cos(1.0) * 8] * 4
+    for case, ranks in runs.items():
+        for r in ranks:
+            done = r.event("done")
+            assert r.returncode == 0, (case, r.stderr[-3000:])
+            for g in done["grads"]:
+                assert g == pytest.approx(grad), (case, done)
+            if case == "package":
+                assert (done["new_groups"], done["tags"]) == (0, []), done
+            elif TABLE["versions"][INSTALLED]["torch._dynamo.distributed.get_compile_sync_pg"]:
+                assert (done["new_groups"], done["tags"]) == (1, ["user:pt2_compile_sync_pg"]), done
+            else:
+                assert (done["new_groups"], done["tags"]) == (0, []), done

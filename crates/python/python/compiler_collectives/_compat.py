@@ -39,6 +39,7 @@ import json
 import os
 import re
 import textwrap
+import warnings
 from typing import Any, Dict, List, Optional, Tuple
 
 #: The table shipped with the package; ``CCOL_TORCH_TABLE`` or this
@@ -534,7 +535,11 @@ def live_problem(root: str, path: str, entry: dict) -> Optional[str]:
             obj = parent
         else:
             parent = resolve(parent_path)
-            obj = getattr(parent, name)
+            with warnings.catch_warnings():
+                # A deprecated alias (torch.distributed.config.compile_on_one_rank
+                # from 2.14) warns when read.
+                warnings.simplefilter("ignore")
+                obj = getattr(parent, name)
     except (ImportError, AttributeError) as e:
         # An instance attribute: a dataclass field, or one the class's
         # methods assign on self (read from the source of each class of its
