@@ -1,8 +1,10 @@
 //! The Rust side's log events (`tracing`) → Python's `logging`.
 //!
 //! An event of target `compiler_collectives_<crate>::<path>` goes to the
-//! logger `compiler_collectives.<crate>.<path>` (any other target to
-//! `compiler_collectives.native.<target>`), so `logging.basicConfig` or a
+//! logger `compiler_collectives.<crate>.<path>`, one of target
+//! `ccol::<name>` (the exchange's own events: `ccol::exchange`) to
+//! `compiler_collectives.<name>`, any other to
+//! `compiler_collectives.native.<target>`, so `logging.basicConfig` or a
 //! handler on the `compiler_collectives` logger shows them. Levels map as
 //! ERROR 40, WARN 30, INFO 20, DEBUG 10, TRACE 5.
 //!
@@ -63,7 +65,10 @@ static QUEUE: Mutex<Queue> = Mutex::new(Queue {
 
 /// The logger of an event's target.
 fn logger_name(target: &str) -> String {
-    match target.strip_prefix("compiler_collectives_") {
+    match target
+        .strip_prefix("compiler_collectives_")
+        .or_else(|| target.strip_prefix("ccol::"))
+    {
         Some(rest) => format!("compiler_collectives.{}", rest.replace("::", ".")),
         None => format!("compiler_collectives.native.{}", target.replace("::", ".")),
     }

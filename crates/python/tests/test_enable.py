@@ -245,3 +245,39 @@ def test_the_package_imports_without_torch_and_says_its_versions():
     version, wire = out.stdout.split()
     assert version == compiler_collectives.__version__
     assert int(wire) == compiler_collectives.WIRE_VERSION >= 1
+
+
+def test_the_native_sides_log_events_reach_pythons_logging(world_of_one, caplog):
+    # Each exchange logs "exchange done" (DEBUG, target ccol::exchange) in
+    # Rust; with the compiler_collectives logger at DEBUG it reaches logging
+    # by the time the compiled call returns.
+    import logging
+
+    caplog.set_level(logging.DEBUG, logger="compiler_collectives")
+    cct.enable(timeout=20)
+    try:
+        @torch.compile(backend="eager")
+        def g(x):
+            return x + 1
+
+        g(torch.ones(3))
+        done = [r for r in caplog.records if r.name == "compiler_collectives.exchange"]
+        assert done, [(r.name, r.getMessage()) for r in caplog.records]
+        assert done[-1].levelno == logging.DEBUG
+        assert done[-1].getMessage().startswith("exchange done")
+        assert "outcome=\"ok\"" in done[-1].getMessage() or "outcome=ok" in done[-1].getMessage()
+    finally:
+        cct.disable()
+    # Below the logger's level nothing is formatted or handed over.
+    caplog.clear()
+    caplog.set_level(logging.WARNING, logger="compiler_collectives")
+    cct.enable(timeout=20)
+    try:
+        @torch.compile(backend="eager")
+        def h(x):
+            return x + 2
+
+        h(torch.ones(3))
+        assert not [r for r in caplog.records if r.name.startswith("compiler_collectives.")]
+    finally:
+        cct.disable()
