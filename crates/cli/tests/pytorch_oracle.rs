@@ -3,8 +3,9 @@
 //! Dynamo (CPU ranks over Gloo) as on ccol's runner; the randomized lattice
 //! differential finds no difference; a wrong expectation fails the comparison.
 //!
-//! Needs a Python with torch 2.13: `CCOL_TORCH_PYTHON`, else `python3` when it
-//! imports torch 2.13. Without one these tests print why and pass, unless
+//! Needs a Python with one of [`TORCH_SERIES`]: `CCOL_TORCH_PYTHON`, else
+//! `python3` when it imports one. `scripts/test.sh` runs these tests on torch
+//! 2.13.0 (in its `cargo test` of the default members) and again on 2.14.1. Without one these tests print why and pass, unless
 //! `CCOL_STRICT_SKIPS=1` (set by `scripts/test.sh`, which installs torch):
 //! then they fail.
 
@@ -30,22 +31,37 @@ fn oracle_dir() -> PathBuf {
     repo().join("tests/pytorch-oracle")
 }
 
-/// The Python with torch 2.13, or `None` after the skip rule (a failure
-/// under `CCOL_STRICT_SKIPS=1`).
+/// The torch release series the oracle's harness was checked on (the
+/// versions `scripts/setup-torch.sh` installs: `run_compiler_collective`,
+/// which its device patch rewrites, has the same source in each).
+const TORCH_SERIES: &[&str] = &["2.13.", "2.14.", "2.15."];
+
+/// [`TORCH_SERIES`] in words: `2.13.x, 2.14.x, 2.15.x`.
+fn series() -> String {
+    format!("{}x", TORCH_SERIES.join("x, "))
+}
+
+/// The Python with a torch of [`TORCH_SERIES`], or `None` after the skip
+/// rule (a failure under `CCOL_STRICT_SKIPS=1`).
 fn torch_python() -> Option<PathBuf> {
     let candidate = std::env::var_os("CCOL_TORCH_PYTHON")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("python3"));
-    let check =
-        "import sys, torch, numpy; sys.exit(0 if torch.__version__.startswith('2.13.') else 3)";
+    let check = format!(
+        "import sys, torch, numpy; sys.exit(0 if torch.__version__.startswith({:?}) else 3)",
+        TORCH_SERIES
+    )
+    .replace('[', "(")
+    .replace(']', ")");
     let why = match Command::new(&candidate)
-        .args(["-c", check])
+        .args(["-c", &check])
         .output_within(LIMIT)
     {
         Ok(o) if o.status.success() => return Some(candidate),
         Ok(o) => format!(
-            "{} cannot import torch 2.13 and numpy (exit {:?}): {}",
+            "{} cannot import torch ({}) and numpy (exit {:?}): {}",
             candidate.display(),
+            series(),
             o.status.code(),
             String::from_utf8_lossy(&o.stderr).trim()
         ),
@@ -54,7 +70,8 @@ fn torch_python() -> Option<PathBuf> {
     skip_test(
         "pytorch_oracle",
         Missing::install(format!(
-            "the PyTorch oracle needs torch 2.13 (run scripts/setup-torch.sh, set CCOL_TORCH_PYTHON): {why}"
+            "the PyTorch oracle needs torch {} (run scripts/setup-torch.sh, set CCOL_TORCH_PYTHON): {why}",
+            series()
         )),
     );
     None
