@@ -9,10 +9,14 @@ step "Debian packages"
 apt_install libgloo-dev redis-server
 # ip (network namespaces) for the cut-link fault test over Gloo.
 apt_install iproute2
-# The pinned torch (outside the checkout): torchrun and libtorch for the tests
-# that need them.
-step "torch 2.13.0 (pip; about 4.7 GB the first time)"
-eval "$(scripts/setup-torch.sh)"
+# The pinned torch versions, each in an environment of its own outside the
+# checkout: 2.13.0 gives libtorch (tch-rs, c10d) and the first run of the
+# PyTorch oracle; the package is tested on all three (docs/python.md,
+# "Support matrix").
+step "torch 2.13.0, 2.14.1 and 2.15.0 (pip; about 4.7 GB each the first time)"
+scripts/setup-torch.sh 2.14.1 >/dev/null
+scripts/setup-torch.sh 2.15.0 >/dev/null
+eval "$(scripts/setup-torch.sh 2.13.0)"
 # NCCL 2.29.7 (pip wheel; the torch set-up's copy when present) for the nccl
 # crate's tests: real unique ids and communicator errors without a GPU.
 step "NCCL 2.29.7 (pip)"
@@ -25,10 +29,14 @@ features=(--features compiler-collectives-cli/gloo)
 # `ccol` for the README's commands: $CCOL_CACHE/bin/ccol (prints the PATH line).
 step "build and install ccol"
 install_ccol
-# The Python package (maturin wheel into the torch environment) for the
-# PyTorch oracle's package runs and pytest; PyO3's build finds this Python.
-step "compiler_collectives Python package (maturin, into the torch environment)"
-eval "$(scripts/setup-python.sh)"
+# The Python package: one wheel (maturin, then auditwheel grafts Gloo into
+# it), built once and installed as that same file into every torch
+# environment (pip --force-reinstall --no-deps, then pip check), for the
+# PyTorch oracle's package runs and pytest. PyO3's builds find 2.13.0's Python.
+step "compiler_collectives wheel (built once, installed into each torch environment)"
+scripts/setup-python.sh 2.14.1 >/dev/null
+scripts/setup-python.sh 2.15.0 >/dev/null
+eval "$(scripts/setup-python.sh 2.13.0)"
 export PYO3_PYTHON="$CCOL_TORCH_PYTHON"
 
 step "cargo fmt --check"
@@ -95,6 +103,25 @@ cargo test -p compiler-collectives-tch -- --quiet 2>&1
 # tch-rs documents).
 LD_LIBRARY_PATH="$LIBTORCH/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
     cargo test -p compiler-collectives --all-features -- --quiet 2>&1
-step "pytest: the Python package (torch.compile on our protocol, real ranks)"
-"$CCOL_TORCH_PYTHON" -m pytest -q -p no:cacheprovider crates/python/tests
+# The package on each torch (docs/python.md, "Support matrix"): its whole
+# suite on the newest; on the older ones the PyTorch oracle three ways (2.13.0
+# in the default members' cargo test above) and a smoke set.
+torch_python() { echo "$CCOL_CACHE/torch-$1/bin/python"; }
+step "pytest on torch 2.15.0: the Python package's whole suite (torch.compile on our protocol, real ranks)"
+"$(torch_python 2.15.0)" -m pytest -q -p no:cacheprovider crates/python/tests
+step "torch 2.14.1: the PyTorch oracle (PyTorch's exchange, the package, none)"
+CCOL_TORCH_PYTHON="$(torch_python 2.14.1)" CCOL_TORCHRUN="$CCOL_CACHE/torch-2.14.1/bin/torchrun" \
+    cargo test -p compiler-collectives-cli --test pytorch_oracle -- --quiet 2>&1
+# The smoke set: enable and its refusals, the version table, train_lm.py at
+# 2 ranks (compile counts and losses bitwise those without the package).
+smoke=(
+    crates/python/tests/test_enable.py
+    crates/python/tests/test_versions.py
+    "crates/python/tests/test_train.py::test_every_rank_compiles_the_same_and_losses_are_bitwise_those_without_the_package[2]"
+)
+step "pytest on torch 2.13.0 and 2.14.1: the package's smoke set"
+for v in 2.13.0 2.14.1; do
+    echo "-- torch $v"
+    "$(torch_python "$v")" -m pytest -q -p no:cacheprovider "${smoke[@]}"
+done
 steps_done
