@@ -45,13 +45,13 @@ from typing import Any, Dict, List, Optional, Tuple
 #: The table shipped with the package; ``CCOL_TORCH_TABLE`` or this
 #: attribute (tests set it) name another.
 TABLE: Optional[str] = None
-_DEFAULT_TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_torch_table.json")
+DEFAULT_TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_torch_table.json")
 
 FORMAT = 1
 
 
 def table_path() -> str:
-    return TABLE or os.environ.get("CCOL_TORCH_TABLE") or _DEFAULT_TABLE
+    return TABLE or os.environ.get("CCOL_TORCH_TABLE") or DEFAULT_TABLE
 
 
 def load_table(path: Optional[str] = None) -> dict:

@@ -71,7 +71,8 @@ log = logging.getLogger(__name__)
 #: of them is accepted, whatever its version string; any other is refused
 #: unless ``enable(allow_untested_torch=True)``.
 TORCH_VERSIONS = tuple(
-    sorted(_compat.load_table()["versions"], key=lambda v: _compat.release(v) or ())
+    sorted(_compat.load_table(_compat.DEFAULT_TABLE)["versions"],
+           key=lambda v: _compat.release(v) or ())
 )
 #: The newest of them.
 TORCH_VERSION = TORCH_VERSIONS[-1]
