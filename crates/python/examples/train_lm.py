@@ -33,9 +33,11 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import logging
 import math
 import os
 import random
+import sys
 import time
 from pathlib import Path
 
@@ -180,4 +182,17 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    code = main()
+    # The job is done: every rank wrote its report, and with the package the
+    # channel is shut down (disable() above). End here, without the
+    # interpreter's finalization and the C++ static destructors: there
+    # PyTorch 2.13 tears down its own threads (Gloo's workers and loop,
+    # joined when the GC frees the process group; the autograd engine's
+    # device threads, stopped in exit()), and on a loaded machine that
+    # teardown aborted a rank of the job without the package
+    # ("terminate called without an active exception", SIGABRT), after its
+    # report. An error above still raises and exits as Python does.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import Proc, finish
+
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "train_lm.py"
 PATCHED = Path(__file__).resolve().parent / "pytorch_patched.py"
 TORCHRUN = Path(sys.executable).parent / "torchrun"
@@ -41,10 +43,14 @@ def torchrun(world, *args, script=EXAMPLE, wrapper=None):
 
 
 def run(world, tmp_path, name, *args, limit=600):
+    """Runs the example under torchrun, its outputs read while it runs; at
+    `limit` the job (torchrun and its ranks) is killed and the test fails."""
     report = tmp_path / name
-    out = subprocess.run(
-        torchrun(world, "--steps", STEPS, "--report", report, *args),
-        capture_output=True, text=True, env=env(), timeout=limit,
+    job = Proc(f"torchrun ({name})", torchrun(world, "--steps", STEPS, "--report", report, *args),
+               env=env())
+    finish([job], limit)
+    out = subprocess.CompletedProcess(
+        job.popen.args, job.returncode, job.stdout.text(), job.stderr.text()
     )
     ranks = []
     for r in range(world):
@@ -100,32 +106,32 @@ def test_a_rank_dependent_graph_break_stops_the_job_with_our_error(tmp_path):
 
 
 def test_dynamos_own_exchange_is_still_waiting_after_three_deadlines(tmp_path):
-    proc = subprocess.Popen(
+    job = Proc(
+        "torchrun (pytorch)",
         torchrun(2, "--steps", STEPS, "--exchange", "pytorch", "--log-steps",
                  "--graph-break-rank", 1, "--graph-break-step", 2, wrapper=PATCHED),
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env(),
-        start_new_session=True,
+        env=env(), merge_stderr=True,
     )
+    proc = job.popen
     try:
         start = time.monotonic()
-        for line in proc.stdout:
-            if "train_lm: rank 1 step 2" in line:
-                break
+        if not job.stdout.wait_for("train_lm: rank 1 step 2", start + 300):
+            if job.stdout.closed.is_set():
+                pytest.fail(f"the job ended before rank 1's step 2 (exit {proc.wait(60)})")
             assert time.monotonic() - start < 300, "rank 1 never reached step 2"
-        else:
-            pytest.fail(f"the job ended before rank 1's step 2 (exit {proc.wait()})")
         time.sleep(3 * DEADLINE)
         assert proc.poll() is None, "Dynamo's own exchange ended the job"
     finally:
         # torchrun starts each rank in a session of its own: a signal to
         # torchrun's group does not reach them. SIGTERM makes torchrun stop
-        # its ranks; SIGKILL only if it does not end.
-        os.killpg(proc.pid, signal.SIGTERM)
+        # its ranks; if it does not end, the whole tree is killed.
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
         try:
             proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            pass
+        job.kill()
 
 
 #: Inductor's kernels may differ between a static and a dynamic graph (the
