@@ -509,6 +509,43 @@ def test_the_generator_reads_a_source_tree(tmp_path):
     ]
 
 
+def test_the_observation_is_kept_on_disk_until_a_file_it_read_changes(tmp_path, monkeypatch):
+    for rel, text in FAKE.items():
+        (tmp_path / "src" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "src" / rel).write_text(text)
+    root = str(tmp_path / "src")
+    entries = {
+        "torch._dynamo.distributed.get_compile_pg": {"kind": "digest", "required": True},
+        "torch._dynamo.distributed.DistributedState.compile_pg": {"kind": "exists",
+                                                                  "required": True},
+    }
+    monkeypatch.setenv("CCOL_CACHE", str(tmp_path / "cache"))
+    first, sites = _compat.observe_cached(root, entries)
+    assert first == _compat.observe(root, entries)
+    file, start, decorated = sites["torch._dynamo.distributed.get_compile_pg"]
+    assert (os.path.basename(file), start, decorated) == ("distributed.py", 3, False)
+    assert len(os.listdir(tmp_path / "cache" / "torch-table")) == 1
+    # Kept: no source is parsed again.
+    real_parse = _compat._parse
+
+    def no_parse(path):
+        raise AssertionError(f"parsed {path}")
+
+    monkeypatch.setattr(_compat, "_parse", no_parse)
+    assert _compat.observe_cached(root, entries) == (first, sites)
+    # A file it read changes: parsed again, and the new value is returned.
+    monkeypatch.setattr(_compat, "_parse", real_parse)
+    dist_py = tmp_path / "src" / "torch" / "_dynamo" / "distributed.py"
+    dist_py.write_text(dist_py.read_text().replace("# a comment", "# another comment"))
+    second, _ = _compat.observe_cached(root, entries)
+    assert second == _compat.observe(root, entries)
+    assert second["torch._dynamo.distributed.get_compile_pg"] != \
+        first["torch._dynamo.distributed.get_compile_pg"]
+    # A cache that cannot be written costs only the parse.
+    monkeypatch.setenv("CCOL_CACHE", str(dist_py))  # a file: no directory under it
+    assert _compat.observe_cached(root, entries)[0] == second
+
+
 # --------------------------------------------------------------------------
 # Two ranks
 # --------------------------------------------------------------------------

@@ -103,7 +103,13 @@ def nearest(version: str, known: List[str]) -> str:
 _PARSED: Dict[str, Tuple[Tuple[int, int], ast.Module, List[str]]] = {}
 
 
+#: The files `_parse` was asked for since `observe` began (what its
+#: observation depends on, with the entries and this module).
+_READ: set = set()
+
+
 def _parse(path: str) -> Optional[Tuple[ast.Module, List[str]]]:
+    _READ.add(path)
     try:
         st = os.stat(path)
     except OSError:
@@ -475,6 +481,66 @@ def observe(root: str, entries: Dict[str, dict]) -> Dict[str, Any]:
     return {path: observe_one(root, path, entry) for path, entry in entries.items()}
 
 
+def _file_digest(path: str) -> Optional[str]:
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return None
+
+
+def cache_dir() -> Optional[str]:
+    """Where `observe_cached` keeps observations: ``$CCOL_CACHE``, else
+    ``$XDG_CACHE_HOME/compiler-collectives``, else
+    ``~/.cache/compiler-collectives`` (the project's cache, as every tool of
+    it finds it), subdirectory ``torch-table``."""
+    base = os.environ.get("CCOL_CACHE")
+    if not base:
+        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        base = os.path.join(xdg, "compiler-collectives")
+    return os.path.join(base, "torch-table")
+
+
+def observe_cached(root: str, entries: Dict[str, dict]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """`observe`, kept on disk: parsing torch's sources costs about 2 s, and
+    the observation depends only on the entries, this module and the bytes
+    of the files it read. A record is used only when every one of those
+    files still has the sha256 it had (about 10 ms to check); otherwise, or
+    when the cache cannot be read or written, the sources are parsed.
+    Returns the observation and `def_site` of each digested entry."""
+    with open(__file__, "rb") as f:
+        own = f.read()
+    key = hashlib.sha256(
+        json.dumps([FORMAT, os.path.realpath(root), entries], sort_keys=True).encode()
+        + own
+    ).hexdigest()
+    directory = cache_dir()
+    record = os.path.join(directory, key[:32] + ".json") if directory else None
+    if record is not None:
+        try:
+            with open(record, encoding="utf-8") as f:
+                kept = json.load(f)
+            if kept["files"] and all(_file_digest(p) == d for p, d in kept["files"].items()):
+                sites = {p: tuple(v) if v else None for p, v in kept["sites"].items()}
+                return kept["observed"], sites
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            pass
+    _READ.clear()
+    observed = observe(root, entries)
+    sites = {p: def_site(root, p) for p, e in entries.items() if e["kind"] == "digest"}
+    if record is not None:
+        try:
+            files = {p: _file_digest(p) for p in sorted(_READ)}
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+            tmp = f"{record}.{os.getpid()}.tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump({"files": files, "observed": observed, "sites": sites}, f)
+            os.replace(tmp, record)
+        except OSError:
+            pass
+    return observed, sites
+
+
 def source_version(root: str) -> Optional[str]:
     """torch/version.py's __version__, read without importing torch."""
     parsed = _parse(os.path.join(root, "torch", "version.py"))
@@ -522,9 +588,23 @@ def _describe_call(nargs: int, kwargs: List[str]) -> str:
     return "(" + ", ".join(["_"] * nargs + [f"{k}=_" for k in kwargs]) + ")"
 
 
-def live_problem(root: str, path: str, entry: dict) -> Optional[str]:
+def def_site(root: str, path: str) -> Optional[Tuple[str, int, bool]]:
+    """Where the function `path` is defined: its file, its first line (as
+    `source_lines`) and whether it has decorators; None if it is not a
+    function."""
+    found = find(root, path)
+    if found is None or found.kind != "function":
+        return None
+    return found.file, source_lines(found)[0], bool(_implementation(found).decorator_list)
+
+
+def live_problem(root: str, path: str, entry: dict, known: bool = False,
+                 site: Optional[Tuple[str, int, bool]] = None) -> Optional[str]:
     """Why the live object of `path` fails its existence, callability or
-    identity check, or None. Imports torch's modules."""
+    identity check, or None. Imports torch's modules. `known`: the sources
+    say `path` exists (its observation is true), so an instance attribute of
+    a live class needs no second look at the source. `site`: `def_site` of
+    a digested function, when known already."""
     import dataclasses
     import inspect
 
@@ -549,6 +629,8 @@ def live_problem(root: str, path: str, entry: dict) -> Optional[str]:
         except (ImportError, AttributeError):
             return f"absent at run time: {e}"
         if isinstance(parent, type):
+            if known:
+                return None
             if dataclasses.is_dataclass(parent) and name in {f.name for f in dataclasses.fields(parent)}:
                 return None
             for klass in parent.__mro__:
@@ -581,16 +663,16 @@ def live_problem(root: str, path: str, entry: dict) -> Optional[str]:
                 return (f"cannot be called as {_describe_call(nargs, kwargs)}: "
                         f"{' | '.join(render(s) for s in sigs)}")
     if kind == "digest":
-        found = find(root, path)
-        if found is not None and found.kind == "function":
-            start, _ = source_lines(found)
+        at = def_site(root, path) if site is None else site
+        if at is not None:
+            file, start, decorated = at
             candidates = [obj]
-            if _implementation(found).decorator_list:
+            if decorated:
                 candidates.append(inspect.unwrap(obj))
             for c in candidates:
                 code = getattr(c, "__code__", None)
                 if (code is not None and code.co_firstlineno == start
-                        and os.path.realpath(code.co_filename) == os.path.realpath(found.file)):
+                        and os.path.realpath(code.co_filename) == os.path.realpath(file)):
                     return None
             code = getattr(inspect.unwrap(obj), "__code__", None)
             where = f"{code.co_filename}:{code.co_firstlineno}" if code else repr(obj)

@@ -164,11 +164,12 @@ def _check_torch(allow_untested: bool = False) -> "_compat.Decision":
             f"{e}. Nothing was changed."
         ) from None
     root = os.path.dirname(os.path.dirname(os.path.abspath(torch.__file__)))
-    observed = _compat.observe(root, table["entries"])
+    observed, sites = _compat.observe_cached(root, table["entries"])
     problems = {}
     for path, entry in table["entries"].items():
         if observed[path] is not None:
-            why = _compat.live_problem(root, path, entry)
+            why = _compat.live_problem(root, path, entry, known=observed[path] is True,
+                                       site=sites.get(path))
             if why is not None:
                 problems[path] = why
     try:
