@@ -200,16 +200,27 @@ def test_the_nearest_is_the_newest_known_for_a_newer_torch_the_oldest_for_an_old
     r = _compat.release(INSTALLED)
     keep = (lambda v: _compat.release(v) < r) if side == "newer" else (
         lambda v: _compat.release(v) > r)
-    t = table_with(tmp_path, monkeypatch, keep=keep)
-    if not t["versions"]:
-        pytest.skip(f"no known version is {'older' if side == 'newer' else 'newer'} than {INSTALLED}")
-    ordered = sorted(t["versions"], key=_compat.release)
+    versions = copy.deepcopy(TABLE["versions"])
+    if not any(keep(v) for v in versions):
+        # The installed torch is the newest (or oldest) tested one: two
+        # made-up releases beyond it, each with one digest of its own.
+        digests = [p for p, e in TABLE["entries"].items() if e["kind"] == "digest"]
+        base = r[0], r[1] + 10 if side == "older" else r[1] - 10
+        for i, p in enumerate(digests[:2]):
+            v = f"{base[0]}.{base[1] + i if side == 'older' else base[1] - i}.0"
+            versions[v] = dict(versions[INSTALLED], **{p: "0" * 64})
+    kept = {v: values for v, values in versions.items() if keep(v)}
+    t = table_with(tmp_path, monkeypatch, keep=lambda v: False)
+    t["versions"] = kept
+    (tmp_path / "table.json").write_text(json.dumps(t))
+    assert len(kept) >= 2
+    ordered = sorted(kept, key=_compat.release)
     follow = ordered[-1] if side == "newer" else ordered[0]
     with pytest.raises(compiler_collectives.IncompatibleTorch) as e:
         cct.enable(timeout=20)
     assert f"Compared with torch {follow}, the nearest: " in str(e.value)
     named = [p for p in TABLE["entries"] if f"{p} (" in str(e.value)]
-    assert named == differing(TABLE["versions"], INSTALLED, follow)
+    assert named == differing(versions, INSTALLED, follow)
 
 
 def test_with_the_opt_in_one_warning_and_a_working_compile(
