@@ -119,7 +119,9 @@ def test_another_torch_version_is_refused_and_nothing_changes(world_of_one, monk
 
     installed = _compat.plain(torch.__version__)
     table = _compat.load_table()
-    del table["versions"][installed]
+    for v in [v for v, values in table["versions"].items()
+              if values == table["versions"][installed]]:
+        del table["versions"][v]  # the installed one, and any identical (2.14.0 to 2.14.1)
     path = tmp_path / "table.json"
     path.write_text(json.dumps(table))
     monkeypatch.setattr(_compat, "TABLE", str(path))
