@@ -5,7 +5,11 @@ Every child runs in a session of its own with both pipes read concurrently
 (one reader thread per pipe), so a child that fills one pipe never blocks
 while the harness waits on another. Each case has a limit: at the limit the
 harness kills every process of the case (with their descendants) and fails,
-naming the processes still running and showing their output tails.
+naming the processes still running and showing their output tails (and
+those of any process that failed).
+
+`world_of_one` is the in-process fixture (a Gloo world of one rank) of the
+enable()/disable() tests, and `replaced_objects()` what enable() replaces.
 
 The rank programs are files in tests/ranks/; each starts with
 ``from prelude import *`` (tests/ranks/prelude.py)."""
@@ -223,7 +227,7 @@ class Proc:
 def finish(procs: list[Proc], limit: float, started: float | None = None) -> None:
     """Waits for every process of a case until `limit` seconds after
     `started`; at the limit kills them all and fails, naming those still
-    running and showing their output tails."""
+    running and showing the output tails of those and of any that failed."""
     deadline = (time.monotonic() if started is None else started) + limit
     running = [p for p in procs if not p.wait(deadline)]
     if not running:
@@ -234,8 +238,11 @@ def finish(procs: list[Proc], limit: float, started: float | None = None) -> Non
     for p in procs:
         if p not in running:
             lines.append(f"{p.name} exited {p.returncode}")
-    for p in running:
-        lines.append(p.tails())
+    # The tails of those still running, and of those that failed (a rank
+    # that exited non-zero first often says the cause).
+    for p in procs:
+        if p in running or p.returncode != 0:
+            lines.append(p.tails())
     pytest.fail("\n".join(lines), pytrace=False)
 
 
@@ -294,3 +301,45 @@ def run_ranks(tmp_path, world: int, program: str, *, limit: float = 240, env=Non
         events = [json.loads(l[6:]) for l in out.splitlines() if l.startswith("EVENT ")]
         ranks.append(Rank(r, p.returncode, events, p.stderr.text(), out))
     return ranks
+
+
+@pytest.fixture(scope="module")
+def world_of_one(tmp_path_factory):
+    """torch's default process group as a Gloo world of one rank, for one
+    test module (kept when already initialised); on teardown disables the
+    package and destroys the group."""
+    import datetime
+
+    import torch.distributed as dist
+
+    import compiler_collectives.torch as cct
+
+    if dist.is_initialized():
+        yield
+        return
+    store = tmp_path_factory.mktemp("store") / "store"
+    dist.init_process_group(
+        "gloo", init_method=f"file://{store}", rank=0, world_size=1,
+        timeout=datetime.timedelta(seconds=60),
+    )
+    yield
+    cct.disable()
+    dist.destroy_process_group()
+
+
+def replaced_objects() -> dict:
+    """What enable() replaces (and disable() restores), by name."""
+    import torch
+    import torch._dynamo.convert_frame as cf
+    import torch._dynamo.distributed as dd
+    import torch._dynamo.eval_frame as ef
+    import torch._dynamo.output_graph as og
+
+    return {
+        "run_compiler_collective": og.OutputGraph.__dict__["run_compiler_collective"],
+        "distributed.get_compile_pg": dd.get_compile_pg,
+        "convert_frame.get_compile_pg": cf.get_compile_pg,
+        "CatchErrorsWrapper.__call__": cf.CatchErrorsWrapper.__dict__["__call__"],
+        "guard_collectives_hook": ef.guard_collectives_hook,
+        "enable_compiler_collectives": torch._dynamo.config.enable_compiler_collectives,
+    }

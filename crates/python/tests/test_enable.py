@@ -14,33 +14,7 @@ import compiler_collectives
 import compiler_collectives.torch as cct
 from compiler_collectives import _errors
 
-
-@pytest.fixture(scope="module")
-def world_of_one(tmp_path_factory):
-    store = tmp_path_factory.mktemp("store") / "store"
-    dist.init_process_group(
-        "gloo", init_method=f"file://{store}", rank=0, world_size=1,
-        timeout=datetime.timedelta(seconds=60),
-    )
-    yield
-    cct.disable()
-    dist.destroy_process_group()
-
-
-def replaced_objects():
-    import torch._dynamo.convert_frame as cf
-    import torch._dynamo.distributed as dd
-    import torch._dynamo.eval_frame as ef
-    import torch._dynamo.output_graph as og
-
-    return {
-        "run_compiler_collective": og.OutputGraph.__dict__["run_compiler_collective"],
-        "distributed.get_compile_pg": dd.get_compile_pg,
-        "convert_frame.get_compile_pg": cf.get_compile_pg,
-        "CatchErrorsWrapper.__call__": cf.CatchErrorsWrapper.__dict__["__call__"],
-        "guard_collectives_hook": ef.guard_collectives_hook,
-        "enable_compiler_collectives": torch._dynamo.config.enable_compiler_collectives,
-    }
+from conftest import replaced_objects  # world_of_one is conftest's fixture too
 
 
 def test_enable_before_init_process_group_is_refused():

@@ -44,6 +44,18 @@ def test_a_rank_flooding_stderr_before_a_barrier_does_not_block_the_others(tmp_p
     assert ranks[1].stderr.count("rank 1 says ") == 40000
 
 
+def test_at_the_limit_a_rank_that_failed_first_shows_its_output(tmp_path):
+    # Rank 0 exits 1 with its cause on stderr; rank 1 still waits at the
+    # limit. The failure names rank 1 and shows rank 0's cause too.
+    with pytest.raises(pytest.fail.Exception) as failed:
+        run_ranks(tmp_path, 2, "fails_while_other_waits.py", limit=LIMIT)
+    text = str(failed.value)
+    assert text.startswith(f"rank 1 still running after {LIMIT} s (killed):"), text[:2000]
+    assert "rank 0 exited 1" in text, text[:2000]
+    assert "--- rank 0 stderr (" in text and "rank 0 fails: the cause of this case" in text, text
+    assert "--- rank 1 stdout (" in text and "rank 1 waits" in text, text
+
+
 def test_the_limit_kills_a_rank_flooding_stderr_and_fails_naming_it(tmp_path):
     start = time.monotonic()
     with pytest.raises(pytest.fail.Exception) as failed:

@@ -1,6 +1,6 @@
 """Ctrl-C during a wait: KeyboardInterrupt at once, and the peers learn that
-this rank aborted. A deadline test: run it alone (``pytest -k interrupt``),
-not beside a loaded machine's other timing tests."""
+this rank aborted. A deadline test: run it alone (``pytest -rP -k interrupt``, which also
+prints the figures), not beside a loaded machine's other timing tests."""
 
 from __future__ import annotations
 
@@ -58,6 +58,10 @@ def test_ctrl_c_in_a_wait_raises_at_once_and_the_peer_gets_peer_lost_naming_it(t
     out1 = (tmp_path / "rank1.out").read_text()
     ev0, ev1 = events(out0), events(out1)
     assert "interrupted" in ev0, out0[-3000:]
+    # The figures (shown by ``pytest -rP``).
+    print(f"guard_votes={guard_votes}: KeyboardInterrupt {ev0['interrupted']['t'] - sent:.3f} s "
+          f"after SIGINT; the peer's PeerLost {ev1.get('done', {}).get('t', float('nan')) - ev1.get('entering', {}).get('t', float('nan')):.3f} s "
+          "after entering its exchange")
     assert ev0["interrupted"]["t"] - sent <= INTERRUPT_BOUND, (ev0["interrupted"]["t"] - sent, out0[-2000:])
     done = ev1["done"]
     assert done["error"] == "peer_lost", out1[-3000:]

@@ -5,7 +5,6 @@ settings enable() refuses."""
 from __future__ import annotations
 
 import copy
-import datetime
 import hashlib
 import inspect
 import json
@@ -31,36 +30,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(torch.__file__)))
 TABLE = _compat.load_table()
 LOGGER = "compiler_collectives.torch"
 
-
-@pytest.fixture(scope="module")
-def world_of_one(tmp_path_factory):
-    if dist.is_initialized():
-        yield
-        return
-    store = tmp_path_factory.mktemp("store") / "store"
-    dist.init_process_group(
-        "gloo", init_method=f"file://{store}", rank=0, world_size=1,
-        timeout=datetime.timedelta(seconds=60),
-    )
-    yield
-    cct.disable()
-    dist.destroy_process_group()
-
-
-def replaced_objects():
-    import torch._dynamo.convert_frame as cf
-    import torch._dynamo.distributed as dd
-    import torch._dynamo.eval_frame as ef
-    import torch._dynamo.output_graph as og
-
-    return {
-        "run_compiler_collective": og.OutputGraph.__dict__["run_compiler_collective"],
-        "distributed.get_compile_pg": dd.get_compile_pg,
-        "convert_frame.get_compile_pg": cf.get_compile_pg,
-        "CatchErrorsWrapper.__call__": cf.CatchErrorsWrapper.__dict__["__call__"],
-        "guard_collectives_hook": ef.guard_collectives_hook,
-        "enable_compiler_collectives": torch._dynamo.config.enable_compiler_collectives,
-    }
+from conftest import replaced_objects  # world_of_one is conftest's fixture too
 
 
 def table_with(tmp_path, monkeypatch, keep=lambda v: True, entries=None):
@@ -629,29 +599,29 @@ def test_no_torch_group_for_functorchs_sync_in_a_2_rank_job(tmp_path):
     """With functorch's sync flags off (enable() refuses otherwise), a
     compile whose joint graph holds a collective creates no torch process
     group: neither Dynamo's pt2_compile_pg nor 2.15's pt2_compile_sync_pg.
-    The control, torch alone with _sync_decision_cross_ranks on, shows the
-    group the flag creates from torch 2.15 (up to 2.14 the sync uses the
-    default group)."""
+
+    The control, where torch has that group (2.15 on), creates it as
+    functorch's sync does and counts it the same way. (Running the sync
+    itself as the control hangs now and then: torch alone, with
+    _sync_decision_cross_ranks on, deadlocked a rank in this 2-rank compile
+    3 times in 26 on 2.13.0 and once in 43 on 2.15.0: docs/python.md,
+    "Support matrix".)"""
     from conftest import run_ranks
 
     import math
 
-    runs = {}
-    for case in ("package", "flag_on"):
-        (tmp_path / case).mkdir()
-        runs[case] = run_ranks(tmp_path / case, 2, "compile_sync_group.py",
-                               env={"CASE": case}, limit=240)
+    ranks = run_ranks(tmp_path, 2, "compile_sync_group.py", limit=240)
     # Each rank sums 4 ones: s = 8 on both ranks; d/dx sum(sin(x) * s) = cos(1) * 8.
     grad = [math.cos(1.0) * 8] * 4
-    for case, ranks in runs.items():
-        for r in ranks:
-            done = r.event("done")
-            assert r.returncode == 0, (case, r.stderr[-3000:])
-            for g in done["grads"]:
-                assert g == pytest.approx(grad), (case, done)
-            if case == "package":
-                assert (done["new_groups"], done["tags"]) == (0, []), done
-            elif TABLE["versions"][INSTALLED]["torch._dynamo.distributed.get_compile_sync_pg"]:
-                assert (done["new_groups"], done["tags"]) == (1, ["user:pt2_compile_sync_pg"]), done
-            else:
-                assert (done["new_groups"], done["tags"]) == (0, []), done
+    has_sync_pg = TABLE["versions"][INSTALLED]["torch._dynamo.distributed.get_compile_sync_pg"]
+    for r in ranks:
+        assert r.returncode == 0, r.stderr[-3000:]
+        done = r.event("groups")
+        for g in done["grads"]:
+            assert g == pytest.approx(grad), done
+        assert (done["new_groups"], done["tags"]) == (0, []), done
+        if has_sync_pg:
+            control = r.event("control")
+            assert (control["new_groups"], control["tags"]) == (1, ["user:pt2_compile_sync_pg"]), control
+        else:
+            assert not [e for e in r.events if e.get("ev") == "control"], r.events

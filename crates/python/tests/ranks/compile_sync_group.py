@@ -1,19 +1,24 @@
 """The rank program of test_versions.py::test_no_torch_group_for_functorchs_sync_in_a_2_rank_job.
 
 A compiled step whose joint graph holds a functional collective, through
-the min-cut partitioner (where functorch's _sync_decision_cross_ranks
-runs). CASE=package: with compiler_collectives.torch enabled (the sync
-flags off); CASE=flag_on: torch alone with _sync_decision_cross_ranks on
-(the control: from torch 2.15 it creates the 'pt2_compile_sync_pg' group)."""
+the min-cut partitioner (where functorch's _sync_decision_cross_ranks would
+run), with compiler_collectives.torch enabled (the sync flags off). It
+counts the torch process groups created meanwhile ("groups" event). Then,
+where torch has the group functorch's sync would use (2.15 on:
+torch._dynamo.distributed.get_compile_sync_pg), the control: creating that
+group the way the sync does, counted the same way ("control" event)."""
 
 from prelude import *
 
-import torch._functorch.config as fc
 import torch.distributed._functional_collectives as funcol
 
 c10d = dist.distributed_c10d
-case = os.environ["CASE"]
-before = set(c10d._world.pg_map)
+
+
+def groups(before):
+    """The process groups created since `before`, and the pt2 tags."""
+    tags = sorted(t for t in c10d._world.tags_to_pg if "pt2_" in t)
+    return len(set(c10d._world.pg_map) - before), tags
 
 
 @torch.compile(backend="aot_eager_decomp_partition")
@@ -22,21 +27,20 @@ def f(x):
     return (x.sin() * s).sum()
 
 
-def steps():
-    grads = []
-    for n in (4, 4):
-        x = torch.ones(n, requires_grad=True)
-        f(x).backward()
-        grads.append(x.grad.tolist())
-    return grads
+before = set(c10d._world.pg_map)
+cct.enable(timeout=60)
+grads = []
+for n in (4, 4):
+    x = torch.ones(n, requires_grad=True)
+    f(x).backward()
+    grads.append(x.grad.tolist())
+cct.disable()
+new_groups, tags = groups(before)
+emit(ev="groups", new_groups=new_groups, tags=tags, grads=grads)
 
+import torch._dynamo.distributed as dd  # noqa: E402
 
-if case == "package":
-    cct.enable(timeout=60)
-    grads = steps()
-    cct.disable()
-else:
-    with fc.patch("_sync_decision_cross_ranks", True):
-        grads = steps()
-tags = sorted(t for t in c10d._world.tags_to_pg if "pt2_" in t)
-emit(ev="done", new_groups=len(set(c10d._world.pg_map) - before), tags=tags, grads=grads)
+if hasattr(dd, "get_compile_sync_pg"):
+    dd.get_compile_sync_pg()
+    new_groups, tags = groups(before)
+    emit(ev="control", new_groups=new_groups, tags=tags)
