@@ -54,9 +54,181 @@ impl PeerLoss {
     }
 }
 
+impl PeerLoss {
+    /// The stable name: `"shutdown"`, `"disconnected"` or `"aborted"`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            PeerLoss::Shutdown => "shutdown",
+            PeerLoss::Disconnected => "disconnected",
+            PeerLoss::Aborted => "aborted",
+        }
+    }
+}
+
 impl fmt::Display for PeerLoss {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.phrase(false))
+    }
+}
+
+/// What an [`Error`] is, as a value ([`Error::kind`]): one per variant of
+/// [`Error`]. Code that must tell errors apart matches on this (or on the
+/// variant), never on an error's text.
+///
+/// [`ErrorKind::as_str`] gives the stable name that logs, the CLI's output,
+/// the conformance table and the Python package print (`"timeout"`,
+/// `"peer_lost"`, …); it never changes for an existing kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// [`Error::Timeout`].
+    Timeout,
+    /// [`Error::PeerLost`].
+    PeerLost,
+    /// [`Error::Desync`].
+    Desync,
+    /// [`Error::VersionMismatch`].
+    VersionMismatch,
+    /// [`Error::Disagreement`].
+    Disagreement,
+    /// [`Error::Decode`].
+    Decode,
+    /// [`Error::Backend`].
+    Backend,
+    /// [`Error::InvalidArgument`].
+    InvalidArgument,
+    /// [`Error::Unsupported`].
+    Unsupported,
+    /// [`Error::ChannelUnusable`].
+    ChannelUnusable,
+}
+
+impl ErrorKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [ErrorKind; 10] = [
+        ErrorKind::Timeout,
+        ErrorKind::PeerLost,
+        ErrorKind::Desync,
+        ErrorKind::VersionMismatch,
+        ErrorKind::Disagreement,
+        ErrorKind::Decode,
+        ErrorKind::Backend,
+        ErrorKind::InvalidArgument,
+        ErrorKind::Unsupported,
+        ErrorKind::ChannelUnusable,
+    ];
+
+    /// The kind's stable snake_case name, e.g. `"peer_lost"`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::PeerLost => "peer_lost",
+            ErrorKind::Desync => "desync",
+            ErrorKind::VersionMismatch => "version_mismatch",
+            ErrorKind::Disagreement => "disagreement",
+            ErrorKind::Decode => "decode",
+            ErrorKind::Backend => "backend",
+            ErrorKind::InvalidArgument => "invalid_argument",
+            ErrorKind::Unsupported => "unsupported",
+            ErrorKind::ChannelUnusable => "channel_unusable",
+        }
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Compares with a kind's name ([`ErrorKind::as_str`]), for tests and
+/// logs; code that decides something matches on the enum.
+impl PartialEq<&str> for ErrorKind {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+/// As `ErrorKind == &str`, the other way round.
+impl PartialEq<ErrorKind> for &str {
+    fn eq(&self, other: &ErrorKind) -> bool {
+        *self == other.as_str()
+    }
+}
+
+/// What first made a channel or transport unusable
+/// ([`Error::ChannelUnusable`]'s `first`): an error, or this rank ending it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum FirstFailure {
+    /// An error of this kind.
+    Error(ErrorKind),
+    /// This rank shut it down.
+    Shutdown,
+    /// This rank aborted it.
+    Abort,
+}
+
+impl FirstFailure {
+    /// The error kind's name ([`ErrorKind::as_str`]), or `"shutdown"` /
+    /// `"abort"`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            FirstFailure::Error(kind) => kind.as_str(),
+            FirstFailure::Shutdown => "shutdown",
+            FirstFailure::Abort => "abort",
+        }
+    }
+}
+
+impl fmt::Display for FirstFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Compares with [`FirstFailure::as_str`], for tests and logs.
+impl PartialEq<&str> for FirstFailure {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+/// The first failure of a channel or transport, kept so that every later
+/// call gets [`Error::ChannelUnusable`] saying it (the channel's, Gloo's and
+/// NCCL's poison slot).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Poison {
+    /// What it was.
+    pub first: FirstFailure,
+    /// Its message.
+    pub cause: String,
+}
+
+impl Poison {
+    /// The poison `error` leaves: its kind and message.
+    pub fn of(error: &Error) -> Self {
+        Poison {
+            first: FirstFailure::Error(error.kind()),
+            cause: error.to_string(),
+        }
+    }
+
+    /// This rank ended it: `first` is [`FirstFailure::Shutdown`] or
+    /// [`FirstFailure::Abort`] (or an error kind), `cause` says how.
+    pub fn new(first: FirstFailure, cause: impl Into<String>) -> Self {
+        Poison {
+            first,
+            cause: cause.into(),
+        }
+    }
+
+    /// What a call on the poisoned channel or transport gets.
+    pub fn error(&self) -> Error {
+        Error::ChannelUnusable {
+            first: self.first,
+            cause: self.cause.clone(),
+        }
     }
 }
 
@@ -180,6 +352,16 @@ pub enum DecodeError {
         /// What is wrong.
         detail: String,
     },
+    /// A peer's contribution to a fixed-size gather
+    /// ([`Transport::all_gather_fixed`](crate::Transport::all_gather_fixed))
+    /// is not the length every rank passes.
+    #[error("invalid fixed-size contribution: {}, expected {expected}", counted(*len, "byte", "bytes"))]
+    FixedSize {
+        /// The peer's length in bytes.
+        len: usize,
+        /// This rank's length in bytes.
+        expected: usize,
+    },
     /// The payload does not decode as the decision kind's type.
     #[error("payload of kind '{kind}' does not decode: {detail}")]
     Payload {
@@ -302,9 +484,10 @@ pub enum Error {
         "the channel is unusable after {first} ({cause}); abort it and rebuild the process group"
     )]
     ChannelUnusable {
-        /// The first error's [`Error::kind`] (`"timeout"`, `"peer_lost"`,
-        /// …), or `"shutdown"` / `"abort"` when this rank ended it.
-        first: &'static str,
+        /// The first error's kind, or [`FirstFailure::Shutdown`] /
+        /// [`FirstFailure::Abort`] when this rank ended it (printed as
+        /// [`FirstFailure::as_str`]).
+        first: FirstFailure,
         /// The first error's message.
         cause: String,
     },
@@ -395,22 +578,20 @@ impl Error {
         )
     }
 
-    /// A short machine-readable name of the variant: `"timeout"`,
-    /// `"peer_lost"`, `"desync"`, `"version_mismatch"`, `"disagreement"`,
-    /// `"decode"`, `"backend"`, `"invalid_argument"`, `"unsupported"`,
-    /// `"channel_unusable"`.
-    pub fn kind(&self) -> &'static str {
+    /// What this error is ([`ErrorKind::as_str`] gives its stable name:
+    /// `"timeout"`, `"peer_lost"`, …).
+    pub fn kind(&self) -> ErrorKind {
         match self {
-            Error::Timeout { .. } => "timeout",
-            Error::PeerLost { .. } => "peer_lost",
-            Error::Desync { .. } => "desync",
-            Error::VersionMismatch { .. } => "version_mismatch",
-            Error::Disagreement { .. } => "disagreement",
-            Error::Decode { .. } => "decode",
-            Error::Backend { .. } => "backend",
-            Error::InvalidArgument(_) => "invalid_argument",
-            Error::Unsupported(_) => "unsupported",
-            Error::ChannelUnusable { .. } => "channel_unusable",
+            Error::Timeout { .. } => ErrorKind::Timeout,
+            Error::PeerLost { .. } => ErrorKind::PeerLost,
+            Error::Desync { .. } => ErrorKind::Desync,
+            Error::VersionMismatch { .. } => ErrorKind::VersionMismatch,
+            Error::Disagreement { .. } => ErrorKind::Disagreement,
+            Error::Decode { .. } => ErrorKind::Decode,
+            Error::Backend { .. } => ErrorKind::Backend,
+            Error::InvalidArgument(_) => ErrorKind::InvalidArgument,
+            Error::Unsupported(_) => ErrorKind::Unsupported,
+            Error::ChannelUnusable { .. } => ErrorKind::ChannelUnusable,
         }
     }
 
@@ -510,16 +691,13 @@ impl Error {
     /// What every later call gets once `first` made a channel or transport
     /// unusable: [`Error::ChannelUnusable`] keeping its kind and message.
     pub fn unusable_after(first: &Error) -> Self {
-        Error::unusable(first.kind(), first.to_string())
+        Poison::of(first).error()
     }
 
-    /// [`Error::ChannelUnusable`] after a first failure of kind `first`
-    /// (an [`Error::kind`], or `"shutdown"` / `"abort"`) with message `cause`.
-    pub fn unusable(first: &'static str, cause: impl Into<String>) -> Self {
-        Error::ChannelUnusable {
-            first,
-            cause: cause.into(),
-        }
+    /// [`Error::ChannelUnusable`] after a first failure `first` with
+    /// message `cause`.
+    pub fn unusable(first: FirstFailure, cause: impl Into<String>) -> Self {
+        Poison::new(first, cause).error()
     }
 
     /// Wraps a backend's error, keeping its text.

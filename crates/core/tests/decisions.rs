@@ -412,7 +412,7 @@ fn repeated_candidates_are_invalid_on_every_rank_after_the_exchange() {
             Ok(vec![Duration::from_micros(1)])
         })
         .unwrap_err();
-        (err.kind(), ch.next_seq())
+        (err.kind().as_str(), ch.next_seq())
     });
     assert_eq!(out, vec![("invalid_argument", 1); 2]);
 }

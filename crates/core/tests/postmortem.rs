@@ -242,7 +242,7 @@ fn policy_text_only_in_an_exchange_and_the_poisoned_channel_keeps_the_first_kind
     );
     let poisoned = Error::unusable_after(&in_exchange);
     assert!(
-        matches!(&poisoned, Error::ChannelUnusable { first: "timeout", cause } if cause == &in_exchange.to_string()),
+        matches!(&poisoned, Error::ChannelUnusable { first, cause } if *first == "timeout" && cause == &in_exchange.to_string()),
         "{poisoned:?}"
     );
     assert!(poisoned

@@ -27,7 +27,8 @@ use crate::store::GlooStore;
 use crate::sys::{self, Buffer, Context, Interrupter};
 use crate::GlooError;
 use compiler_collectives_core::{
-    transport::toolkit, Deadline, DecodeError, Error, PeerLoss, Transport,
+    transport::toolkit, Deadline, DecodeError, Error, ErrorKind, FirstFailure, PeerLoss, Poison,
+    Transport,
 };
 use std::collections::HashMap;
 use std::sync::{mpsc, Arc, Condvar, Mutex};
@@ -341,9 +342,9 @@ struct State {
     shut: bool,
 }
 
-/// The first fatal error, shared with the reaper thread.
-/// The first failure's kind ([`Error::kind`]) and message.
-type Failure = Arc<Mutex<Option<(&'static str, String)>>>;
+/// The first fatal error (its kind and message), shared with the reaper
+/// thread.
+type Failure = Arc<Mutex<Option<Poison>>>;
 
 /// Waits, on its own thread, for point-to-point sends to be taken by their
 /// receivers, then frees their buffers; `send` itself never blocks on the
@@ -378,8 +379,8 @@ impl Reaper {
                                 // taken by its deadline fails the transport here.
                                 let mut f = failed.lock().unwrap_or_else(|e| e.into_inner());
                                 if f.is_none() && e.status() == Some(sys::TIMEOUT) {
-                                    *f = Some((
-                                        "timeout",
+                                    *f = Some(Poison::new(
+                                        FirstFailure::Error(ErrorKind::Timeout),
                                         format!(
                                             "a message to {} {:?} was not taken by its deadline: {e}",
                                             if out.receivers.len() == 1 { "rank" } else { "ranks" },
@@ -589,15 +590,15 @@ impl GlooTransport {
         if st.shut {
             return Err(toolkit::shut_down(self.rank));
         }
-        if let Some(cause) = self.failure() {
-            return Err(Error::unusable(cause.0, cause.1));
+        if let Some(poison) = self.failure() {
+            return Err(poison.error());
         }
         let k = st.op;
         st.op += 1;
         Ok(k)
     }
 
-    fn failure(&self) -> Option<(&'static str, String)> {
+    fn failure(&self) -> Option<Poison> {
         self.failed
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -648,7 +649,7 @@ impl GlooTransport {
         };
         let mut failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
         if failed.is_none() {
-            *failed = Some((e.kind(), e.to_string()));
+            *failed = Some(Poison::of(&e));
             self.tell_peers_it_failed(st.op);
         }
         e
@@ -776,11 +777,13 @@ impl GlooTransport {
         let mut st = self.lock();
         let k = self.begin(&mut st)?;
         let Some(mut inbox) = st.inbox.take() else {
-            let (first, cause) = self.failure().unwrap_or((
-                "backend",
-                "the Gloo transport lost its inbox after an earlier error".into(),
-            ));
-            return Err(Error::unusable(first, cause));
+            let poison = self.failure().unwrap_or_else(|| {
+                Poison::new(
+                    FirstFailure::Error(ErrorKind::Backend),
+                    "the Gloo transport lost its inbox after an earlier error",
+                )
+            });
+            return Err(poison.error());
         };
         let r = self.collective_inner(&mut inbox, k, data, send_to, recv_from, max_bytes, deadline);
         match r {

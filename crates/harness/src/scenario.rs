@@ -598,7 +598,7 @@ impl RankError {
     /// From a library error.
     pub fn from_error(e: &Error) -> Self {
         RankError {
-            kind: e.kind().to_owned(),
+            kind: e.kind().as_str().to_owned(),
             missing_ranks: e.missing_ranks().to_vec(),
             exchange: e.exchange().map(|i| i.seq),
             message: e.to_string(),

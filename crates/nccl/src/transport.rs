@@ -11,7 +11,9 @@
 use crate::sys::{Comm, Cuda, NcclLib, IN_PROGRESS, SUCCESS};
 use crate::{NcclError, UniqueId};
 use compiler_collectives_core::transport::toolkit::PostMortem;
-use compiler_collectives_core::{Deadline, Error, PeerLoss, Store};
+use compiler_collectives_core::{
+    Deadline, Error, ErrorKind, FirstFailure, PeerLoss, Poison, Store,
+};
 use cudarc::nccl::sys::ncclComm_t;
 use std::collections::HashMap;
 use std::ffi::c_int;
@@ -163,7 +165,7 @@ impl Communicator {
             WaitFail::Deadline => Error::timeout(Vec::new(), Vec::new(), start.elapsed()),
             WaitFail::Nccl(code) => match self.handle() {
                 Some(c) => c.error(code, operation).into(),
-                None => Error::unusable("backend", "the NCCL communicator was released"),
+                None => released(),
             },
             WaitFail::Cuda(e) => NcclError::cuda(operation, &e).into(),
             WaitFail::PeerLeft => Error::peer_lost(Vec::new(), "a peer left the group"),
@@ -265,23 +267,30 @@ struct Inner {
     op: u64,
     /// Collective operations completed so far (published when leaving).
     done: u64,
-    /// Why the transport can no longer be used.
-    /// The first failure's kind ([`Error::kind`], or `"shutdown"` /
-    /// `"abort"`) and message.
-    dead: Option<(&'static str, String)>,
+    /// Why the transport can no longer be used: the first failure's kind
+    /// and message.
+    dead: Option<Poison>,
 }
 
 impl Inner {
     /// The communicator, unless the transport failed or was shut down.
     fn usable(&self) -> Result<&Comm, Error> {
-        if let Some(cause) = &self.dead {
-            return Err(Error::unusable(cause.0, cause.1.clone()));
+        if let Some(poison) = &self.dead {
+            return Err(poison.error());
         }
         self.comm
             .as_ref()
             .and_then(Communicator::handle)
-            .ok_or_else(|| Error::unusable("backend", "the NCCL communicator was released"))
+            .ok_or_else(released)
     }
+}
+
+/// The error of a call after the communicator was released.
+fn released() -> Error {
+    Error::unusable(
+        FirstFailure::Error(ErrorKind::Backend),
+        "the NCCL communicator was released",
+    )
 }
 
 /// core's `Transport` over NCCL (module docs; deadlines in the crate docs).
@@ -445,14 +454,20 @@ impl NcclTransport {
         let inner = &mut *inner;
         inner.usable()?;
         if let Err(e) = inner.cuda.stage_in(input, out_len) {
-            inner.dead = Some(("backend", e.to_string()));
+            inner.dead = Some(Poison::new(
+                FirstFailure::Error(ErrorKind::Backend),
+                e.to_string(),
+            ));
             return Err(e.into());
         }
         self.run_op(inner, what, (start, deadline), enqueue)?;
         let mut out = vec![0u8; out_len];
         // The stream is idle: the copy blocks only for itself.
         inner.cuda.copy_out(&mut out).map_err(|e| {
-            inner.dead = Some(("backend", e.to_string()));
+            inner.dead = Some(Poison::new(
+                FirstFailure::Error(ErrorKind::Backend),
+                e.to_string(),
+            ));
             Error::from(e)
         })?;
         Ok(out)
@@ -472,10 +487,7 @@ impl NcclTransport {
         inner.op += 1;
         let op = inner.op;
         let Some(comm) = inner.comm.as_ref().and_then(Communicator::handle) else {
-            return Err(Error::unusable(
-                "backend",
-                "the NCCL communicator was released",
-            ));
+            return Err(released());
         };
         let rc = enqueue(comm, &inner.cuda);
         let waited = if rc == SUCCESS || rc == IN_PROGRESS {
@@ -537,7 +549,7 @@ impl NcclTransport {
             }
             (None, None) => Error::timeout(Vec::new(), Vec::new(), start.elapsed()),
         };
-        inner.dead = Some((err.kind(), err.to_string()));
+        inner.dead = Some(Poison::of(&err));
         err
     }
 
@@ -605,7 +617,7 @@ impl NcclTransport {
     fn check_usable_peer(&self, peer: u32) -> Result<(), Error> {
         compiler_collectives_core::transport::toolkit::check_peer(peer, self.rank, self.world)?;
         match &self.lock().dead {
-            Some((first, cause)) => Err(Error::unusable(first, cause.clone())),
+            Some(poison) => Err(poison.error()),
             None => Ok(()),
         }
     }
@@ -702,8 +714,8 @@ impl compiler_collectives_core::Transport for NcclTransport {
     fn shutdown(&self) -> Result<(), Error> {
         let mut inner = self.lock();
         if inner.dead.is_none() {
-            inner.dead = Some((
-                "shutdown",
+            inner.dead = Some(Poison::new(
+                FirstFailure::Shutdown,
                 format!("rank {} shut its transport down", self.rank),
             ));
             self.post_mortem.leave(PeerLoss::Shutdown, inner.done);
@@ -721,7 +733,10 @@ impl compiler_collectives_core::Transport for NcclTransport {
     fn abort(&self) -> Result<(), Error> {
         let mut inner = self.lock();
         self.post_mortem.leave(PeerLoss::Aborted, inner.done);
-        inner.dead = Some(("abort", format!("rank {} aborted its transport", self.rank)));
+        inner.dead = Some(Poison::new(
+            FirstFailure::Abort,
+            format!("rank {} aborted its transport", self.rank),
+        ));
         if let Some(c) = inner.comm.take() {
             let _ = inner.cuda.make_current();
             c.abort();

@@ -24,7 +24,9 @@ mod store;
 
 use compiler_collectives_core::decisions::votes::AnyVote;
 use compiler_collectives_core::protocol::envelope::WIRE_VERSION;
-use compiler_collectives_core::{Channel, ChannelOptions, Error, ExchangeOptions, Transport};
+use compiler_collectives_core::{
+    Channel, ChannelOptions, Error, ExchangeOptions, FirstFailure, Transport,
+};
 use compiler_collectives_gloo::{GlooInterrupt, GlooOptions, GlooStore, GlooTransport};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -61,10 +63,10 @@ fn to_py_in(py: Python<'_>, e: &Error, context: Option<&Context<'_>>) -> PyErr {
         let departures: Vec<(u32, String)> = e
             .departures()
             .iter()
-            .map(|(r, how)| (*r, format!("{how:?}").to_lowercase()))
+            .map(|(r, how)| (*r, how.as_str().to_owned()))
             .collect();
         let value = module.getattr("_from_native")?.call1((
-            e.kind(),
+            e.kind().as_str(),
             e.to_string(),
             e.missing_ranks().to_vec(),
             seq,
@@ -158,7 +160,11 @@ impl CompileChannel {
             let mut inner = self.lock();
             let closed = inner.closed;
             let Some(channel) = inner.channel.as_mut() else {
-                return (Err(Error::unusable("shutdown", closed)), false, None);
+                return (
+                    Err(Error::unusable(FirstFailure::Shutdown, closed)),
+                    false,
+                    None,
+                );
             };
             let context = Context {
                 seq: channel.next_seq(),

@@ -45,7 +45,7 @@
 //! After a fatal error ([`Error::is_fatal`]) the channel refuses further
 //! exchanges with [`Error::ChannelUnusable`]; call [`Channel::abort`].
 
-use crate::error::{Error, ExchangeInfo, Result};
+use crate::error::{counted, Error, ExchangeInfo, FirstFailure, Poison, Result};
 use crate::protocol::checks::Census;
 use crate::protocol::envelope::{
     self, Envelope, EnvelopeRef, Limits, DEFAULT_SLOT_BYTES, MAX_SLOT_BYTES, MIN_SLOT_BYTES,
@@ -460,7 +460,7 @@ pub struct Channel {
     seq: u64,
     last_completed: Option<u64>,
     /// The first fatal error's kind and message.
-    failed: Option<(&'static str, String)>,
+    failed: Option<Poison>,
     trace: Option<crate::protocol::trace::TraceFile>,
     /// [`ChannelOptions::slot_bytes`].
     slot_bytes: usize,
@@ -576,7 +576,7 @@ impl Channel {
 
     /// The first fatal error's message, once the channel is unusable.
     pub fn failure(&self) -> Option<&str> {
-        self.failed.as_ref().map(|(_, cause)| cause.as_str())
+        self.failed.as_ref().map(|p| p.cause.as_str())
     }
 
     /// Exchanges `local` with every rank under compile key `key` and returns
@@ -657,8 +657,8 @@ impl Channel {
         options: &ExchangeOptions,
     ) -> Result<Gathered<'a, J>> {
         let config = options.config.as_str();
-        if let Some((first, cause)) = &self.failed {
-            return Err(Error::unusable(first, cause.clone()));
+        if let Some(poison) = &self.failed {
+            return Err(poison.error());
         }
         let seq = self.seq;
         // This rank's slot: a header, then the envelope, encoded in place.
@@ -691,10 +691,7 @@ impl Channel {
             |out| encode_payload_into(own_value, out),
         )
         .map_err(|e| match e {
-            DecodeError::Invalid {
-                field: "payload",
-                detail,
-            } => Error::InvalidArgument(detail),
+            envelope::EncodeError::Payload(detail) => Error::InvalidArgument(detail),
             other => Error::InvalidArgument(format!("this rank's own envelope: {other}")),
         })?;
         let start = std::time::Instant::now();
@@ -752,7 +749,7 @@ impl Channel {
                     last_completed: self.last_completed,
                 });
                 if e.is_fatal() {
-                    self.failed = Some((e.kind(), e.to_string()));
+                    self.failed = Some(Poison::of(&e));
                 }
                 Err(e)
             }
@@ -1003,7 +1000,10 @@ impl Channel {
     /// The transport's error if the notice could not be sent.
     pub fn shutdown(&mut self) -> Result<()> {
         if self.failed.is_none() {
-            self.failed = Some(("shutdown", "this rank shut the channel down".into()));
+            self.failed = Some(Poison::new(
+                FirstFailure::Shutdown,
+                "this rank shut the channel down",
+            ));
         }
         self.transport.shutdown()
     }
@@ -1013,7 +1013,7 @@ impl Channel {
     /// the same values, so every rank finds the same error).
     pub(crate) fn fail(&mut self, error: &Error) {
         if self.failed.is_none() {
-            self.failed = Some((error.kind(), error.to_string()));
+            self.failed = Some(Poison::of(error));
         }
     }
 
@@ -1021,7 +1021,10 @@ impl Channel {
     /// peers (as [`Channel::shutdown`]), ignoring transport errors.
     pub fn abort(&mut self) {
         if self.failed.is_none() {
-            self.failed = Some(("abort", "this rank aborted the channel".into()));
+            self.failed = Some(Poison::new(
+                FirstFailure::Abort,
+                "this rank aborted the channel",
+            ));
         }
         if let Err(e) = self.transport.abort() {
             tracing::warn!(error = %e, "abort: could not notify peers");
@@ -1031,27 +1034,23 @@ impl Channel {
 
 /// A peer's first round of another size than this rank's slot, as the
 /// engine's fixed-size gather reports it (a message over the slot's size,
-/// or a contribution of another size), said as what it means: the ranks do
-/// not share the slot size, the fast-path setting or the wire version.
+/// or a contribution of another size: nothing else in a fixed-size gather
+/// is either), said as what it means: the ranks do not share the slot size,
+/// the fast-path setting or the wire version.
 fn other_first_round(e: Error, slot: usize) -> Error {
     match e {
         Error::Decode {
             rank: Some(rank),
-            reason:
-                DecodeError::TooLarge {
-                    field: "message",
-                    len,
-                    ..
-                },
+            reason: DecodeError::TooLarge { len, .. },
         } => mismatch(rank, format!("{len} bytes"), slot),
         Error::Decode {
             rank: Some(rank),
-            reason:
-                DecodeError::Invalid {
-                    field: "fixed-size contribution",
-                    detail,
-                },
-        } => mismatch(rank, detail, slot),
+            reason: DecodeError::FixedSize { len, expected },
+        } => mismatch(
+            rank,
+            format!("{}, expected {expected}", counted(len, "byte", "bytes")),
+            slot,
+        ),
         other => other,
     }
 }

@@ -345,14 +345,27 @@ pub fn peek_header(bytes: &[u8]) -> Result<(u16, u16), DecodeError> {
     Ok((read_u16(bytes, 4), read_u16(bytes, 6)))
 }
 
+/// Why this rank's own envelope could not be encoded ([`encode_into`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EncodeError {
+    /// The payload's encoder failed: its text.
+    #[error("invalid payload: {0}")]
+    Payload(String),
+    /// A field or the whole envelope is over the limits
+    /// ([`DecodeError::TooLarge`]).
+    #[error(transparent)]
+    Field(#[from] DecodeError),
+}
+
 /// Appends an envelope to `out` with the payload written by `payload`
 /// straight into the same buffer (no intermediate copy): header, kind, key,
 /// config, payload. Returns the envelope's length. On an error `out` may
 /// hold part of it.
 ///
 /// # Errors
-/// [`DecodeError::TooLarge`] when a field or the whole exceeds `limits`;
-/// `payload`'s error text as [`DecodeError::Invalid`] on field `payload`.
+/// [`EncodeError::Field`] when a field or the whole exceeds `limits`;
+/// [`EncodeError::Payload`] with `payload`'s error text.
 pub fn encode_into(
     out: &mut Vec<u8>,
     seq: u64,
@@ -361,7 +374,7 @@ pub fn encode_into(
     config: &str,
     limits: &Limits,
     payload: impl FnOnce(&mut Vec<u8>) -> Result<(), String>,
-) -> Result<usize, DecodeError> {
+) -> Result<usize, EncodeError> {
     check_len("kind", kind.len(), limits.max_kind_bytes)?;
     check_len("key", key.len(), limits.max_key_bytes)?;
     check_len("config", config.len(), limits.max_config_bytes)?;
@@ -382,10 +395,7 @@ pub fn encode_into(
     out.extend_from_slice(key.as_bytes());
     out.extend_from_slice(config.as_bytes());
     let at = out.len();
-    payload(out).map_err(|detail| DecodeError::Invalid {
-        field: "payload",
-        detail,
-    })?;
+    payload(out).map_err(EncodeError::Payload)?;
     let total = out.len() - start;
     check_len("message", total, limits.max_message_bytes)?;
     let len = u32_len(out.len() - at, "payload")?;

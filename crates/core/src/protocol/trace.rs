@@ -191,7 +191,7 @@ pub(crate) fn finish<J: Join>(
     let duration_us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
     let (outcome, fast_path) = match result {
         Ok((_, fast)) => ("ok", Some(fast)),
-        Err(e) => (e.kind(), None),
+        Err(e) => (e.kind().as_str(), None),
     };
     if result.is_ok() {
         tracing::debug!(target: "ccol::exchange", bytes_sent = traffic.sent, bytes_received = traffic.received, duration_us, fast_path, outcome, "exchange done");

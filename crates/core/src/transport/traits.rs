@@ -168,13 +168,9 @@ pub trait Transport: Send + Sync + Debug {
             if p.len() != data.len() {
                 return Err(crate::Error::Decode {
                     rank: u32::try_from(rank).ok(),
-                    reason: crate::DecodeError::Invalid {
-                        field: "fixed-size contribution",
-                        detail: format!(
-                            "{}, expected {}",
-                            crate::error::counted(p.len(), "byte", "bytes"),
-                            data.len()
-                        ),
+                    reason: crate::DecodeError::FixedSize {
+                        len: p.len(),
+                        expected: data.len(),
                     },
                 });
             }

@@ -21,7 +21,10 @@ pub fn check_peer(peer: u32, rank: u32, world: u32) -> Result<()> {
 /// aborted: [`Error::ChannelUnusable`] naming the rank, the same on every
 /// backend (nothing is sent).
 pub fn shut_down(rank: u32) -> Error {
-    Error::unusable("shutdown", format!("rank {rank} shut its transport down"))
+    Error::unusable(
+        crate::FirstFailure::Shutdown,
+        format!("rank {rank} shut its transport down"),
+    )
 }
 
 /// `Err(InvalidArgument)` unless `max_bytes` allows this rank's own `len`
