@@ -41,7 +41,7 @@ use crate::error::{DecodeError, Error, Result};
 use crate::protocol::checks::{add, Census};
 use crate::protocol::envelope::{self, Envelope, Limits, DIGEST_MSG_LEN, WIRE_VERSION};
 use crate::protocol::join::Join;
-use crate::transport::{Deadline, Transport};
+use crate::protocol::Rounds;
 use serde::{Deserialize, Serialize};
 
 /// Default smallest world size that uses the tree: 64 ranks. Below it the
@@ -246,22 +246,18 @@ fn verdict<J: Join>(meta: &Meta, merged: Option<J>) -> Result<J> {
 /// # Errors
 /// As [`crate::Channel::exchange`]; timeouts name the tree neighbour that
 /// did not send.
-// The flat exchange reads these from its channel; the tree takes them one by one.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn exchange<J: Join>(
-    t: &dyn Transport,
+    r: &mut Rounds<'_>,
     env: &Envelope,
     encoded: &[u8],
     local: &J,
-    limits: &Limits,
-    fast_path: bool,
-    deadline: Deadline,
-    traffic: &mut crate::protocol::trace::Traffic,
 ) -> Result<(J, bool)> {
+    let (t, limits, deadline) = (r.transport, r.limits, r.deadline);
+    let traffic = &mut r.traffic;
     let (me, n) = (t.rank(), t.world_size());
     let kids = children(me, n);
     let up = parent(me);
-    if fast_path {
+    if r.fast_path {
         let mine = envelope::encode_digest_msg(WIRE_VERSION, env.seq, &envelope::digest(encoded));
         let mut same = true;
         for &c in &kids {

@@ -1,0 +1,254 @@
+//! The options of a [`Channel`](crate::Channel) and of one exchange, and
+//! where an exchange's deadline comes from: [`DEFAULT_TIMEOUT`] (300 s),
+//! replaced by [`ChannelOptions::timeout`] (which
+//! [`ChannelOptions::from_env`] takes from the `CCOL_TIMEOUT_S` environment
+//! variable: seconds, fractions allowed), replaced by a per-call
+//! [`ExchangeOptions::timeout`]. A channel reads no environment variable
+//! itself. One deadline covers every round of an exchange.
+
+use crate::error::{Error, Result};
+use crate::protocol::envelope::{Limits, DEFAULT_SLOT_BYTES};
+use std::time::Duration;
+
+/// The library's default exchange deadline: 300 s, because ranks may
+/// legitimately be minutes apart while compiling.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Name of the environment variable that replaces [`DEFAULT_TIMEOUT`]
+/// (seconds, e.g. `"30"` or `"2.5"`).
+pub const TIMEOUT_ENV: &str = "CCOL_TIMEOUT_S";
+
+/// Parses a timeout in seconds as `CCOL_TIMEOUT_S` and `--timeout` take it.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for text that is not a finite, positive number
+/// of seconds of at most ten years.
+pub fn parse_timeout_secs(text: &str) -> Result<Duration> {
+    let secs: f64 = text.trim().parse().map_err(|_| {
+        Error::InvalidArgument(format!("timeout '{text}' is not a number of seconds"))
+    })?;
+    if !secs.is_finite() || secs <= 0.0 || secs > 10.0 * 365.0 * 86400.0 {
+        return Err(Error::InvalidArgument(format!(
+            "timeout '{text}' must be a positive number of seconds (at most ten years)"
+        )));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// Reads `CCOL_TIMEOUT_S`, if set; an empty value counts as unset (as for
+/// every `CCOL_*` variable).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] naming the variable when it is set but not a
+/// valid number of seconds.
+pub fn timeout_from_env() -> Result<Option<Duration>> {
+    match std::env::var(TIMEOUT_ENV) {
+        Ok(v) if v.is_empty() => Ok(None),
+        Ok(v) => parse_timeout_secs(&v).map(Some).map_err(|e| match e {
+            Error::InvalidArgument(m) => Error::InvalidArgument(format!("{TIMEOUT_ENV}: {m}")),
+            other => other,
+        }),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => Err(Error::InvalidArgument(format!(
+            "{TIMEOUT_ENV} is not valid UTF-8"
+        ))),
+    }
+}
+
+/// Most bytes the flat exchange's first round brings one rank, over all
+/// ranks' slots (64 KiB; see [`ChannelOptions::slot_bytes`]).
+pub const SLOT_ROUND_BYTES: usize = 64 << 10;
+
+/// Knobs of a [`Channel`](crate::Channel). New knobs are added as fields with defaults.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct ChannelOptions {
+    /// Deadline of each exchange; `None` = [`DEFAULT_TIMEOUT`] (300 s).
+    pub timeout: Option<Duration>,
+    /// Bounds on what peers may send.
+    pub limits: Limits,
+    /// Use the identical-envelope fast path (default on).
+    pub fast_path: bool,
+    /// Directory of per-rank JSON-lines trace files (`<dir>/rank-<r>.jsonl`,
+    /// see [`crate::protocol::trace`]); `None` = no file.
+    pub trace_dir: Option<std::path::PathBuf>,
+    /// Smallest world size that uses the hierarchical (tree) exchange of
+    /// [`crate::protocol::tree`] (default [`crate::protocol::tree::DEFAULT_HIERARCHICAL_FROM`],
+    /// 64 ranks; `u32::MAX` = never), over a transport with cheap
+    /// point-to-point only ([`Channel::topology`](crate::Channel::topology) says which runs and why).
+    /// Same decisions and errors as the flat exchange; O(payload · log N)
+    /// bytes received per rank.
+    pub hierarchical_from: u32,
+    /// Size of the flat exchange's first round, in bytes (default
+    /// [`DEFAULT_SLOT_BYTES`], 4096; from [`MIN_SLOT_BYTES`](crate::protocol::envelope::MIN_SLOT_BYTES) to
+    /// [`MAX_SLOT_BYTES`](crate::protocol::envelope::MAX_SLOT_BYTES)): every rank sends exactly one slot, its
+    /// envelope's digest and, when the envelope fits in the rest (slot − 48
+    /// bytes), the envelope, so that small states take one collective round.
+    /// Large worlds use a smaller slot, so that the round never brings a
+    /// rank more than [`SLOT_ROUND_BYTES`] (64 KiB) in all:
+    /// `max(MIN_SLOT_BYTES, min(slot_bytes, 64 KiB / world size))`
+    /// ([`Channel::slot_bytes`](crate::Channel::slot_bytes)), e.g. 4096 bytes up to 16 ranks, 1024 at 64.
+    /// Configuration every rank must share: ranks with different slot sizes
+    /// fail their first exchange (the engine's fixed-size gather refuses
+    /// contributions of another size: a decode error naming the rank on
+    /// Gloo and in-process; the engine's error or the deadline on c10d and
+    /// NCCL).
+    pub slot_bytes: usize,
+}
+
+impl Default for ChannelOptions {
+    fn default() -> Self {
+        ChannelOptions {
+            timeout: None,
+            limits: Limits::default(),
+            fast_path: true,
+            trace_dir: None,
+            hierarchical_from: crate::protocol::tree::DEFAULT_HIERARCHICAL_FROM,
+            slot_bytes: DEFAULT_SLOT_BYTES,
+        }
+    }
+}
+
+impl ChannelOptions {
+    /// The defaults with what the environment sets — the one place the
+    /// library reads `CCOL_*` for a channel: `CCOL_TIMEOUT_S` (seconds) as
+    /// [`timeout`](Self::timeout), `CCOL_TRACE_DIR` as
+    /// [`trace_dir`](Self::trace_dir). Unset or empty variables leave the
+    /// defaults; later `with_…` calls replace what it read.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] naming `CCOL_TIMEOUT_S` when it is set but
+    /// not a finite, positive number of seconds.
+    pub fn from_env() -> Result<Self> {
+        Ok(ChannelOptions {
+            timeout: timeout_from_env()?,
+            trace_dir: crate::protocol::trace::trace_dir_from_env(),
+            ..ChannelOptions::default()
+        })
+    }
+
+    /// Sets the exchange deadline.
+    #[must_use]
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Sets the decode limits.
+    #[must_use]
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Turns the digest fast path on or off.
+    #[must_use]
+    pub fn with_fast_path(mut self, on: bool) -> Self {
+        self.fast_path = on;
+        self
+    }
+
+    /// Writes a trace file per rank into `dir` (see [`crate::protocol::trace`]).
+    #[must_use]
+    pub fn with_trace_dir(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
+        self.trace_dir = Some(dir.into());
+        self
+    }
+
+    /// Sets the smallest world size that uses the tree exchange.
+    #[must_use]
+    pub fn with_hierarchical_from(mut self, world_size: u32) -> Self {
+        self.hierarchical_from = world_size;
+        self
+    }
+
+    /// Sets the slot size of the flat exchange's first round, in bytes
+    /// (see [`slot_bytes`](Self::slot_bytes); checked by
+    /// [`Channel::with_options`](crate::Channel::with_options)).
+    #[must_use]
+    pub fn with_slot_bytes(mut self, bytes: usize) -> Self {
+        self.slot_bytes = bytes;
+        self
+    }
+}
+
+/// How a channel's exchanges run ([`Channel::topology`](crate::Channel::topology)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Topology {
+    /// Flat: one all_gather of fixed-size slots (digest and, when it fits,
+    /// the envelope), then one of the envelopes that did not fit; every rank
+    /// receives every envelope.
+    Flat(FlatReason),
+    /// The binomial tree of [`crate::protocol::tree`] over point-to-point messages:
+    /// O(payload · log N) bytes received per rank.
+    Tree,
+}
+
+/// Why a channel runs its exchanges flat.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FlatReason {
+    /// One rank: there is no one to exchange with.
+    OneRank,
+    /// The world is smaller than [`ChannelOptions::hierarchical_from`].
+    BelowHierarchicalFrom {
+        /// The world size.
+        world: u32,
+        /// The smallest world that would use the tree.
+        from: u32,
+    },
+    /// The transport's point-to-point is not cheap
+    /// ([`crate::Capabilities::cheap_point_to_point`]): a tree of messages
+    /// would cost more than the flat collectives.
+    NoCheapPointToPoint {
+        /// The transport's engine.
+        backend: &'static str,
+    },
+}
+
+impl std::fmt::Display for FlatReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FlatReason::OneRank => f.write_str("one rank"),
+            FlatReason::BelowHierarchicalFrom { world, from } => write!(
+                f,
+                "{world} ranks, below the tree exchange's {from} (ChannelOptions::with_hierarchical_from)"
+            ),
+            FlatReason::NoCheapPointToPoint { backend } => write!(
+                f,
+                "the {backend} transport's point-to-point is not cheap (its capabilities), \
+                 so the tree exchange would cost more than the flat collectives"
+            ),
+        }
+    }
+}
+
+/// Per-call knobs of [`Channel::exchange_with`](crate::Channel::exchange_with).
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct ExchangeOptions {
+    /// Replaces the channel's deadline for this exchange.
+    pub timeout: Option<Duration>,
+    /// The canonical text of whatever configuration shapes this decision
+    /// (per-source overrides, options; default empty). It must be equal on
+    /// every rank: ranks that differ get [`Error::Disagreement`] naming the
+    /// values.
+    pub config: String,
+}
+
+impl ExchangeOptions {
+    /// With the configuration text this decision depends on.
+    #[must_use]
+    pub fn with_config(mut self, config: impl Into<String>) -> Self {
+        self.config = config.into();
+        self
+    }
+
+    /// With a deadline for this exchange.
+    #[must_use]
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+}
