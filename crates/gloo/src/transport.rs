@@ -22,17 +22,33 @@
 //! A Gloo timeout closes every pair of the context, so after any error the
 //! transport is unusable; buffers whose transfers may still be in flight are
 //! leaked rather than freed.
+//!
+//! This file holds the transport and its collective engine; beside it:
+//! - `watchdog` — the thread that interrupts a wait at its deadline, and
+//!   [`GlooInterrupt`];
+//! - `reaper` — the thread that frees send buffers once their receivers
+//!   took them;
+//! - `pool` — the buffers of one operation, leaked unless it completed.
+
+mod pool;
+mod reaper;
+mod watchdog;
+
+pub use watchdog::GlooInterrupt;
 
 use crate::store::GlooStore;
-use crate::sys::{self, Buffer, Context, Interrupter};
+use crate::sys::{self, Buffer, Context};
 use crate::GlooError;
 use compiler_collectives_core::{
     transport::toolkit, Deadline, DecodeError, Error, ErrorKind, FirstFailure, PeerLoss, Poison,
     Transport,
 };
+use pool::Pool;
+use reaper::{Failure, Outgoing, Reaper};
 use std::collections::HashMap;
-use std::sync::{mpsc, Arc, Condvar, Mutex};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
+use watchdog::Watchdog;
 
 const BACKEND: &str = "gloo";
 const MAGIC: u32 = 0x4847_4343; // "CCGH"
@@ -101,173 +117,6 @@ const ACCOUNT_POLL: Duration = Duration::from_millis(20);
 /// How often it probes the pairs of ranks still without a header.
 const ACCOUNT_PROBE: Duration = Duration::from_millis(200);
 
-/// How long after its deadline Gloo's own timeout ends a watched wait, should
-/// the watchdog not have interrupted it.
-const BACKSTOP: Duration = Duration::from_secs(5);
-
-#[derive(Default)]
-struct WatchState {
-    armed: Option<Instant>,
-    /// When the watchdog thread will next look at `armed` on its own (`None`:
-    /// only when notified). Arming a deadline at or after it needs no wake-up,
-    /// so an operation does not wake the thread: on a loaded machine each
-    /// needless wake-up competed with the waiting thread for a core and cost
-    /// a scheduler tick (about 4 ms) on many operations.
-    wakes_at: Option<Instant>,
-    stop: bool,
-    /// Set by [`GlooInterrupt::interrupt`]: every wait, in progress or to
-    /// come, is interrupted at once, as if its deadline had passed.
-    interrupted: bool,
-}
-
-/// Interrupts waits at their deadline with `abortWait*`, so that this rank's
-/// timeout does not close its connections (a Gloo timeout closes every pair,
-/// and peers would then see this rank as lost instead of timing out on the
-/// rank that is really missing).
-struct Watchdog {
-    shared: Arc<(Mutex<WatchState>, Condvar)>,
-    /// The buffer whose wait is armed (set for the span of the wait).
-    interrupter: Arc<Interrupter>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl std::fmt::Debug for Watchdog {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Watchdog").finish_non_exhaustive()
-    }
-}
-
-impl Watchdog {
-    fn start(rank: u32) -> Watchdog {
-        let shared: Arc<(Mutex<WatchState>, Condvar)> = Arc::default();
-        let interrupter: Arc<Interrupter> = Arc::default();
-        let s = Arc::clone(&shared);
-        let target = Arc::clone(&interrupter);
-        let thread = std::thread::Builder::new()
-            .name(format!("ccol-gloo-deadline-{rank}"))
-            .spawn(move || {
-                let (lock, cv) = &*s;
-                let mut st = lock.lock().unwrap_or_else(|e| e.into_inner());
-                while !st.stop {
-                    match st.armed {
-                        None => {
-                            st.wakes_at = None;
-                            st = cv.wait(st).unwrap_or_else(|e| e.into_inner());
-                        }
-                        Some(deadline) => {
-                            let now = Instant::now();
-                            if now >= deadline || st.interrupted {
-                                // Armed (under this lock) only while the
-                                // interrupter targets the waiting buffer.
-                                target.interrupt();
-                                st.armed = None;
-                            } else {
-                                // Disarming does not wake this thread: it sleeps
-                                // on to this deadline, then looks again.
-                                st.wakes_at = Some(deadline);
-                                st = cv
-                                    .wait_timeout(st, deadline - now)
-                                    .unwrap_or_else(|e| e.into_inner())
-                                    .0;
-                            }
-                        }
-                    }
-                }
-            })
-            .ok();
-        Watchdog {
-            shared,
-            interrupter,
-            thread,
-        }
-    }
-
-    /// Waits for one receive on `buf`, interrupted at `deadline` (no
-    /// connection closes); Gloo's own timeout is only a backstop.
-    fn wait_recv(&self, buf: &Buffer, deadline: Deadline) -> Result<i32, GlooError> {
-        self.guard(buf, true, deadline, || {
-            buf.wait_recv(deadline.instant() + BACKSTOP)
-        })
-    }
-
-    /// Runs `wait` on `buf` with an interrupt armed for `deadline`. The
-    /// interrupter targets `buf` before the deadline is armed and until after
-    /// it is disarmed, so whenever the thread sees an armed deadline, the
-    /// target is this wait's buffer.
-    fn guard<R>(
-        &self,
-        buf: &Buffer,
-        recv: bool,
-        deadline: Deadline,
-        wait: impl FnOnce() -> R,
-    ) -> R {
-        self.interrupter.with_target(buf, recv, || {
-            let (lock, cv) = &*self.shared;
-            {
-                let mut st = lock.lock().unwrap_or_else(|e| e.into_inner());
-                let at = deadline.instant();
-                st.armed = Some(at);
-                // The thread already looks at `armed` by `wakes_at`; it only needs
-                // waking for an earlier deadline (or an interrupted transport's).
-                if st.interrupted || st.wakes_at.is_none_or(|w| at < w) {
-                    cv.notify_all();
-                }
-            }
-            let r = wait();
-            lock.lock().unwrap_or_else(|e| e.into_inner()).armed = None;
-            r
-        })
-    }
-}
-
-/// Interrupts a [`GlooTransport`]'s waits from another thread (a Ctrl-C
-/// watcher, say): see [`GlooTransport::interrupter`]. Cheap to clone; `Send`
-/// and `Sync`.
-#[derive(Clone)]
-pub struct GlooInterrupt {
-    shared: Arc<(Mutex<WatchState>, Condvar)>,
-}
-
-impl std::fmt::Debug for GlooInterrupt {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GlooInterrupt").finish_non_exhaustive()
-    }
-}
-
-impl GlooInterrupt {
-    /// Brings every deadline of the transport forward to now, for good: the
-    /// operation waiting (if any) and every later one fail at once with
-    /// [`Error::Timeout`] naming the ranks not heard from, its `waited`
-    /// being the time actually waited. The transport is then of no further
-    /// use; abort it ([`Transport::abort`]) so that peers see this rank as
-    /// aborted. Idempotent; never blocks on the operation in progress.
-    pub fn interrupt(&self) {
-        let (lock, cv) = &*self.shared;
-        lock.lock().unwrap_or_else(|e| e.into_inner()).interrupted = true;
-        cv.notify_all();
-    }
-
-    /// Whether [`interrupt`](GlooInterrupt::interrupt) was called.
-    pub fn is_interrupted(&self) -> bool {
-        self.shared
-            .0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .interrupted
-    }
-}
-
-impl Drop for Watchdog {
-    fn drop(&mut self) {
-        let (lock, cv) = &*self.shared;
-        lock.lock().unwrap_or_else(|e| e.into_inner()).stop = true;
-        cv.notify_all();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
 fn header(flags: u32, len: u64) -> Vec<u8> {
     let mut h = Vec::with_capacity(HEADER);
     h.extend_from_slice(&MAGIC.to_le_bytes());
@@ -290,44 +139,6 @@ fn parse_header(b: &[u8]) -> Option<(u32, u64)> {
     Some((u32::from_le_bytes(f), u64::from_le_bytes(l)))
 }
 
-/// Buffers of one operation. Unless [`Pool::release`] is called (the
-/// operation completed), dropping the pool leaks every buffer and its memory:
-/// after an error Gloo may still touch them.
-#[derive(Default)]
-struct Pool {
-    bufs: Vec<Buffer>,
-    done: bool,
-}
-
-impl Pool {
-    fn add(&mut self, b: Buffer) -> usize {
-        self.bufs.push(b);
-        self.bufs.len() - 1
-    }
-
-    fn get(&self, i: usize) -> &Buffer {
-        &self.bufs[i]
-    }
-
-    fn get_mut(&mut self, i: usize) -> &mut Buffer {
-        &mut self.bufs[i]
-    }
-
-    fn release(mut self) {
-        self.done = true;
-    }
-}
-
-impl Drop for Pool {
-    fn drop(&mut self) {
-        if !self.done {
-            for b in self.bufs.drain(..) {
-                b.leak();
-            }
-        }
-    }
-}
-
 #[derive(Debug, Default)]
 struct State {
     /// Where headers arrive (one 16-byte place per rank), with a standing
@@ -340,87 +151,6 @@ struct State {
     sent: HashMap<(u32, u32), u64>,
     received: HashMap<(u32, u32), u64>,
     shut: bool,
-}
-
-/// The first fatal error (its kind and message), shared with the reaper
-/// thread.
-type Failure = Arc<Mutex<Option<Poison>>>;
-
-/// Waits, on its own thread, for point-to-point sends to be taken by their
-/// receivers, then frees their buffers; `send` itself never blocks on the
-/// receiver (a ring of sends followed by receives must not deadlock).
-/// Send buffers of one operation, each posted once to every receiver.
-struct Outgoing {
-    pool: Pool,
-    receivers: Vec<u32>,
-    deadline: Deadline,
-}
-
-#[derive(Debug)]
-struct Reaper {
-    tx: Option<mpsc::Sender<Outgoing>>,
-    handle: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Reaper {
-    fn start(rank: u32, failed: Failure) -> Reaper {
-        let (tx, rx) = mpsc::channel::<Outgoing>();
-        let handle = std::thread::Builder::new()
-            .name(format!("ccol-gloo-sends-{rank}"))
-            .spawn(move || {
-                for out in rx {
-                    let mut ok = true;
-                    'wait: for b in &out.pool.bufs {
-                        for _ in &out.receivers {
-                            if let Err(e) = b.wait_send(out.deadline.instant()) {
-                                // A broken pair is found, and its rank named,
-                                // by the next operation (the inbox watches
-                                // every pair); only a send that was never
-                                // taken by its deadline fails the transport here.
-                                let mut f = failed.lock().unwrap_or_else(|e| e.into_inner());
-                                if f.is_none() && e.status() == Some(sys::TIMEOUT) {
-                                    *f = Some(Poison::new(
-                                        FirstFailure::Error(ErrorKind::Timeout),
-                                        format!(
-                                            "a message to {} {:?} was not taken by its deadline: {e}",
-                                            if out.receivers.len() == 1 { "rank" } else { "ranks" },
-                                            out.receivers
-                                        ),
-                                    ));
-                                }
-                                ok = false;
-                                break 'wait;
-                            }
-                        }
-                    }
-                    if ok {
-                        out.pool.release();
-                    }
-                }
-            })
-            .ok();
-        Reaper {
-            tx: handle.as_ref().map(|_| tx),
-            handle,
-        }
-    }
-
-    /// Stops accepting sends and waits up to `limit` for the thread to finish
-    /// the sends already queued; a thread still blocked after that is left
-    /// to end at its send's deadline or when the connections close (its
-    /// buffers keep Gloo's context alive).
-    fn stop(&mut self, limit: Duration) {
-        self.tx = None;
-        if let Some(h) = self.handle.take() {
-            let until = Instant::now() + limit;
-            while !h.is_finished() && Instant::now() < until {
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            if h.is_finished() {
-                let _ = h.join();
-            }
-        }
-    }
 }
 
 /// One rank's end of a Gloo TCP process group. See the module docs.
@@ -569,9 +299,7 @@ impl GlooTransport {
     /// ([`GlooInterrupt::interrupt`]), e.g. on Ctrl-C: the wait in progress
     /// ends at once instead of at its deadline.
     pub fn interrupter(&self) -> GlooInterrupt {
-        GlooInterrupt {
-            shared: Arc::clone(&self.watchdog.shared),
-        }
+        self.watchdog.interrupt_handle()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -977,16 +705,15 @@ impl GlooTransport {
     /// Hands send buffers to the reaper thread.
     fn reap(&self, pool: Pool, receivers: Vec<u32>, deadline: Deadline) -> Result<(), Fail> {
         let reaper = self.reaper.lock().unwrap_or_else(|e| e.into_inner());
-        let shut = || Fail::Core(toolkit::shut_down(self.rank));
-        match &reaper.tx {
-            Some(tx) => tx
-                .send(Outgoing {
-                    pool,
-                    receivers,
-                    deadline,
-                })
-                .map_err(|_| shut()),
-            None => Err(shut()),
+        let out = Outgoing {
+            pool,
+            receivers,
+            deadline,
+        };
+        if reaper.hand(out) {
+            Ok(())
+        } else {
+            Err(Fail::Core(toolkit::shut_down(self.rank)))
         }
     }
 
