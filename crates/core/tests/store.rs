@@ -103,3 +103,17 @@ fn store_is_usable_as_a_trait_object() {
     s.set("k", b"v", soon()).unwrap();
     assert_eq!(s.get("k", soon()).unwrap(), b"v");
 }
+
+#[test]
+fn get_within_returns_a_value_up_to_its_bound_and_refuses_a_longer_one() {
+    let s = InProcessStore::new();
+    s.set("k", &[1u8; 10], soon()).unwrap();
+    assert_eq!(s.get_within("k", 10, soon()).unwrap(), [1u8; 10]);
+    match s.get_within("k", 9, soon()) {
+        Err(Error::Decode { rank: None, reason }) => assert_eq!(
+            reason.to_string(),
+            "value is 10 bytes, over the limit of 9 bytes"
+        ),
+        other => panic!("{other:?}"),
+    }
+}

@@ -12,7 +12,7 @@ use crate::sys::{Comm, Cuda, NcclLib, IN_PROGRESS, SUCCESS};
 use crate::{NcclError, UniqueId};
 use compiler_collectives_core::transport::toolkit::PostMortem;
 use compiler_collectives_core::{
-    Deadline, Error, ErrorKind, FirstFailure, PeerLoss, Poison, Store,
+    Deadline, DecodeError, Error, ErrorKind, FirstFailure, PeerLoss, Poison, Store,
 };
 use cudarc::nccl::sys::ncclComm_t;
 use std::collections::HashMap;
@@ -700,14 +700,22 @@ impl compiler_collectives_core::Transport for NcclTransport {
         self.check_usable_peer(peer)?;
         let n = self.next_p2p(true, peer, tag);
         let key = self.p2p_key(peer, self.rank, tag, n);
-        let v = self.store.get(&key, deadline).map_err(|e| match e {
-            Error::Timeout { waited, .. } => Error::timeout(vec![peer], Vec::new(), waited),
-            other => other,
-        })?;
+        let v = match self.store.get_within(&key, max_bytes, deadline) {
+            Ok(v) => v,
+            Err(Error::Timeout { waited, .. }) => {
+                return Err(Error::timeout(vec![peer], Vec::new(), waited));
+            }
+            Err(Error::Decode {
+                rank: None,
+                reason: DecodeError::TooLarge { len, .. },
+            }) => {
+                let _ = self.store.delete(&key, deadline);
+                let len = usize::try_from(len).unwrap_or(usize::MAX);
+                return Err(Error::message_too_large(peer, len, max_bytes));
+            }
+            Err(other) => return Err(other),
+        };
         let _ = self.store.delete(&key, deadline);
-        if v.len() > max_bytes {
-            return Err(Error::message_too_large(peer, v.len(), max_bytes));
-        }
         Ok(v)
     }
 

@@ -55,6 +55,10 @@ impl ByteCounts {
 /// Wraps a transport and counts payload bytes per operation: an all_gather
 /// receives every other rank's buffer; a broadcast's non-root ranks receive
 /// the root's; a `recv` receives its message. Costs one atomic add per call.
+///
+/// Every method of [`Transport`], the provided ones too, is forwarded to the
+/// inner transport's own, so a backend's native rounds run as they would
+/// unwrapped (tests/counting.rs checks that none is left out).
 #[derive(Debug)]
 pub struct CountingTransport<T: ?Sized> {
     inner: Arc<T>,
@@ -129,6 +133,42 @@ impl<T: Transport + ?Sized> Transport for CountingTransport<T> {
         let out = self.inner.all_gather_fixed(data, deadline)?;
         let peers = (self.world_size() as usize).saturating_sub(1);
         self.counts.add(data.len() * peers, data.len() * peers);
+        Ok(out)
+    }
+
+    fn all_gather_sized(
+        &self,
+        data: &[u8],
+        lens: &[usize],
+        deadline: Deadline,
+    ) -> Result<Vec<Vec<u8>>> {
+        let out = self.inner.all_gather_sized(data, lens, deadline)?;
+        let me = self.rank() as usize;
+        let got = lens
+            .iter()
+            .enumerate()
+            .filter(|&(r, _)| r != me)
+            .map(|(_, &len)| len)
+            .sum();
+        self.counts
+            .add(got, data.len() * lens.len().saturating_sub(1));
+        Ok(out)
+    }
+
+    fn broadcast(
+        &self,
+        data: &[u8],
+        root: u32,
+        max_bytes: usize,
+        deadline: Deadline,
+    ) -> Result<Vec<u8>> {
+        let out = self.inner.broadcast(data, root, max_bytes, deadline)?;
+        let peers = (self.world_size() as usize).saturating_sub(1);
+        if root == self.rank() {
+            self.counts.add(0, data.len() * peers);
+        } else {
+            self.counts.add(out.len(), 0);
+        }
         Ok(out)
     }
 

@@ -366,6 +366,31 @@ pub trait Store: Send + Sync + Debug {
     /// As [`set`](Store::set).
     fn delete(&self, key: &str, deadline: Deadline) -> Result<bool>;
 
+    /// [`get`](Store::get) of a value of at most `max_bytes` bytes (a peer's
+    /// point-to-point message, whose size the reader bounds). The provided
+    /// version reads the value whole, then checks its length; a store that
+    /// learns a value's length before its bytes can refuse it unread.
+    ///
+    /// # Errors
+    /// As [`get`](Store::get); a longer value is
+    /// [`Error::Decode`](crate::Error::Decode) (no rank) with
+    /// [`DecodeError::TooLarge`](crate::DecodeError::TooLarge) on field
+    /// `"value"`, giving its length and `max_bytes`.
+    fn get_within(&self, key: &str, max_bytes: usize, deadline: Deadline) -> Result<Vec<u8>> {
+        let v = self.get(key, deadline)?;
+        if v.len() > max_bytes {
+            return Err(crate::Error::Decode {
+                rank: None,
+                reason: crate::DecodeError::TooLarge {
+                    field: "value",
+                    len: v.len() as u64,
+                    limit: max_bytes as u64,
+                },
+            });
+        }
+        Ok(v)
+    }
+
     /// The value of `key` if it is set now, without waiting for it (the
     /// store post-mortem polls with it). The provided version is a
     /// [`get`](Store::get) that gives up after 1 ms; a store whose `get`
