@@ -157,7 +157,7 @@ fn worker_inner(args: &WorkerArgs) -> anyhow::Result<()> {
         usize_of(args.warmup),
         usize_of(args.rounds),
         Duration::from_secs(args.timeout),
-        Some(&compiler_collectives_cli::heap::COUNTER),
+        Some(&compiler_collectives_harness::heap::COUNTER),
     )?;
     let path = args.results.join(format!("bench-rank-{rank}.json"));
     std::fs::write(&path, samples_json(rank, &samples).to_string())
@@ -327,7 +327,7 @@ impl std::fmt::Display for Usage {
 
 impl std::error::Error for Usage {}
 
-use compiler_collectives_cli::cache::cache_dir;
+use crate::cache::cache_dir;
 
 /// Where `ccol bench` writes without `--out`: `bench` in [`cache_dir`].
 fn default_out() -> Option<PathBuf> {
@@ -450,9 +450,7 @@ fn python(args: &BenchArgs) -> Option<PathBuf> {
     if args.no_pytorch {
         return None;
     }
-    args.python
-        .clone()
-        .or_else(compiler_collectives_cli::cache::torch_python)
+    args.python.clone().or_else(crate::cache::torch_python)
 }
 
 fn run_pytorch(

@@ -7,18 +7,18 @@
 use std::path::PathBuf;
 
 /// The torch version `scripts/setup-torch.sh` installs (tch 0.26's).
-pub const TORCH_VERSION: &str = "2.13.0";
+pub(crate) const TORCH_VERSION: &str = "2.13.0";
 
 // The project's cache directory; `None` when `CCOL_CACHE`, `XDG_CACHE_HOME`
 // and `HOME` are all unset: core's one rule, re-exported where it always was.
-pub use compiler_collectives::persistence::paths::cache_dir;
+pub(crate) use compiler_collectives::persistence::paths::cache_dir;
 
 /// The Python with torch: `$CCOL_TORCH_PYTHON`, else the virtual
 /// environment `scripts/setup-torch.sh` made in the cache
 /// (`<cache>/torch-2.13.0/bin/python`) when it exists — so commands that need
 /// torch work after the README's test command without any variable —, else
 /// `None`.
-pub fn torch_python() -> Option<PathBuf> {
+pub(crate) fn torch_python() -> Option<PathBuf> {
     std::env::var_os("CCOL_TORCH_PYTHON")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)

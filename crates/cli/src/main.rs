@@ -36,12 +36,13 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 mod bench;
+mod cache;
 
 /// Counts allocations for `ccol bench`'s figures per exchange (see
-/// `compiler_collectives_cli::heap`).
+/// `compiler_collectives_harness::heap`).
 #[global_allocator]
-static HEAP: compiler_collectives_cli::heap::CountingAlloc =
-    compiler_collectives_cli::heap::CountingAlloc;
+static HEAP: compiler_collectives_harness::heap::CountingAlloc =
+    compiler_collectives_harness::heap::CountingAlloc;
 mod demo;
 mod launch;
 mod oracle;
@@ -159,7 +160,7 @@ struct CheckArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // RUST_LOG, CCOL_LOG_FORMAT: the library's `tracing` events on stderr.
-    compiler_collectives_cli::logging::init();
+    compiler_collectives_harness::logging::init();
     // Rank processes (and the launcher, which must outlive a closed pipe to
     // stop its ranks) keep Rust's default of ignoring SIGPIPE: Gloo writes to
     // sockets whose peer may have died, and must see EPIPE, not die of it.
@@ -212,7 +213,7 @@ pub(crate) fn count(n: impl TryInto<u64>, one: &str, many: &str) -> String {
 }
 
 /// `--rounds`, `--steps`, …: a whole number of at least 1.
-pub(crate) use compiler_collectives_cli::args::at_least_one;
+pub(crate) use compiler_collectives_harness::args::at_least_one;
 
 /// The word for a list of ranks: `rank` before one, `ranks` before several.
 pub(crate) fn ranks_word<T>(ranks: &[T]) -> &'static str {

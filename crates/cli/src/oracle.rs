@@ -106,7 +106,7 @@ fn timeout(flag: Option<&str>) -> anyhow::Result<Duration> {
 
 fn python(flag: Option<&Path>) -> PathBuf {
     flag.map(Path::to_path_buf)
-        .or_else(compiler_collectives_cli::cache::torch_python)
+        .or_else(crate::cache::torch_python)
         .unwrap_or_else(|| PathBuf::from("python3"))
 }
 

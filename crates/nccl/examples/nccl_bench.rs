@@ -45,7 +45,7 @@ const WARMUP: u32 = 20;
 fn main() -> Result<()> {
     let args = Args::parse();
     // RUST_LOG, CCOL_LOG_FORMAT: the library's `tracing` events on stderr.
-    compiler_collectives_cli::logging::init();
+    compiler_collectives_harness::logging::init();
     match std::env::var(RANK_ENV) {
         Ok(rank) => rank_main(&args, rank.parse().context("rank")?),
         Err(_) => driver(&args),

@@ -20,12 +20,12 @@ use std::time::Duration;
 
 /// Counts allocations for `ccol bench`'s figures per exchange.
 #[global_allocator]
-static HEAP: compiler_collectives_cli::heap::CountingAlloc =
-    compiler_collectives_cli::heap::CountingAlloc;
+static HEAP: compiler_collectives_harness::heap::CountingAlloc =
+    compiler_collectives_harness::heap::CountingAlloc;
 
 fn main() -> anyhow::Result<()> {
     // RUST_LOG, CCOL_LOG_FORMAT: the library's `tracing` events on stderr.
-    compiler_collectives_cli::logging::init();
+    compiler_collectives_harness::logging::init();
     let mut sources = Vec::new();
     let (mut rounds, mut warmup, mut timeout) = (100usize, 20usize, 60u64);
     let mut results = PathBuf::from(".");
@@ -56,7 +56,7 @@ fn main() -> anyhow::Result<()> {
         warmup,
         rounds,
         timeout,
-        Some(&compiler_collectives_cli::heap::COUNTER),
+        Some(&compiler_collectives_harness::heap::COUNTER),
     )?;
     let path = results.join(format!("bench-rank-{rank}.json"));
     std::fs::write(&path, samples_json(rank, &samples).to_string())

@@ -15,7 +15,7 @@
 //! (`/usr/share/common-licenses`), `--batch-size B` (8), `--max-seq-len L`
 //! (256), `--lr X` (0.01); `--help`. A bad option or value is one error
 //! naming it, exit code 2. Logs: `RUST_LOG`, `CCOL_LOG_FORMAT=json` (see
-//! `compiler_collectives_cli::logging`).
+//! `compiler_collectives_harness::logging`).
 //!
 //! Every rank prints its loss (the same on every rank) every 10 steps, a line
 //! per compile, and at the end a summary and one machine-readable line:
@@ -61,11 +61,11 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
-use compiler_collectives_cli::args::at_least_one;
 use compiler_collectives_core::cache::{
     CacheOptions, CompileCache, CompiledFrame, Inputs, Outcome,
 };
 use compiler_collectives_core::{Channel, ChannelOptions, Transport};
+use compiler_collectives_harness::args::at_least_one;
 use compiler_collectives_harness::corpus::{self, Batch, Corpus, CorpusOptions, Tokenizer};
 use compiler_collectives_tch::{observe, C10dJob, C10dProcessGroup, ReduceOp};
 use std::path::PathBuf;
@@ -287,7 +287,7 @@ fn main() -> Result<()> {
     // Usage errors: one message naming the bad value, exit 2 (as `ccol`).
     let args = Args::parse();
     // RUST_LOG, CCOL_LOG_FORMAT: the library's `tracing` events on stderr.
-    compiler_collectives_cli::logging::init();
+    compiler_collectives_harness::logging::init();
     let started = Instant::now();
     tch::set_num_threads(1);
     // Two communicators, as docs/torch-compile.md describes: the gradients' all-reduces on

@@ -94,7 +94,7 @@ fn raw(ch: &Channel, digest_version: u16, payload: Vec<u8>) {
 
 fn main() {
     // RUST_LOG, CCOL_LOG_FORMAT: the library's `tracing` events on stderr.
-    compiler_collectives_cli::logging::init();
+    compiler_collectives_harness::logging::init();
     case("desync: another compile key", |ch| {
         ch.exchange("eval_step@model.rs:120", &state(8)).err()
     });

@@ -28,7 +28,7 @@
 //! First thing in a program's `main`:
 //!
 //! ```no_run
-//! compiler_collectives_cli::logging::init();
+//! compiler_collectives_harness::logging::init();
 //! // … the program; `tracing` events at or above the filter reach stderr.
 //! ```
 

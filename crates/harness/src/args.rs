@@ -10,7 +10,7 @@ use std::str::FromStr;
 /// "not a whole number of at least 1 (…)".
 ///
 /// ```
-/// use compiler_collectives_cli::args::at_least_one;
+/// use compiler_collectives_harness::args::at_least_one;
 /// assert_eq!(at_least_one::<u64>("12"), Ok(12));
 /// assert_eq!(at_least_one::<usize>("0"), Err("must be at least 1".to_string()));
 /// ```

@@ -5,19 +5,19 @@
 //!
 //! ```ignore
 //! #[global_allocator]
-//! static HEAP: compiler_collectives_cli::heap::CountingAlloc =
-//!     compiler_collectives_cli::heap::CountingAlloc;
+//! static HEAP: compiler_collectives_harness::heap::CountingAlloc =
+//!     compiler_collectives_harness::heap::CountingAlloc;
 //! ```
 //!
 //! and passes [`COUNTER`] to
-//! [`measure_exchange`](compiler_collectives_harness::benchmark::measure_exchange).
+//! [`measure_exchange`](crate::benchmark::measure_exchange).
 //! The counts are process-wide (every thread's allocations, the transport's
 //! own threads included), in bytes as requested of the allocator; a
 //! `realloc` counts as one allocation of the new size. Counting is on only
 //! between [`HeapCounter::start`] and [`HeapCounter::stop`] (a relaxed load
 //! per call otherwise), so timed exchanges run at the allocator's speed.
 
-use compiler_collectives_harness::benchmark::{HeapCount, HeapCounter};
+use crate::benchmark::{HeapCount, HeapCounter};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
