@@ -3,33 +3,41 @@
 //! Every operation is built from Gloo's point-to-point unbound buffers, so
 //! that a deadline can name the ranks that did not arrive:
 //! - a collective (all_gather, barrier; broadcast is core's, over
-//!   all_gather) is operation `k` of this
-//!   rank; each sender posts a 16-byte header (magic, flags, length) on slot
-//!   `2k` to every receiver, followed in the same message by its bytes when
-//!   they fit [`inline_capacity`] (one message per peer: the common small
-//!   collective costs one wake-up, not two), else its bytes on slot `2k + 1`;
+//!   all_gather) is operation `k` of this rank; each sender posts a 16-byte
+//!   header (magic, flags, length) on slot `2k` to every receiver, followed
+//!   in the same message by its bytes when they fit [`inline_capacity`]
+//!   (one message per peer: the common small collective costs one wake-up,
+//!   not two), else its bytes on slot `2k + 1` (`framing` has the layout
+//!   and every slot);
 //!   receivers wait for the headers (the ranks whose header has not come are
 //!   the missing ranks), check the announced lengths against `max_bytes`,
 //!   then receive the bytes that did not come inline;
 //! - `send`/`recv` use one slot pair per message, counted per (peer, tag);
-//! - `shutdown` records in the store that this rank left ([`left_key`]),
-//!   posts a header with the shutdown flag for the next operation to every
-//!   peer (peers already waiting there fail at once naming this rank), then
-//!   closes the connections; a peer that finds a pair broken reads the
-//!   record before calling its rank dead (one that arrives late, after the
-//!   close, still names this rank as shut down).
+//! - `shutdown` records in the store that this rank left
+//!   ([`left_key`](departures::left_key)), posts a header with the shutdown
+//!   flag for the next operation to every peer (peers already waiting there
+//!   fail at once naming this rank), then closes the connections; a peer
+//!   that finds a pair broken reads the record before calling its rank dead
+//!   (one that arrives late, after the close, still names this rank as shut
+//!   down).
 //!
 //! A Gloo timeout closes every pair of the context, so after any error the
 //! transport is unusable; buffers whose transfers may still be in flight are
 //! leaked rather than freed.
 //!
 //! This file holds the transport and its collective engine; beside it:
+//! - `framing` — the header and the slots (the wire format);
+//! - `accounting` — which ranks are missing, and how each went missing;
+//! - `departures` — the records leaving ranks write in the store;
 //! - `watchdog` — the thread that interrupts a wait at its deadline, and
 //!   [`GlooInterrupt`];
 //! - `reaper` — the thread that frees send buffers once their receivers
 //!   took them;
 //! - `pool` — the buffers of one operation, leaked unless it completed.
 
+mod accounting;
+mod departures;
+mod framing;
 mod pool;
 mod reaper;
 mod watchdog;
@@ -39,50 +47,24 @@ pub use watchdog::GlooInterrupt;
 use crate::store::GlooStore;
 use crate::sys::{self, Buffer, Context};
 use crate::GlooError;
+use accounting::{arrived_key, rendezvous_timeout};
 use compiler_collectives_core::{
     transport::toolkit, Deadline, DecodeError, Error, ErrorKind, FirstFailure, PeerLoss, Poison,
     Transport,
 };
+use departures::Records;
+use framing::{
+    data_slot, header, header_slot, inline_capacity, p2p_slot, parse_header, FLAG_ABORT, FLAG_DATA,
+    FLAG_FAILED, FLAG_SHUTDOWN, HEADER, SENTINEL_SLOT,
+};
 use pool::Pool;
 use reaper::{Failure, Outgoing, Reaper};
 use std::collections::HashMap;
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use watchdog::Watchdog;
 
 const BACKEND: &str = "gloo";
-const MAGIC: u32 = 0x4847_4343; // "CCGH"
-const FLAG_DATA: u32 = 0;
-const FLAG_SHUTDOWN: u32 = 1;
-const FLAG_ABORT: u32 = 2;
-/// "This rank failed in an earlier operation": posted as the header of its
-/// next operation, so that a peer that went on to it counts this rank as
-/// held up by the same cause, not as missing.
-const FLAG_FAILED: u32 = 3;
-const HEADER: usize = 16;
-/// Bytes a collective carries inside its header message (see
-/// [`inline_capacity`]): 4 KiB, core's default slot of the one-round
-/// exchange, plus room for a small transport-level envelope.
-const INLINE_BYTES: usize = 4096 + 64;
-/// Largest world whose inbox reserves [`INLINE_BYTES`] per peer (the inbox is
-/// `world × (16 + inline)` bytes; beyond this, headers only).
-const INLINE_MAX_WORLD: u32 = 1024;
-
-/// Bytes of data a collective on a world of `world` ranks sends inside its
-/// header message: [`INLINE_BYTES`] up to [`INLINE_MAX_WORLD`] ranks, else
-/// none. Every rank computes the same from the world size, so sender and
-/// receiver agree without a flag.
-fn inline_capacity(world: u32) -> usize {
-    if world <= INLINE_MAX_WORLD {
-        INLINE_BYTES
-    } else {
-        0
-    }
-}
-const P2P_BIT: u64 = 1 << 63;
-/// A slot nobody sends to: the inbox keeps a receive posted on it on every
-/// pair, so that a broken pair always has a pending operation to fail.
-const SENTINEL_SLOT: u64 = 1 << 61;
 /// How long `shutdown` waits for its notices to leave.
 const SHUTDOWN_GRACE: Duration = Duration::from_millis(300);
 
@@ -109,34 +91,6 @@ impl Default for GlooOptions {
             prefix: "ccol".into(),
         }
     }
-}
-
-/// How often a rank accounting for missing headers after a broken pair
-/// looks again.
-const ACCOUNT_POLL: Duration = Duration::from_millis(20);
-/// How often it probes the pairs of ranks still without a header.
-const ACCOUNT_PROBE: Duration = Duration::from_millis(200);
-
-fn header(flags: u32, len: u64) -> Vec<u8> {
-    let mut h = Vec::with_capacity(HEADER);
-    h.extend_from_slice(&MAGIC.to_le_bytes());
-    h.extend_from_slice(&flags.to_le_bytes());
-    h.extend_from_slice(&len.to_le_bytes());
-    h
-}
-
-/// A parsed header: `None` when its bytes have not arrived (magic still zero).
-fn parse_header(b: &[u8]) -> Option<(u32, u64)> {
-    let mut m = [0u8; 4];
-    m.copy_from_slice(&b[0..4]);
-    if u32::from_le_bytes(m) != MAGIC {
-        return None;
-    }
-    let mut f = [0u8; 4];
-    f.copy_from_slice(&b[4..8]);
-    let mut l = [0u8; 8];
-    l.copy_from_slice(&b[8..16]);
-    Some((u32::from_le_bytes(f), u64::from_le_bytes(l)))
 }
 
 #[derive(Debug, Default)]
@@ -177,51 +131,6 @@ pub struct GlooTransport {
 enum Fail {
     Core(Error),
     Gloo(GlooError, Vec<u32>),
-}
-
-/// The key under the group's prefix where `rank` records that it left, with
-/// how and after how many collectives (`toolkit::departure_record`; the
-/// store post-mortem's scheme). It outlives the rank's connections: a peer
-/// that reaches the next collective after they closed reads it there.
-fn left_key(rank: u32) -> String {
-    format!("left/{rank}")
-}
-
-/// The key under the group's prefix that says `rank` came to the rendezvous.
-fn arrived_key(rank: u32) -> String {
-    format!("arrived/{rank}")
-}
-
-/// The timeout of a rendezvous: the ranks whose arrival key is missing, and
-/// where it should be.
-fn rendezvous_timeout(
-    store: &GlooStore,
-    scoped: &GlooStore,
-    prefix: &str,
-    rank: u32,
-    world: u32,
-    start: Instant,
-) -> Error {
-    let missing: Vec<u32> = (0..world)
-        .filter(|&r| r != rank)
-        .filter(|&r| {
-            scoped
-                .wait(&[&arrived_key(r)], Duration::from_millis(1))
-                .is_err()
-        })
-        .collect();
-    let keys = match missing.as_slice() {
-        [] => {
-            "every rank's arrival key is there: Gloo's own rendezvous keys are missing".to_owned()
-        }
-        [r] => format!("its key '{prefix}/{}' never appeared", arrived_key(*r)),
-        [r, ..] => format!(
-            "their keys '{prefix}/arrived/<rank>' never appeared (first '{prefix}/{}')",
-            arrived_key(*r)
-        ),
-    };
-    Error::timeout(missing, Vec::new(), start.elapsed())
-        .waiting_for(format!("Gloo's rendezvous in {}; {keys}", store.describe()))
 }
 
 impl GlooTransport {
@@ -333,24 +242,6 @@ impl GlooTransport {
             .clone()
     }
 
-    /// Posts a one-byte receive from each candidate on a probe slot: Gloo
-    /// refuses it at once on a pair whose connection broke. Returns those
-    /// peers. The probe buffers are leaked with `pool`.
-    fn broken_pairs(&self, pool: &mut Pool, k: u64, candidates: &[u32]) -> Vec<u32> {
-        let slot = (1 << 62) | k;
-        candidates
-            .iter()
-            .copied()
-            .filter(|&p| match Buffer::new(&self.ctx, vec![0u8; 1]) {
-                Ok(b) => {
-                    let i = pool.add(b);
-                    matches!(pool.get(i).recv(p, slot, 0, 1), Err(e) if e.status() == Some(sys::IO))
-                }
-                Err(_) => false,
-            })
-            .collect()
-    }
-
     fn fail(&self, st: &mut State, f: Fail, waited: Duration) -> Error {
         let e = match f {
             Fail::Core(mut e) => {
@@ -389,104 +280,9 @@ impl GlooTransport {
     fn tell_peers_it_failed(&self, next: u64) {
         if let Ok(hdr) = Buffer::new(&self.ctx, header(FLAG_FAILED, 0)) {
             for p in self.peers() {
-                let _ = hdr.send(p, 2 * next, 0, HEADER);
+                let _ = hdr.send(p, header_slot(next), 0, HEADER);
             }
             hdr.leak();
-        }
-    }
-
-    /// After the header wait failed with `e`: which of `recv_from` are not
-    /// in operation `k`, and how each went missing (docs/failures.md: every one of
-    /// them, the same set whatever the order in which they went).
-    ///
-    /// A rank whose header says it shut down or aborted left that way; a
-    /// rank without a header whose pair broke (`broken`, or found by a
-    /// probe) left as its record in the store says ([`left_key`]: it
-    /// reached this operation's header only after the leaver had closed its
-    /// connections), else died. After a broken pair
-    /// (`e` is Gloo's IO error) the other ranks without a header are
-    /// watched until each has sent one or lost its pair, or until the
-    /// deadline: a report waits for every rank to be accounted for, not for
-    /// the first to go. At the deadline the ranks still without a header
-    /// are silent, and the error is a timeout naming them with those that
-    /// left. A rank whose header says it failed in an earlier operation
-    /// ([`FLAG_FAILED`]) is held up by the same cause, as a rank checked in
-    /// to the store post-mortem is: it is named (as aborted) only when no
-    /// other rank is missing.
-    #[allow(clippy::too_many_arguments)]
-    fn account_headers(
-        &self,
-        pool: &mut Pool,
-        k: u64,
-        inbox: &Buffer,
-        recv_from: &[u32],
-        deadline: Deadline,
-        e: GlooError,
-        mut broken: Vec<u32>,
-    ) -> Fail {
-        let io = e.status() == Some(sys::IO);
-        let mut records = Records::default();
-        let mut failed: Vec<u32> = Vec::new();
-        let mut probed: Option<Instant> = None;
-        // Gloo may still be writing this memory: read it volatile; it only
-        // names missing ranks.
-        let header_of = |p: u32| {
-            parse_header(&inbox.read_volatile(p as usize * (HEADER + self.inline), HEADER))
-        };
-        loop {
-            let mut left: Vec<(u32, PeerLoss)> = Vec::new();
-            let mut silent: Vec<u32> = Vec::new();
-            failed.clear();
-            let unread: Vec<u32> = broken
-                .iter()
-                .copied()
-                .filter(|&p| !records.has(p) && recv_from.contains(&p) && header_of(p).is_none())
-                .collect();
-            records.fetch(&self.store, &unread, k);
-            for &p in recv_from {
-                match header_of(p) {
-                    Some((FLAG_SHUTDOWN, _)) => left.push((p, PeerLoss::Shutdown)),
-                    Some((FLAG_ABORT, _)) => left.push((p, PeerLoss::Aborted)),
-                    Some((FLAG_FAILED, _)) => failed.push(p),
-                    Some(_) => {}
-                    // Its connection is gone: it left (its record says how)
-                    // or died.
-                    None if broken.contains(&p) => {
-                        left.push((p, records.departed(p).unwrap_or(PeerLoss::Disconnected)))
-                    }
-                    None => silent.push(p),
-                }
-            }
-            if io && !silent.is_empty() && !deadline.expired() {
-                // A probe on a broken pair fails at once; one on a live pair
-                // stays posted (leaked with the pool), so probe seldom.
-                if probed.is_none_or(|t| t.elapsed() >= ACCOUNT_PROBE) {
-                    probed = Some(Instant::now());
-                    broken.extend(self.broken_pairs(pool, k, &silent));
-                    if broken.iter().any(|b| silent.contains(b)) {
-                        continue;
-                    }
-                }
-                std::thread::sleep(ACCOUNT_POLL.min(deadline.remaining()));
-                continue;
-            }
-            // A rank that failed earlier is held up by the same cause: named
-            // (as aborted) only when no other rank is missing.
-            if silent.is_empty() && left.is_empty() {
-                left.extend(failed.iter().map(|&p| (p, PeerLoss::Aborted)));
-            }
-            return match (silent.is_empty(), left.is_empty()) {
-                // Every header came; a pair broke after its rank's header.
-                (true, true) => {
-                    let lost = self.broken_pairs(pool, k, recv_from);
-                    Fail::Gloo(e, lost)
-                }
-                (true, false) => Fail::Core(Error::peer_lost(
-                    left,
-                    if io { e.to_string() } else { String::new() },
-                )),
-                (false, _) => Fail::Core(Error::timeout(silent, left, Duration::ZERO)),
-            };
         }
     }
 
@@ -543,7 +339,7 @@ impl GlooTransport {
         // since Gloo may still be reading or writing their memory.
         let mut pool = Pool::default();
         let gl = |e: GlooError| Fail::Gloo(e, Vec::new());
-        let (hslot, dslot) = (2 * k, 2 * k + 1);
+        let (hslot, dslot) = (header_slot(k), data_slot(k));
         let n = self.world as usize;
         // Post our header and data to every receiver. They are taken when each
         // receiver posts its receives; the reaper waits for that.
@@ -716,10 +512,6 @@ impl GlooTransport {
             Err(Fail::Core(toolkit::shut_down(self.rank)))
         }
     }
-
-    fn p2p_slot(tag: u32, count: u64) -> u64 {
-        P2P_BIT | (u64::from(tag) << 31) | ((count & 0x3fff_ffff) << 1)
-    }
 }
 
 impl From<GlooError> for Error {
@@ -809,7 +601,7 @@ impl Transport for GlooTransport {
         self.begin(&mut st)?;
         st.op -= 1; // point-to-point does not consume a collective number
         let count = st.sent.entry((peer, tag)).or_insert(0);
-        let slot = Self::p2p_slot(tag, *count);
+        let slot = p2p_slot(tag, *count);
         *count += 1;
         let gl = |e: GlooError| Fail::Gloo(e, vec![peer]);
         let r = (|| {
@@ -843,7 +635,7 @@ impl Transport for GlooTransport {
         self.begin(&mut st)?;
         st.op -= 1;
         let count = st.received.entry((peer, tag)).or_insert(0);
-        let slot = Self::p2p_slot(tag, *count);
+        let slot = p2p_slot(tag, *count);
         *count += 1;
         let gl = |e: GlooError| Fail::Gloo(e, vec![peer]);
         let r = (|| {
@@ -928,7 +720,7 @@ impl GlooTransport {
             if let Ok(hdr) = Buffer::new(&self.ctx, header(flag, 0)) {
                 let mut posted = 0;
                 for p in self.peers() {
-                    if hdr.send(p, 2 * k, 0, HEADER).is_ok() {
+                    if hdr.send(p, header_slot(k), 0, HEADER).is_ok() {
                         posted += 1;
                     }
                 }
@@ -945,144 +737,6 @@ impl GlooTransport {
         }
         self.ctx.close();
         Ok(())
-    }
-
-    /// Records in the store that this rank left (`flag`: shutdown or abort)
-    /// after `done` collectives, waiting at most [`toolkit::STORE_CALL_LIMIT`]:
-    /// a store that does not answer (its host gone) must not hold a rank's
-    /// exit. A Rust store is called on this thread with that deadline;
-    /// Gloo's own stores (no deadline on `set`) on a thread that is waited
-    /// for that long. A failure is logged, not returned: leaving goes on.
-    fn record_departure(&self, flag: u32, done: u64) {
-        let how = if flag == FLAG_SHUTDOWN {
-            PeerLoss::Shutdown
-        } else {
-            PeerLoss::Aborted
-        };
-        let value = toolkit::departure_record(how, done);
-        let key = left_key(self.rank);
-        let direct = {
-            let store = self.store.lock().unwrap_or_else(|e| e.into_inner());
-            store.takes_deadlines().then(|| store.clone())
-        };
-        if let Some(store) = direct {
-            // On this thread: a store that calls into an interpreter must
-            // not be left running on a thread of its own at exit.
-            let deadline = Deadline::after(toolkit::STORE_CALL_LIMIT);
-            if let Err(e) = store.set_within(&key, value.as_bytes(), deadline) {
-                tracing::debug!(error = %e, "gloo: cannot record leaving");
-            }
-            return;
-        }
-        let store = Arc::clone(&self.store);
-        let (tx, rx) = mpsc::channel();
-        let spawned = std::thread::Builder::new()
-            .name("ccol-gloo-leave".into())
-            .spawn(move || {
-                let store = store.lock().unwrap_or_else(|e| e.into_inner());
-                let _ = tx.send(store.set(&key, value.as_bytes()));
-            });
-        if let Err(e) = spawned {
-            tracing::debug!(error = %e, "gloo: no thread to record leaving");
-            return;
-        }
-        match rx.recv_timeout(toolkit::STORE_CALL_LIMIT) {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::debug!(error = %e, "gloo: cannot record leaving"),
-            Err(_) => tracing::debug!("gloo: the store did not take the departure in time"),
-        }
-    }
-}
-
-/// How long an accounting waits for the store to say whether ranks whose
-/// pairs broke left a departure record. Short: a rank killed outright left
-/// none, and its death is reported once this passes (Gloo's FileStore
-/// takes a second to say a key is missing; a present key, a few
-/// microseconds).
-const RECORD_LOOKUP_LIMIT: Duration = Duration::from_millis(100);
-
-/// Departure records read during one accounting, each rank's at most once.
-#[derive(Default)]
-struct Records {
-    /// `None`: no record (or none in time), or one from a later collective.
-    read: HashMap<u32, Option<PeerLoss>>,
-}
-
-impl Records {
-    fn has(&self, peer: u32) -> bool {
-        self.read.contains_key(&peer)
-    }
-
-    /// How `peer` left, if [`Records::fetch`] found its record.
-    fn departed(&self, peer: u32) -> Option<PeerLoss> {
-        self.read.get(&peer).copied().flatten()
-    }
-
-    /// Reads the departure records of `peers` that left before collective
-    /// `k` (they had completed at most `k`), waiting at most
-    /// [`RECORD_LOOKUP_LIMIT`]. A Rust store is asked on this thread. Gloo's
-    /// own stores are asked on a thread of its own, all keys at once first
-    /// (the common case: every one of them left cleanly), then one by one;
-    /// what has not come by the limit counts as no record, and the thread
-    /// finishes on its own.
-    fn fetch(&mut self, store: &Arc<Mutex<GlooStore>>, peers: &[u32], k: u64) {
-        if peers.is_empty() {
-            return;
-        }
-        for &p in peers {
-            self.read.insert(p, None);
-        }
-        let direct = {
-            let store = store.lock().unwrap_or_else(|e| e.into_inner());
-            store.takes_deadlines().then(|| store.clone())
-        };
-        let found = |value: Option<Vec<u8>>| {
-            value
-                .map(|v| toolkit::parse_departure(&v))
-                .and_then(|(how, done)| (done <= k).then_some(how))
-        };
-        if let Some(store) = direct {
-            // A Rust store answers a missing key at once: ask on this thread.
-            let deadline = Deadline::after(RECORD_LOOKUP_LIMIT);
-            for &p in peers {
-                if deadline.expired() {
-                    break;
-                }
-                let value = store.try_get_within(&left_key(p), deadline).ok().flatten();
-                self.read.insert(p, found(value));
-            }
-            return;
-        }
-        let (tx, rx) = mpsc::channel();
-        let (store, peers) = (Arc::clone(store), peers.to_vec());
-        let spawned = std::thread::Builder::new()
-            .name("ccol-gloo-records".into())
-            .spawn(move || {
-                let store = store.lock().unwrap_or_else(|e| e.into_inner());
-                let keys: Vec<String> = peers.iter().map(|&p| left_key(p)).collect();
-                let all: Vec<&str> = keys.iter().map(String::as_str).collect();
-                let quick = Duration::from_millis(1);
-                let every = store.wait(&all, quick).is_ok();
-                for (&p, key) in peers.iter().zip(&keys) {
-                    let limit = Deadline::after(RECORD_LOOKUP_LIMIT);
-                    let value = if every {
-                        store.get(key, RECORD_LOOKUP_LIMIT).ok()
-                    } else {
-                        store.try_get_within(key, limit).ok().flatten()
-                    };
-                    if tx.send((p, value)).is_err() {
-                        return;
-                    }
-                }
-            });
-        if spawned.is_err() {
-            return;
-        }
-        let until = Instant::now() + RECORD_LOOKUP_LIMIT;
-        while let Ok((p, value)) = rx.recv_timeout(until.saturating_duration_since(Instant::now()))
-        {
-            self.read.insert(p, found(value));
-        }
     }
 }
 
