@@ -7,7 +7,9 @@
 //! `rank R/W local L/LW node G master ADDR:PORT run ID restart N agent B
 //! error_file PATH` (`-` for `None`); an error as `err ` and its message.
 
-use compiler_collectives_core::launch::runenv::{dir_safe, JobStoreAt, RunEnv, MAX_DIR_NAME};
+use compiler_collectives_core::launch::runenv::{
+    dir_safe, JobStoreAt, RunEnv, StoreChoice, MAX_DIR_NAME,
+};
 use compiler_collectives_core::Error;
 use std::path::Path;
 
@@ -192,5 +194,46 @@ fn the_job_store_and_who_serves_it() {
     assert_eq!(
         at(&format!("RANK=0;{job};TORCHELASTIC_USE_AGENT_STORE=True")),
         store(false)
+    );
+}
+
+#[test]
+fn the_store_choice_named_then_the_job_store_then_a_local_directory() {
+    let choose = |vars: &str, named: Option<&str>| {
+        parse(vars).expect("valid").store_choice(
+            named.map(str::to_owned),
+            "CCOL_X_STORE",
+            "x",
+            "a directory",
+        )
+    };
+    let job = "RANK=1;WORLD_SIZE=2;MASTER_ADDR=10.0.0.7;MASTER_PORT=29511";
+    let local = "RANK=1;WORLD_SIZE=2;LOCAL_WORLD_SIZE=2;TORCHELASTIC_RUN_ID=abc";
+    assert_eq!(
+        choose(job, Some("/shared/dir")).unwrap(),
+        StoreChoice::Named("/shared/dir".into())
+    );
+    assert_eq!(
+        choose(job, Some("")).unwrap(),
+        StoreChoice::Job(JobStoreAt {
+            host: "10.0.0.7".into(),
+            port: 29511,
+            serve: false,
+        })
+    );
+    match choose(local, None).unwrap() {
+        StoreChoice::LocalDir(dir) => {
+            assert_eq!(dir.parent(), Some(std::env::temp_dir().as_path()));
+            let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+            assert!(name.starts_with("ccol-x-abc"), "{name}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let e = err(choose("RANK=1;WORLD_SIZE=2;LOCAL_WORLD_SIZE=2", None).unwrap_err());
+    assert!(
+        e.contains(
+            "set MASTER_ADDR and MASTER_PORT (the job's TCPStore), or CCOL_X_STORE to a directory"
+        ),
+        "{e}"
     );
 }

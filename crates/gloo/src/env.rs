@@ -32,7 +32,8 @@
 use crate::store::GlooStore;
 use crate::transport::{GlooOptions, GlooTransport};
 use crate::GlooError;
-use compiler_collectives_core::protocol::timeout_from_env;
+use compiler_collectives_core::launch::runenv::StoreChoice;
+use compiler_collectives_core::protocol::{timeout_from_env, DEFAULT_TIMEOUT};
 use compiler_collectives_core::{launch::runenv, Deadline, Error, RunEnv, Transport};
 use compiler_collectives_tcpstore::JobStore;
 use std::path::PathBuf;
@@ -95,24 +96,18 @@ impl EnvConfig {
     /// ranks on several nodes).
     pub fn read() -> Result<Self, GlooError> {
         let env = RunEnv::from_env().map_err(env_error)?;
-        let store = match (var(STORE_ENV), env.job_store()) {
-            (Some(s), _) => StoreSpec::Named(s),
-            (None, Some(at)) => StoreSpec::Tcp {
+        let forms = "redis://host:port or to a fresh directory every rank can see";
+        let store = match env
+            .store_choice(var(STORE_ENV), STORE_ENV, "gloo", forms)
+            .map_err(env_error)?
+        {
+            StoreChoice::Named(s) => StoreSpec::Named(s),
+            StoreChoice::Job(at) => StoreSpec::Tcp {
                 host: at.host,
                 port: at.port,
                 serve: at.serve,
             },
-            (None, None) => StoreSpec::DefaultDir(
-                env.local_store_dir(
-                    &std::env::temp_dir(),
-                    "gloo",
-                    &format!(
-                        "set MASTER_ADDR and MASTER_PORT (the job's TCPStore), or {STORE_ENV} to \
-                         redis://host:port or to a fresh directory every rank can see"
-                    ),
-                )
-                .map_err(env_error)?,
-            ),
+            StoreChoice::LocalDir(dir) => StoreSpec::DefaultDir(dir),
         };
         let hostname = match (var("CCOL_GLOO_HOSTNAME"), &store) {
             (Some(h), _) => Some(h),
@@ -177,7 +172,7 @@ pub fn store_from_env(spec: &str) -> Result<GlooStore, GlooError> {
 /// the rendezvous' [`Error::Timeout`] or [`Error::Backend`].
 pub fn from_env() -> Result<GlooTransport, Error> {
     let cfg = EnvConfig::read().map_err(|e| Error::InvalidArgument(e.to_string()))?;
-    let timeout = timeout_from_env()?.unwrap_or(Duration::from_secs(300));
+    let timeout = timeout_from_env()?.unwrap_or(DEFAULT_TIMEOUT);
     cfg.connect(timeout)
 }
 

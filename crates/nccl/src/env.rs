@@ -25,13 +25,13 @@
 
 use crate::transport::{NcclOptions, NcclTransport};
 use crate::{FileStore, NcclError};
-use compiler_collectives_core::protocol::timeout_from_env;
-use compiler_collectives_core::transport::toolkit::DRAIN_LIMIT;
+use compiler_collectives_core::launch::runenv::StoreChoice;
+use compiler_collectives_core::protocol::{timeout_from_env, DEFAULT_TIMEOUT};
+use compiler_collectives_core::transport::toolkit::{departure_key, DRAIN_LIMIT};
 use compiler_collectives_core::{launch::runenv, Deadline, Error, RunEnv, Store};
 use compiler_collectives_tcpstore::JobStore;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// The variable naming the rendezvous directory.
 pub const STORE_ENV: &str = "CCOL_NCCL_STORE";
@@ -80,25 +80,19 @@ impl EnvConfig {
     /// ranks on several nodes).
     pub fn read() -> Result<Self, NcclError> {
         let env = RunEnv::from_env().map_err(env_error)?;
-        let named = std::env::var(STORE_ENV).ok().filter(|v| !v.is_empty());
-        let store = match (named, env.job_store()) {
-            (Some(d), _) => NcclStore::Dir(PathBuf::from(d)),
-            (None, Some(at)) => NcclStore::Tcp {
+        let named = std::env::var(STORE_ENV).ok();
+        let forms = "a fresh directory every rank can see";
+        let store = match env
+            .store_choice(named, STORE_ENV, "nccl", forms)
+            .map_err(env_error)?
+        {
+            StoreChoice::Named(d) => NcclStore::Dir(PathBuf::from(d)),
+            StoreChoice::Job(at) => NcclStore::Tcp {
                 host: at.host,
                 port: at.port,
                 serve: at.serve,
             },
-            (None, None) => NcclStore::Dir(
-                env.local_store_dir(
-                    &std::env::temp_dir(),
-                    "nccl",
-                    &format!(
-                        "set MASTER_ADDR and MASTER_PORT (the job's TCPStore), or {STORE_ENV} to \
-                         a fresh directory every rank can see"
-                    ),
-                )
-                .map_err(env_error)?,
-            ),
+            StoreChoice::LocalDir(dir) => NcclStore::Dir(dir),
         };
         Ok(EnvConfig {
             rank: env.rank,
@@ -123,7 +117,7 @@ fn env_error(e: Error) -> NcclError {
 /// connect errors (no library, driver or device; timeouts).
 pub fn from_env() -> Result<NcclTransport, Error> {
     let cfg = EnvConfig::read()?;
-    let timeout = timeout_from_env()?.unwrap_or(Duration::from_secs(300));
+    let timeout = timeout_from_env()?.unwrap_or(DEFAULT_TIMEOUT);
     let store: Arc<dyn Store> = match &cfg.store {
         NcclStore::Dir(dir) => Arc::new(FileStore::new(dir)?),
         NcclStore::Tcp { host, port, serve } => {
@@ -137,7 +131,7 @@ pub fn from_env() -> Result<NcclTransport, Error> {
             // The post-mortem's departure keys (`toolkit::PostMortem`).
             let left = (0..cfg.world_size)
                 .filter(|&r| r != cfg.rank)
-                .map(|r| format!("{}/left/{r}", cfg.prefix))
+                .map(|r| format!("{}/{}", cfg.prefix, departure_key(r)))
                 .collect();
             job.linger_on_drop(left, DRAIN_LIMIT);
             Arc::new(job)

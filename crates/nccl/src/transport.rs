@@ -45,7 +45,7 @@ impl Default for NcclOptions {
     fn default() -> Self {
         NcclOptions {
             device: None,
-            connect_timeout: Duration::from_secs(300),
+            connect_timeout: compiler_collectives_core::protocol::DEFAULT_TIMEOUT,
             post_mortem: Duration::from_millis(250),
             prefix: "ccol/nccl".into(),
             lib: None,

@@ -56,7 +56,7 @@ impl C10dJob {
         let agent = env.use_agent_store;
         let addr = env.master_addr.clone();
         let timeout = compiler_collectives_core::protocol::timeout_from_env()?
-            .unwrap_or(Duration::from_secs(300));
+            .unwrap_or(compiler_collectives_core::protocol::DEFAULT_TIMEOUT);
         // Rank 0 serves unless torchrun's agent does; every store counts itself
         // in (as Python's init_process_group) unless the agent's store is used.
         let opts = if rank == 0 && !agent {
@@ -66,7 +66,7 @@ impl C10dJob {
         };
         let opts = opts.with_wait_workers(!agent).with_timeout(timeout);
         let store = timed(|| C10dStore::tcp(&opts))?;
-        let scoped = store.prefixed(&format!("ccol/{}", env.key_prefix()))?;
+        let scoped = timed(|| store.prefixed(&format!("ccol/{}", env.key_prefix())))?;
         let host = if addr == "localhost" || addr.starts_with("127.") {
             "127.0.0.1".to_string()
         } else {
@@ -98,7 +98,7 @@ impl C10dJob {
     /// # Errors
     /// The store's or group's errors.
     pub fn group(&self, name: &str) -> compiler_collectives_core::Result<C10dProcessGroup> {
-        self.group_in(&self.store.prefixed(name)?)
+        self.group_in(&timed(|| self.store.prefixed(name))?)
     }
 
     /// A [`C10dTransport`] on a process group of its own under `name`, for
@@ -107,7 +107,7 @@ impl C10dJob {
     /// # Errors
     /// As [`C10dJob::group`].
     pub fn transport(&self, name: &str) -> compiler_collectives_core::Result<C10dTransport> {
-        let store = self.store.prefixed(name)?;
+        let store = timed(|| self.store.prefixed(name))?;
         let pg = self.group_in(&store)?;
         Ok(C10dTransport::new(pg, store))
     }

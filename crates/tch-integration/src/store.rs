@@ -3,12 +3,12 @@
 
 use crate::error::{c_int, c_string, timed, C10dError};
 use crate::sys::StoreHandle;
-use compiler_collectives_core::{Deadline, Error, Store};
+use compiler_collectives_core::{Deadline, Store};
 use std::time::Duration;
 
 /// The timeout of [`TcpStoreOptions`] unless set: c10d's default store
 /// timeout (`Store::kDefaultTimeout`, 300 s).
-pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(300);
+pub const DEFAULT_STORE_TIMEOUT: Duration = compiler_collectives_core::protocol::DEFAULT_TIMEOUT;
 
 /// How to open a `TCPStore` with [`C10dStore::tcp`]: the server (which also
 /// connects a client to itself) or a client only, at `host:port`, for a job of
@@ -227,7 +227,7 @@ impl C10dStore {
 }
 
 fn key(k: &str) -> compiler_collectives_core::Result<std::ffi::CString> {
-    c_string(k, "key").map_err(Error::from)
+    timed(|| c_string(k, "key"))
 }
 
 impl Store for C10dStore {
@@ -274,7 +274,7 @@ impl Store for C10dStore {
         key_: &str,
         deadline: Deadline,
     ) -> compiler_collectives_core::Result<Option<Vec<u8>>> {
-        if !self.check_within(key_, deadline.remaining())? {
+        if !timed(|| self.check_within(key_, deadline.remaining()))? {
             return Ok(None);
         }
         self.get(key_, deadline).map(Some)
@@ -284,6 +284,7 @@ impl Store for C10dStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use compiler_collectives_core::Error;
     use std::time::Instant;
 
     /// The `waited` of a timeout; panics on any other error.

@@ -1,7 +1,7 @@
 //! [`C10dTransport`]: core's [`Transport`] over a [`C10dProcessGroup`], and
 //! its post-mortem after a failure.
 
-use crate::error::C10dError;
+use crate::error::{timed, C10dError};
 use crate::group::{C10dProcessGroup, PendingSend};
 use crate::store::C10dStore;
 use compiler_collectives_core::transport::toolkit::{self, PostMortem, DRAIN_LIMIT, LATE_CHECK_IN};
@@ -124,7 +124,7 @@ impl C10dTransport {
         let network = matches!(e, C10dError::Torch { network: true, .. });
         let timeout = matches!(e, C10dError::Torch { timeout: true, .. });
         if !(network || timeout) {
-            return e.into();
+            return e.into_core(start.elapsed());
         }
         // Live peers check in when they fail too: at once after a broken
         // connection, at the latest at this operation's deadline (they may
@@ -139,7 +139,7 @@ impl C10dTransport {
         match absent.into_error(network && !timeout, start.elapsed(), &e.to_string()) {
             Some(err) => err,
             None if timeout => Error::timeout(Vec::new(), Vec::new(), start.elapsed()),
-            None => e.into(),
+            None => e.into_core(start.elapsed()),
         }
     }
 
@@ -264,13 +264,16 @@ impl Transport for C10dTransport {
         toolkit::check_peer(peer, self.pg.rank, self.pg.world)?;
         let _g = self.guard()?;
         let _ = deadline;
-        let len = self
-            .pg
-            .isend(&Tensor::from_slice(&[as_i64(data.len())]), peer, tag)?;
+        let len = timed(|| {
+            self.pg
+                .isend(&Tensor::from_slice(&[as_i64(data.len())]), peer, tag)
+        })?;
         let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         pending.push(len);
         if !data.is_empty() {
-            pending.push(self.pg.isend(&Tensor::from_slice(data), peer, tag)?);
+            pending.push(timed(|| {
+                self.pg.isend(&Tensor::from_slice(data), peer, tag)
+            })?);
         }
         Ok(())
     }

@@ -100,6 +100,18 @@ pub struct JobStoreAt {
     pub serve: bool,
 }
 
+/// Where a backend's ranks rendezvous ([`RunEnv::store_choice`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoreChoice {
+    /// The backend's own variable, as set (a directory, or a URL the
+    /// backend understands).
+    Named(String),
+    /// The job's TCPStore.
+    Job(JobStoreAt),
+    /// A directory on this node, derived from the launch id.
+    LocalDir(PathBuf),
+}
+
 impl RunEnv {
     /// Reads torchrun's variables from this process's environment (a value
     /// that is not UTF-8 counts as unset): [`RunEnv::from_vars`] over
@@ -194,6 +206,39 @@ impl RunEnv {
             port,
             serve: !self.use_agent_store && self.rank == 0,
         })
+    }
+
+    /// Where a backend's ranks rendezvous, the first that applies: `named`
+    /// (the value of the backend's own variable `store_env`, e.g.
+    /// `CCOL_GLOO_STORE`; `None` or empty: unset), else the job's TCPStore
+    /// ([`RunEnv::job_store`]), else a directory on this node derived from
+    /// the launch id ([`RunEnv::local_store_dir`] under the system's
+    /// temporary directory, for `backend`). One rule for every backend
+    /// (docs/environment.md).
+    ///
+    /// # Errors
+    /// As [`RunEnv::local_store_dir`] when neither of the first two applies;
+    /// the message tells the user to set `MASTER_ADDR` and `MASTER_PORT`, or
+    /// `store_env` to one of `forms` (e.g. `a fresh directory every rank can
+    /// see`).
+    pub fn store_choice(
+        &self,
+        named: Option<String>,
+        store_env: &str,
+        backend: &str,
+        forms: &str,
+    ) -> Result<StoreChoice> {
+        if let Some(v) = named.filter(|v| !v.is_empty()) {
+            return Ok(StoreChoice::Named(v));
+        }
+        if let Some(at) = self.job_store() {
+            return Ok(StoreChoice::Job(at));
+        }
+        let remedy = format!(
+            "set MASTER_ADDR and MASTER_PORT (the job's TCPStore), or {store_env} to {forms}"
+        );
+        self.local_store_dir(&std::env::temp_dir(), backend, &remedy)
+            .map(StoreChoice::LocalDir)
     }
 
     /// Whether every rank of the job runs on this node

@@ -16,8 +16,8 @@ mod checks;
 mod postmortem;
 pub use checks::{check_peer, check_root, check_size, check_sized, shut_down};
 pub use postmortem::{
-    departure_record, parse_departure, Absent, PostMortem, DRAIN_LIMIT, LATE_CHECK_IN, POST_MORTEM,
-    STORE_CALL_LIMIT,
+    departure_key, departure_record, parse_departure, Absent, PostMortem, DRAIN_LIMIT,
+    LATE_CHECK_IN, POST_MORTEM, STORE_CALL_LIMIT,
 };
 
 /// Bytes of one rank's entry in the lengths round: its length and its

@@ -39,6 +39,20 @@ pub const STORE_CALL_LIMIT: Duration = Duration::from_millis(500);
 /// How often a waiting post-mortem looks at the store again.
 const POLL: Duration = Duration::from_millis(10);
 
+/// The two keys a rank writes: that it left ([`departure_key`]), and that
+/// it is present at a failed operation (`present/<rank>`).
+#[derive(Clone, Copy, Debug)]
+enum Mark {
+    Left,
+    Present,
+}
+
+/// The key of rank `rank`'s departure record, under its group's prefix:
+/// `left/<rank>`. Every backend that records departures uses it.
+pub fn departure_key(rank: u32) -> String {
+    format!("left/{rank}")
+}
+
 /// The value of a rank's `left/<rank>` key: `shutdown <done>` for
 /// [`PeerLoss::Shutdown`], else `aborted <done>`, `<done>` the number of
 /// operations it had completed (decimal). Every backend that records
@@ -130,13 +144,16 @@ impl PostMortem {
         }
     }
 
-    fn key(&self, what: &str, rank: u32) -> String {
-        format!("{}/{what}/{rank}", self.prefix)
+    fn key(&self, mark: Mark, rank: u32) -> String {
+        match mark {
+            Mark::Left => format!("{}/{}", self.prefix, departure_key(rank)),
+            Mark::Present => format!("{}/present/{rank}", self.prefix),
+        }
     }
 
-    fn lookup(&self, what: &str, rank: u32) -> Option<Vec<u8>> {
+    fn lookup(&self, mark: Mark, rank: u32) -> Option<Vec<u8>> {
         self.store
-            .try_get(&self.key(what, rank), Deadline::after(STORE_CALL_LIMIT))
+            .try_get(&self.key(mark, rank), Deadline::after(STORE_CALL_LIMIT))
             .ok()
             .flatten()
     }
@@ -153,7 +170,7 @@ impl PostMortem {
     pub fn leave(&self, how: PeerLoss, done: u64) {
         let value = departure_record(how, done);
         if let Err(e) = self.store.set(
-            &self.key("left", self.rank),
+            &self.key(Mark::Left, self.rank),
             value.as_bytes(),
             Deadline::after(STORE_CALL_LIMIT),
         ) {
@@ -167,7 +184,7 @@ impl PostMortem {
     pub fn check_in(&self, op: u64) -> bool {
         let value = op.to_string();
         match self.store.set(
-            &self.key("present", self.rank),
+            &self.key(Mark::Present, self.rank),
             value.as_bytes(),
             Deadline::after(STORE_CALL_LIMIT),
         ) {
@@ -185,7 +202,7 @@ impl PostMortem {
         ranks
             .iter()
             .filter_map(|&r| {
-                let v = self.lookup("left", r)?;
+                let v = self.lookup(Mark::Left, r)?;
                 let (how, done) = parse_departure(&v);
                 (op == 0 || done < op).then_some((r, how))
             })
@@ -229,7 +246,7 @@ impl PostMortem {
         let mut changed = Instant::now();
         loop {
             let before = waiting.len();
-            waiting.retain(|&r| self.lookup("present", r).is_none());
+            waiting.retain(|&r| self.lookup(Mark::Present, r).is_none());
             let gone = self.left_before(op, &waiting);
             waiting.retain(|r| !gone.iter().any(|(g, _)| g == r));
             left.extend(gone);
