@@ -2,7 +2,8 @@
 //! values, sharded autotuning and cache-hit agreement — the same on every
 //! engine, because backends only move bytes.
 
-use super::{ensure, expect_groups, Ctx};
+use super::expect_groups;
+use crate::{ensure, Behaviour, Ctx};
 use compiler_collectives_core::cache::{CacheOptions, CompileCache, Inputs};
 use compiler_collectives_core::decisions::agree::MustAgree;
 use compiler_collectives_core::decisions::autotune::{autotune, Strategy};
@@ -12,9 +13,21 @@ use compiler_collectives_core::persistence::artifacts::{ArtifactOrigin, DiskArti
 use compiler_collectives_core::Error;
 use std::time::Duration;
 
+/// This area's behaviours, in [`crate::BEHAVIOURS`]' order.
+pub(super) const BEHAVIOURS: &[Behaviour] = &[
+    MUST_AGREE_NAMES_VALUES,
+    AUTOTUNE_SHARDED_SAME_WINNER,
+    AUTOTUNE_LISTS_DIFFER,
+    CACHE_HIT_AGREEMENT,
+];
+
+behaviour!(
+    MUST_AGREE_NAMES_VALUES = must_agree_names_values,
+    min_world: 2, timed: false, needs: []
+);
 /// Every rank agrees on two values (fast path); then rank 0 holds another
 /// compiler version and every rank gets the same disagreement naming it.
-pub(crate) fn must_agree_names_values(ctx: &Ctx) -> Result<(), String> {
+fn must_agree_names_values(ctx: &Ctx) -> Result<(), String> {
     let mut ch = ctx.channel(ctx.timeout)?;
     MustAgree::new()
         .value("compiler", "ccol 0.1.0")
@@ -39,10 +52,14 @@ pub(crate) fn must_agree_names_values(ctx: &Ctx) -> Result<(), String> {
     )
 }
 
+behaviour!(
+    AUTOTUNE_SHARDED_SAME_WINNER = autotune_sharded_same_winner,
+    min_world: 1, timed: false, needs: []
+);
 /// 3 × world candidates, sharded: every rank benchmarks exactly 3 (those
 /// with index mod world = rank) and every rank adopts the winner, which only
 /// the last rank measured (with that rank's own noise).
-pub(crate) fn autotune_sharded_same_winner(ctx: &Ctx) -> Result<(), String> {
+fn autotune_sharded_same_winner(ctx: &Ctx) -> Result<(), String> {
     let world = ctx.world();
     let rank = ctx.rank();
     let candidates: Vec<String> = (0..3 * world).map(|i| format!("cfg{i:03}")).collect();
@@ -76,9 +93,10 @@ pub(crate) fn autotune_sharded_same_winner(ctx: &Ctx) -> Result<(), String> {
     )
 }
 
+behaviour!(AUTOTUNE_LISTS_DIFFER = autotune_lists_differ, min_world: 2, timed: false, needs: []);
 /// The last rank lists one candidate more: every rank gets the same typed
 /// disagreement, at once.
-pub(crate) fn autotune_lists_differ(ctx: &Ctx) -> Result<(), String> {
+fn autotune_lists_differ(ctx: &Ctx) -> Result<(), String> {
     let odd = ctx.world() - 1;
     let cands: &[&str] = if ctx.rank() == odd {
         &["a", "b", "c"]
@@ -103,10 +121,11 @@ pub(crate) fn autotune_lists_differ(ctx: &Ctx) -> Result<(), String> {
     )
 }
 
+behaviour!(CACHE_HIT_AGREEMENT = cache_hit_agreement, min_world: 1, timed: false, needs: []);
 /// Rank 0's persistent artifact cache is warm, the others' cold: with
 /// cache-hit agreement every rank compiles (and takes part in the compile's
 /// exchange); once every cache holds the artifact, every rank loads it.
-pub(crate) fn cache_hit_agreement(ctx: &Ctx) -> Result<(), String> {
+fn cache_hit_agreement(ctx: &Ctx) -> Result<(), String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let store = DiskArtifacts::open(dir.path()).map_err(|e| e.to_string())?;
     let x: Inputs = [("x".to_string(), Observation::tensor([8, 16]))].into();
