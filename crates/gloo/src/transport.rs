@@ -127,6 +127,26 @@ pub struct GlooTransport {
     store: Arc<Mutex<GlooStore>>,
 }
 
+/// One collective, as its caller describes it: this rank sends `data` to
+/// `send_to` and receives from each of `recv_from` what it sent (its length
+/// known only from its header, at most `max_bytes`), all by `deadline`.
+#[derive(Clone, Copy, Debug)]
+struct Collective<'a> {
+    data: &'a [u8],
+    send_to: &'a [u32],
+    recv_from: &'a [u32],
+    max_bytes: usize,
+    deadline: Deadline,
+}
+
+/// A collective under way: `op` as this rank's collective number `k`,
+/// which gives its slots ([`header_slot`], [`data_slot`]).
+#[derive(Clone, Copy, Debug)]
+struct Round<'a> {
+    k: u64,
+    op: Collective<'a>,
+}
+
 /// What went wrong while waiting, before it is turned into a core error.
 enum Fail {
     Core(Error),
@@ -286,17 +306,10 @@ impl GlooTransport {
         }
     }
 
-    /// Runs one collective: `senders` send `data` (length known to all only
-    /// via headers) to `receivers`. Returns the received buffers, index =
-    /// rank (empty for ranks this rank did not receive from).
-    fn collective(
-        &self,
-        data: &[u8],
-        send_to: &[u32],
-        recv_from: &[u32],
-        max_bytes: usize,
-        deadline: Deadline,
-    ) -> Result<Vec<Vec<u8>>, Error> {
+    /// Runs `op` as this rank's next collective. Returns the received
+    /// buffers, index = rank (empty for ranks this rank did not receive
+    /// from).
+    fn collective(&self, op: Collective<'_>) -> Result<Vec<Vec<u8>>, Error> {
         let start = Instant::now();
         let mut st = self.lock();
         let k = self.begin(&mut st)?;
@@ -309,7 +322,7 @@ impl GlooTransport {
             });
             return Err(poison.error());
         };
-        let r = self.collective_inner(&mut inbox, k, data, send_to, recv_from, max_bytes, deadline);
+        let r = self.collective_inner(&mut inbox, &Round { k, op });
         match r {
             Ok(v) => {
                 st.inbox = Some(inbox);
@@ -324,17 +337,19 @@ impl GlooTransport {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn collective_inner(
         &self,
         inbox: &mut Buffer,
-        k: u64,
-        data: &[u8],
-        send_to: &[u32],
-        recv_from: &[u32],
-        max_bytes: usize,
-        deadline: Deadline,
+        round: &Round<'_>,
     ) -> Result<Vec<Vec<u8>>, Fail> {
+        let Round { k, op } = *round;
+        let Collective {
+            data,
+            send_to,
+            recv_from,
+            max_bytes,
+            deadline,
+        } = op;
         // Every buffer lives in the pool; on any error the pool leaks them all,
         // since Gloo may still be reading or writing their memory.
         let mut pool = Pool::default();
@@ -406,19 +421,11 @@ impl GlooTransport {
             }
         }
         if let Some(e) = io_error {
-            return Err(self.account_headers(&mut pool, k, inbox, recv_from, deadline, e, broken));
+            return Err(self.account_headers(&mut pool, inbox, round, e, broken));
         }
         for _ in recv_from {
             if let Err(e) = self.watchdog.wait_recv(inbox, deadline) {
-                return Err(self.account_headers(
-                    &mut pool,
-                    k,
-                    inbox,
-                    recv_from,
-                    deadline,
-                    e,
-                    Vec::new(),
-                ));
+                return Err(self.account_headers(&mut pool, inbox, round, e, Vec::new()));
             }
         }
         // Every header is here: check them.
@@ -558,7 +565,13 @@ impl Transport for GlooTransport {
     ) -> Result<Vec<Vec<u8>>, Error> {
         toolkit::check_size("all_gather", data.len(), max_bytes)?;
         let peers: Vec<u32> = self.peers().collect();
-        let mut out = self.collective(data, &peers, &peers, max_bytes, deadline)?;
+        let mut out = self.collective(Collective {
+            data,
+            send_to: &peers,
+            recv_from: &peers,
+            max_bytes,
+            deadline,
+        })?;
         out[self.rank as usize] = data.to_vec();
         Ok(out)
     }
@@ -590,8 +603,14 @@ impl Transport for GlooTransport {
 
     fn barrier(&self, deadline: Deadline) -> Result<(), Error> {
         let peers: Vec<u32> = self.peers().collect();
-        self.collective(&[], &peers, &peers, 0, deadline)
-            .map(|_| ())
+        self.collective(Collective {
+            data: &[],
+            send_to: &peers,
+            recv_from: &peers,
+            max_bytes: 0,
+            deadline,
+        })
+        .map(|_| ())
     }
 
     fn send(&self, peer: u32, tag: u32, data: &[u8], deadline: Deadline) -> Result<(), Error> {

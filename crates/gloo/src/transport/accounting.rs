@@ -6,11 +6,11 @@
 use super::departures::Records;
 use super::framing::{parse_header, probe_slot, FLAG_ABORT, FLAG_FAILED, FLAG_SHUTDOWN, HEADER};
 use super::pool::Pool;
-use super::{Fail, GlooTransport};
+use super::{Collective, Fail, GlooTransport, Round};
 use crate::store::GlooStore;
 use crate::sys::{self, Buffer};
 use crate::GlooError;
-use compiler_collectives_core::{Deadline, Error, PeerLoss};
+use compiler_collectives_core::{Error, PeerLoss};
 use std::time::{Duration, Instant};
 
 /// How often a rank accounting for missing headers after a broken pair
@@ -75,9 +75,10 @@ impl GlooTransport {
             .collect()
     }
 
-    /// After the header wait failed with `e`: which of `recv_from` are not
-    /// in operation `k`, and how each went missing (docs/failures.md: every one of
-    /// them, the same set whatever the order in which they went).
+    /// After the header wait of `round` failed with `e`: which of its
+    /// `recv_from` are not in operation `k`, and how each went missing
+    /// (docs/failures.md: every one of them, the same set whatever the order
+    /// in which they went).
     ///
     /// A rank whose header says it shut down or aborted left that way; a
     /// rank without a header whose pair broke (`broken`, or found by a
@@ -93,17 +94,20 @@ impl GlooTransport {
     /// ([`FLAG_FAILED`]) is held up by the same cause, as a rank checked in
     /// to the store post-mortem is: it is named (as aborted) only when no
     /// other rank is missing.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn account_headers(
         &self,
         pool: &mut Pool,
-        k: u64,
         inbox: &Buffer,
-        recv_from: &[u32],
-        deadline: Deadline,
+        round: &Round<'_>,
         e: GlooError,
         mut broken: Vec<u32>,
     ) -> Fail {
+        let Round { k, op } = *round;
+        let Collective {
+            recv_from,
+            deadline,
+            ..
+        } = op;
         let io = e.status() == Some(sys::IO);
         let mut records = Records::default();
         let mut failed: Vec<u32> = Vec::new();
