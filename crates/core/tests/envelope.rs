@@ -434,13 +434,13 @@ fn decode_payload_round_trip_and_rejects_trailing_bytes() {
     // The envelope-level helper too, for any kind.
     let mut vote = encode_payload(&AnyVote(true)).unwrap();
     assert!(
-        envelope::decode_payload::<AnyVote>(AnyVote::KIND, &vote)
+        envelope::decode_postcard::<AnyVote>(AnyVote::KIND, &vote)
             .unwrap()
             .0
     );
     vote.push(1);
     assert!(matches!(
-        envelope::decode_payload::<AnyVote>(AnyVote::KIND, &vote),
+        envelope::decode_postcard::<AnyVote>(AnyVote::KIND, &vote),
         Err(DecodeError::Payload { .. })
     ));
     // Truncated payloads are errors as well.

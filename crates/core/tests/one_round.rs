@@ -75,7 +75,7 @@ fn joined(a: &FrameState, b: &FrameState) -> FrameState {
 
 /// postcard's decoding (serde), the reference of the hand-written reader.
 fn postcard_decode(payload: &[u8]) -> Result<FrameState, ()> {
-    envelope::decode_payload::<FrameState>(FrameState::KIND, payload).map_err(drop)
+    envelope::decode_postcard::<FrameState>(FrameState::KIND, payload).map_err(drop)
 }
 
 /// Decoding then joining, the reference of `join_encoded`.

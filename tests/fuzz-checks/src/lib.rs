@@ -138,10 +138,10 @@ pub fn slot_decode(data: &[u8]) {
 /// that decode to the same value, and its join with itself is itself
 /// (idempotence, which the fast path relies on).
 fn payload_as<J: Join + PartialEq>(bytes: &[u8]) -> Option<J> {
-    let v: J = envelope::decode_payload(J::KIND, bytes).ok()?;
+    let v: J = envelope::decode_postcard(J::KIND, bytes).ok()?;
     let again = compiler_collectives_core::protocol::encode_payload(&v)
         .expect("an accepted value re-encodes");
-    let back: J = envelope::decode_payload(J::KIND, &again).expect("a re-encoded value decodes");
+    let back: J = envelope::decode_postcard(J::KIND, &again).expect("a re-encoded value decodes");
     assert_eq!(back, v, "decode(encode(v)) != v for {}", J::KIND);
     let mut twice = v.clone();
     twice.join(&v);

@@ -310,7 +310,7 @@ impl Profile {
             });
         }
         let entries: BTreeMap<ProfileKey, ProfileValue> =
-            crate::protocol::envelope::decode_payload(Profile::KIND, body)?;
+            crate::protocol::envelope::decode_postcard(Profile::KIND, body)?;
         if let Some((k, v)) = entries.iter().find(|(k, v)| k.kind != v.kind()) {
             return Err(DecodeError::Invalid {
                 field: "entry kind",

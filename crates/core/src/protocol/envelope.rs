@@ -584,7 +584,7 @@ pub fn decode_digest_msg(bytes: &[u8]) -> Result<DigestMsg, DecodeError> {
 ///
 /// # Errors
 /// [`DecodeError::Payload`] for malformed or trailing bytes.
-pub fn decode_payload<T: serde::de::DeserializeOwned>(
+pub fn decode_postcard<T: serde::de::DeserializeOwned>(
     kind: &str,
     payload: &[u8],
 ) -> Result<T, DecodeError> {

@@ -88,7 +88,7 @@ pub trait Join: Clone + Debug + Send + Serialize + DeserializeOwned {
     /// # Errors
     /// [`DecodeError::Payload`] naming the kind.
     fn read_payload(payload: &[u8]) -> std::result::Result<Self, DecodeError> {
-        envelope::decode_payload(Self::KIND, payload)
+        envelope::decode_postcard(Self::KIND, payload)
     }
 
     /// Appends the canonical postcard encoding to `out`. The provided

@@ -184,7 +184,7 @@ fn decode_summary<J: Join>(
         }
     };
     let (theirs, value): (Meta, Option<Vec<u8>>) =
-        match envelope::decode_payload(TREE_KIND, &env.payload) {
+        match envelope::decode_postcard(TREE_KIND, &env.payload) {
             Ok(x) => x,
             Err(e) => {
                 meta.fail(from, e.to_string());
