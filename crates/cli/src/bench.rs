@@ -23,6 +23,12 @@
 //! - Join: 64 ranks × 1000 sources, ours in this process (median of 20).
 //! - Scale (unless `--no-scale`): [`simulate`] with 20-source states, flat
 //!   up to `--flat-max` ranks, hierarchical up to `--scale-max`.
+//! - Heap per exchange: each rank process's allocations, counted by the
+//!   allocator of `compiler_collectives_harness::heap` where the process
+//!   installs it: `examples/bench_c10d` always, `ccol bench-worker` only in a
+//!   ccol built with the `heap-stats` feature ([`HEAP_STATS`]); without it
+//!   the table says that the Gloo rows need the feature. In-process ranks
+//!   share one heap: no figures.
 //!
 //! Output: the table on stdout, `bench.json` and `latency.svg` in `--out`
 //! (default: `bench/` in the project's cache directory, [`default_out`]),
@@ -132,6 +138,11 @@ pub(crate) struct WorkerArgs {
     results: PathBuf,
 }
 
+/// Whether this ccol counts its allocations (feature `heap-stats`: `main.rs`
+/// installs the counting allocator), so that `ccol bench-worker` reports heap
+/// figures per exchange. The production binary does not.
+pub(crate) const HEAP_STATS: bool = cfg!(feature = "heap-stats");
+
 fn usize_of(v: u64) -> usize {
     usize::try_from(v).unwrap_or(usize::MAX)
 }
@@ -151,13 +162,16 @@ pub(crate) fn worker(args: &WorkerArgs) -> ExitCode {
 fn worker_inner(args: &WorkerArgs) -> anyhow::Result<()> {
     let transport: Arc<dyn Transport> = Arc::new(compiler_collectives::gloo::from_env()?);
     let rank = transport.rank();
+    // The counter of the allocator `main.rs` installs with `heap-stats`.
+    let heap: Option<&dyn compiler_collectives_harness::benchmark::HeapCounter> =
+        HEAP_STATS.then_some(&compiler_collectives_harness::heap::COUNTER);
     let samples = measure_exchange(
         Arc::clone(&transport),
         &args.sources.0,
         usize_of(args.warmup),
         usize_of(args.rounds),
         Duration::from_secs(args.timeout),
-        Some(&compiler_collectives_harness::heap::COUNTER),
+        heap,
     )?;
     let path = args.results.join(format!("bench-rank-{rank}.json"));
     std::fs::write(&path, samples_json(rank, &samples).to_string())
@@ -677,12 +691,15 @@ fn bench_inner(args: &BenchArgs) -> anyhow::Result<()> {
     }
 
     stop_if_interrupted()?;
+    // Rows whose ranks ran this ccol, which counted nothing without the feature.
+    let heap_note = (!HEAP_STATS && engine == "gloo").then_some(NO_HEAP_STATS);
     print_table(
         &rows,
         (our_join_ms, folded_join_ms),
         their_join_ms,
         &wire,
         &scale,
+        heap_note,
     );
     let verdicts = targets(&rows, our_join_ms, their_join_ms, &wire, &scale);
     println!("\ntargets, measured in this run:");
@@ -832,12 +849,18 @@ fn fmt_ratio(x: Option<f64>) -> String {
     x.map_or("-".into(), |x| format!("{x:.2}"))
 }
 
+/// The heap section's line for the Gloo rows of a ccol without `heap-stats`.
+const NO_HEAP_STATS: &str =
+    "gloo rows: not counted: this ccol was built without the `heap-stats` feature \
+     (`cargo build --release -p compiler-collectives-cli --features gloo,heap-stats`)";
+
 fn print_table(
     rows: &[Row],
     (our_join, folded_join): (f64, f64),
     their_join: Option<f64>,
     wire: &[(usize, usize, Option<u64>)],
     scale: &[SimResult],
+    heap_note: Option<&str>,
 ) {
     println!("exchange + merge latency, ms (p50 / p90 over rounds; a round = the slowest rank)");
     println!(
@@ -893,10 +916,13 @@ fn print_table(
             fmt_ratio(Some(ratio(r.owned.p50, r.ours.p50))),
         );
     }
-    if rows.iter().any(|r| r.heap.is_some()) {
+    let counted = rows.iter().any(|r| r.heap.is_some());
+    if counted || heap_note.is_some() {
         println!(
             "\nheap per exchange of differing states, in place (median over rounds, the most of any rank)"
         );
+    }
+    if counted {
         println!(
             "  {:>6} {:>5} {:>7} {:>14} {:>12} {:>16}",
             "engine", "ranks", "sources", "bytes alloc'd", "allocations", "peak live bytes"
@@ -909,6 +935,9 @@ fn print_table(
                 );
             }
         }
+    }
+    if let Some(note) = heap_note {
+        println!("  {note}");
     }
     println!(
         "\njoin, {JOIN_RANKS} ranks × {JOIN_SOURCES} sources: ours {our_join:.3} ms (join_all; Join::join folded {folded_join:.3} ms), PyTorch {} ms, PyTorch/ours {}",

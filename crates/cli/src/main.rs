@@ -38,8 +38,10 @@ use std::time::Duration;
 mod bench;
 mod cache;
 
-/// Counts allocations for `ccol bench`'s figures per exchange (see
-/// `compiler_collectives_harness::heap`).
+/// With the `heap-stats` feature only: counts allocations for `ccol bench`'s
+/// figures per exchange (see `compiler_collectives_harness::heap` and
+/// `bench::HEAP_STATS`). Without it ccol uses the system allocator as is.
+#[cfg(feature = "heap-stats")]
 #[global_allocator]
 static HEAP: compiler_collectives_harness::heap::CountingAlloc =
     compiler_collectives_harness::heap::CountingAlloc;
