@@ -64,7 +64,7 @@ pub use error::{
 };
 pub use launch::runenv::RunEnv;
 pub use protocol::channel::{
-    Channel, ChannelOptions, ExchangeOptions, FlatReason, Gathered, Topology,
+    Channel, ChannelOptions, ExchangeOptions, FlatReason, Gathered, PerRank, Topology,
 };
 pub use protocol::join::Join;
 pub use transport::filestore::FileStore;

@@ -15,7 +15,7 @@ use compiler_collectives_core::persistence::artifacts::{
 };
 use compiler_collectives_core::Join;
 use compiler_collectives_core::{
-    Channel, ChannelOptions, Error, InProcessGroup, RankGroup, Transport,
+    Channel, ChannelOptions, Error, InProcessGroup, RankGroup, Topology, Transport,
 };
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
@@ -183,6 +183,43 @@ fn disagreement_names_each_value_with_its_ranks_on_every_rank() {
         out.windows(2).all(|w| w[0].0 == w[1].0),
         "same error text on every rank"
     );
+}
+
+/// The same disagreement where the channel runs the hierarchical exchange
+/// (the tree from 2 ranks here; from 64 by default): the tree moves joins,
+/// not every rank's value, and the check used to return Ok on every rank.
+/// A must-agree check runs flat whatever the topology, and names the ranks.
+#[test]
+fn disagreement_is_found_and_named_where_the_channel_runs_the_tree() {
+    let handles: Vec<_> = InProcessGroup::create(4)
+        .expect("group")
+        .into_iter()
+        .map(|t| {
+            std::thread::spawn(move || {
+                let rank = t.rank();
+                let options = ChannelOptions::default()
+                    .with_timeout(Duration::from_secs(20))
+                    .with_hierarchical_from(2);
+                let mut ch = Channel::with_options(Arc::new(t), options).expect("channel");
+                assert_eq!(ch.topology(), &Topology::Tree);
+                let version = if rank == 3 { "2.14.0" } else { "2.13.0" };
+                let same = must_agree(&mut ch, "startup", "python", "3.11");
+                let err = must_agree(&mut ch, "startup", "compiler", version).unwrap_err();
+                (same, groups(&err))
+            })
+        })
+        .collect();
+    for h in handles {
+        let (same, g) = h.join().expect("rank");
+        assert!(same.is_ok(), "{same:?}");
+        assert_eq!(
+            g,
+            vec![
+                (vec![0, 1, 2], "compiler='2.13.0'".to_string()),
+                (vec![3], "compiler='2.14.0'".to_string()),
+            ]
+        );
+    }
 }
 
 #[test]

@@ -310,11 +310,11 @@ fn exchange(states: &[FrameState], keys: &[&'static str], way: Way) -> Vec<Outco
                             return Err(e.to_string());
                         }
                     };
-                    let per_rank = g.per_rank().map(<[FrameState]>::to_vec);
+                    let per_rank = g.per_rank().values().map(<[FrameState]>::to_vec);
                     return Ok((g.merged().clone(), per_rank, g.fast_path()));
                 }
                 let g = ch.exchange(key, &state).map_err(|e: Error| e.to_string())?;
-                let per_rank = g.per_rank().map(<[FrameState]>::to_vec);
+                let per_rank = g.per_rank().values().map(<[FrameState]>::to_vec);
                 Ok((g.merged().clone(), per_rank, g.fast_path()))
             })
         })

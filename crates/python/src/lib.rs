@@ -324,7 +324,7 @@ impl CompileChannel {
         })?;
         let gathered =
             self.with_channel(py, key, |c| c.exchange::<frame::DynamoState>(key, &state))?;
-        let all = match gathered.per_rank() {
+        let all = match gathered.per_rank().values() {
             None => vec![local_state.clone(); self.world_size as usize],
             Some(states) => states
                 .iter()

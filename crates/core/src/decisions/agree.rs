@@ -37,8 +37,9 @@
 //! ```
 
 use crate::error::{group_ranks, Error, Result};
-use crate::protocol::channel::Channel;
+use crate::protocol::channel::{Channel, ExchangeOptions};
 use crate::protocol::checks::ConfigText;
+use crate::protocol::gathered::PerRank;
 use crate::protocol::join::Join;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -121,9 +122,22 @@ impl MustAgree {
                 .map(|(n, v)| (n.clone(), BTreeSet::from([v.clone()])))
                 .collect(),
         );
-        let gathered = channel.exchange(key, &local)?;
-        let Some(per_rank) = gathered.per_rank() else {
-            return Ok(());
+        // Every rank's value (a flat exchange whatever the topology): the
+        // join alone cannot show a name missing on some rank, nor name ranks.
+        let every = ExchangeOptions::default().with_every_value(true);
+        let gathered = channel.exchange_with(key, &local, &every)?;
+        let per_rank = match gathered.per_rank() {
+            PerRank::Values(v) => v,
+            PerRank::Same => return Ok(()),
+            other @ (PerRank::Tree | PerRank::Undecodable) => {
+                return Err(Error::Decode {
+                    rank: None,
+                    reason: crate::DecodeError::Invalid {
+                        field: "must-agree values",
+                        detail: format!("every rank's values are not here ({other:?})"),
+                    },
+                })
+            }
         };
         let merged = gathered.merged();
         let differing: Vec<&str> = merged

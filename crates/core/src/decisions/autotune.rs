@@ -334,7 +334,7 @@ where
                     }
                 }
                 Measure::Failed(reason) => {
-                    let ranks = match gathered.per_rank() {
+                    let ranks = match gathered.per_rank().values() {
                         Some(values) => (0u32..)
                             .zip(values)
                             .filter(|(_, v)| {

@@ -53,7 +53,7 @@ use crate::transport::{Deadline, Transport};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use crate::protocol::gathered::Gathered;
+pub use crate::protocol::gathered::{Gathered, PerRank};
 pub use crate::protocol::options::{
     parse_timeout_secs, timeout_from_env, ChannelOptions, ExchangeOptions, FlatReason, Topology,
     DEFAULT_TIMEOUT, SLOT_ROUND_BYTES, TIMEOUT_ENV,
@@ -285,8 +285,9 @@ impl Channel {
         // rank (see `run`), instead of this rank alone while its peers wait
         // for it until the deadline. Elsewhere (one rank, the fast path off,
         // the tree) it is this rank's own error and nothing is sent.
-        let slot_round =
-            self.fast_path && self.topology != Topology::Tree && self.transport.world_size() > 1;
+        // The tree, unless the caller needs every rank's value.
+        let tree = self.topology == Topology::Tree && !options.every_value;
+        let slot_round = self.fast_path && !tree && self.transport.world_size() > 1;
         let own_limits = if slot_round {
             Limits {
                 max_message_bytes: usize::MAX,
@@ -318,7 +319,7 @@ impl Channel {
             deadline,
             traffic: crate::protocol::trace::Traffic::default(),
         };
-        let outcome = if self.topology == Topology::Tree {
+        let outcome = if tree {
             let encoded = &self.buf[SLOT_HEADER_LEN..];
             EnvelopeRef::decode(encoded, &self.limits)
                 .map_err(|e| Error::InvalidArgument(format!("this rank's own envelope: {e}")))
@@ -343,12 +344,12 @@ impl Channel {
         };
         let traffic = rounds.traffic;
         let result = match outcome {
-            Ok((merged, per_rank, fast)) => {
+            Ok((merged, payloads, fast)) => {
                 self.last_completed = Some(seq);
                 self.seq += 1;
                 Ok(Gathered {
                     merged,
-                    per_rank,
+                    payloads,
                     seq,
                     fast,
                 })

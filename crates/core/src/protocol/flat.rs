@@ -6,7 +6,7 @@
 use crate::error::{counted, Error, Result};
 use crate::protocol::checks::Census;
 use crate::protocol::envelope::{self, EnvelopeRef, Limits, SLOT_HEADER_LEN, WIRE_VERSION};
-use crate::protocol::gathered::{Local, Merged, PerRank, Span};
+use crate::protocol::gathered::{Local, Merged, Payloads, Span};
 use crate::protocol::join::Join;
 use crate::protocol::Rounds;
 use crate::DecodeError;
@@ -14,7 +14,7 @@ use std::cell::OnceCell;
 
 /// What an exchange returns: the join, each rank's payloads, whether
 /// the fast path applied.
-pub(crate) type Flat<'a, J> = (Merged<'a, J>, Option<PerRank<J>>, bool);
+pub(crate) type Flat<'a, J> = (Merged<'a, J>, Option<Payloads<J>>, bool);
 
 /// What the flat exchange's rounds brought.
 pub(crate) enum Round {
@@ -226,7 +226,7 @@ pub(crate) fn finish<'a, J: Join>(
     };
     Ok((
         merged,
-        Some(PerRank {
+        Some(Payloads {
             bufs,
             spans: payloads,
             values: OnceCell::new(),

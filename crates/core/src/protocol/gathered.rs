@@ -14,7 +14,7 @@ use std::cell::OnceCell;
 #[derive(Clone, Debug)]
 pub struct Gathered<'a, J> {
     pub(crate) merged: Merged<'a, J>,
-    pub(crate) per_rank: Option<PerRank<J>>,
+    pub(crate) payloads: Option<Payloads<J>>,
     pub(crate) seq: u64,
     pub(crate) fast: bool,
 }
@@ -28,7 +28,7 @@ pub(crate) enum Merged<'a, J> {
 
 /// Every rank's payload, decoded on first use ([`Gathered::per_rank`]).
 #[derive(Clone, Debug)]
-pub(crate) struct PerRank<J> {
+pub(crate) struct Payloads<J> {
     /// The gathered buffers, moved here, not copied.
     pub(crate) bufs: Vec<Vec<u8>>,
     /// Each rank's payload: buffer, start, end.
@@ -69,16 +69,27 @@ impl<J> Gathered<'_, J> {
 }
 
 impl<J: Join> Gathered<'_, J> {
-    /// Every rank's value, index = rank; `None` when the fast path showed
-    /// that every rank sent exactly what this rank sent, or when the
-    /// hierarchical exchange ran (it moves joins, not every value).
+    /// Every rank's value, index = rank ([`PerRank::Values`]), or why this
+    /// exchange does not have them: every rank sent exactly what this rank
+    /// sent ([`PerRank::Same`]), or the hierarchical exchange ran
+    /// ([`PerRank::Tree`]; pass
+    /// [`ExchangeOptions::with_every_value`](crate::ExchangeOptions::with_every_value)
+    /// when every value is needed).
     ///
     /// Decoded from the received payloads on the first call (the exchange
     /// itself joins them without building each rank's value); the exchange
-    /// already decoded each of them strictly, so this succeeds.
-    pub fn per_rank(&self) -> Option<&[J]> {
-        let p = self.per_rank.as_ref()?;
-        p.values
+    /// already decoded each of them strictly, so this succeeds
+    /// ([`PerRank::Undecodable`] would be a bug of a kind's reader).
+    pub fn per_rank(&self) -> PerRank<'_, J> {
+        let Some(p) = self.payloads.as_ref() else {
+            return if self.fast {
+                PerRank::Same
+            } else {
+                PerRank::Tree
+            };
+        };
+        let values = p
+            .values
             .get_or_init(|| {
                 let mut out = Vec::with_capacity(p.spans.len());
                 for &(b, start, end) in &p.spans {
@@ -92,7 +103,35 @@ impl<J: Join> Gathered<'_, J> {
                 }
                 Some(out)
             })
-            .as_deref()
+            .as_deref();
+        values.map_or(PerRank::Undecodable, PerRank::Values)
+    }
+}
+
+/// Every rank's value, or why an exchange does not have them
+/// ([`Gathered::per_rank`]).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum PerRank<'g, J> {
+    /// Every rank's value, index = rank.
+    Values(&'g [J]),
+    /// The fast path showed that every rank sent exactly this rank's value
+    /// (or the world is one rank): [`Gathered::merged`] is that value.
+    Same,
+    /// The hierarchical exchange ran: it moves joins, not every value.
+    Tree,
+    /// A payload the exchange accepted did not decode again (logged as an
+    /// error): a bug of the kind's reader.
+    Undecodable,
+}
+
+impl<'g, J> PerRank<'g, J> {
+    /// The values, when every rank's is here ([`PerRank::Values`]).
+    pub fn values(&self) -> Option<&'g [J]> {
+        match self {
+            PerRank::Values(v) => Some(v),
+            _ => None,
+        }
     }
 }
 

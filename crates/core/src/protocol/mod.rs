@@ -43,7 +43,7 @@ pub(crate) struct Rounds<'a> {
 }
 
 pub use channel::Channel;
-pub use gathered::Gathered;
+pub use gathered::{Gathered, PerRank};
 pub use join::{decode_payload, encode_payload, encode_payload_into, Join};
 pub use options::{
     parse_timeout_secs, timeout_from_env, ChannelOptions, ExchangeOptions, FlatReason, Topology,

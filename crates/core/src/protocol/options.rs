@@ -235,6 +235,12 @@ pub struct ExchangeOptions {
     /// every rank: ranks that differ get [`Error::Disagreement`] naming the
     /// values.
     pub config: String,
+    /// Whether the caller needs every rank's value
+    /// ([`Gathered::per_rank`](crate::Gathered::per_rank)), not only the
+    /// join: the exchange then runs flat whatever the channel's topology
+    /// (the tree moves joins, not every value). Every rank must pass the
+    /// same. Default `false`.
+    pub every_value: bool,
 }
 
 impl ExchangeOptions {
@@ -249,6 +255,13 @@ impl ExchangeOptions {
     #[must_use]
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
+        self
+    }
+
+    /// Needing every rank's value (see [`ExchangeOptions::every_value`]).
+    #[must_use]
+    pub fn with_every_value(mut self, every_value: bool) -> Self {
+        self.every_value = every_value;
         self
     }
 }

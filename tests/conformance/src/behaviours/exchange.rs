@@ -59,7 +59,7 @@ fn exchange_merges_differences(ctx: &Ctx) -> Result<(), String> {
     ensure(merged.get("n").scalar.to_string() == "3", || {
         format!("n = {}", merged.get("n"))
     })?;
-    let per_rank = g.per_rank().ok_or("no per-rank values")?;
+    let per_rank = g.per_rank().values().ok_or("no per-rank values")?;
     for (r, v) in (0u32..).zip(per_rank) {
         ensure(*v == state(5 + u64::from(r)), || {
             format!("value of rank {r}: {v:?}")
