@@ -7,8 +7,8 @@
 //!
 //! This crate holds the semantics and the protocol, and no engine. Its
 //! modules are grouped by concept, each group depending only on the groups
-//! above it in this table (a test, `tests/module_graph.rs`, fails on an
-//! import cycle between groups or between files):
+//! above it in this table (a test, `tests/module_graph.rs`, fails on a
+//! `crate::` path from a group to one below it):
 //!
 //! | group | what |
 //! |---|---|
