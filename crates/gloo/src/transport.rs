@@ -664,16 +664,12 @@ impl Transport for GlooTransport {
             self.watchdog
                 .wait_recv(pool.get(hdr), deadline)
                 .map_err(gl)?;
+            // Only `send` posts on a point-to-point slot, always with
+            // FLAG_DATA (the other flags go to collective header slots: see
+            // `framing`); a peer that left is found by its broken pair, and
+            // `fail` reads how it left.
             let len = match parse_header(pool.get(hdr).bytes()) {
                 Some((FLAG_DATA, len)) => usize::try_from(len).unwrap_or(usize::MAX),
-                Some((flag @ (FLAG_SHUTDOWN | FLAG_ABORT | FLAG_FAILED), _)) => {
-                    let how = if flag == FLAG_ABORT {
-                        PeerLoss::Aborted
-                    } else {
-                        PeerLoss::Shutdown
-                    };
-                    return Err(Fail::Core(Error::peer_lost(vec![(peer, how)], "")));
-                }
                 other => {
                     return Err(Fail::Core(Error::Decode {
                         rank: Some(peer),
