@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 /// store post-mortem's scheme). It outlives the rank's connections: a peer
 /// that reaches the next collective after they closed reads it there.
 pub(super) fn left_key(rank: u32) -> String {
-    format!("left/{rank}")
+    compiler_collectives_core::transport::toolkit::departure_key(rank)
 }
 
 impl GlooTransport {
