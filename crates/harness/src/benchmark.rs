@@ -84,7 +84,7 @@ pub struct HeapCount {
 
 /// A counting global allocator's view, for the allocation figures of
 /// [`measure_exchange`] (the `ccol` binary and the c10d worker install one:
-/// `compiler_collectives_cli::heap`).
+/// [`crate::heap`]).
 pub trait HeapCounter: Sync {
     /// Starts counting: live and peak bytes start from zero.
     fn start(&self);
