@@ -7,8 +7,14 @@ event (``EVENT {...}``), with ``time.time()`` stamps."""
 import datetime
 import json
 import os
+import signal
 import sys
 import time
+
+# Python's own SIGINT handler, as an interactive run has it: a process
+# started with SIGINT ignored (bash starts a background job so, e.g.
+# `./scripts/test.sh &`) keeps it ignored, and then no Ctrl-C reaches it.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 import torch
 import torch.distributed as dist
