@@ -235,6 +235,15 @@ def _timeout_seconds(timeout: Union[None, float, int, datetime.timedelta]) -> fl
         )
     if not (math.isfinite(value) and value > 0):
         raise InvalidArgument(f"{what}: the deadline must be a finite, positive number of seconds")
+    if timeout is not None:
+        from ._native import parse_timeout_secs
+
+        # Core's rule, as for CCOL_TIMEOUT_S (at most ten years): a larger
+        # deadline overflowed on its way to the store's and Gloo's waits.
+        try:
+            parse_timeout_secs(repr(value))
+        except InvalidArgument as e:
+            raise InvalidArgument(f"{what}: {e}") from None
     return value
 
 
@@ -564,7 +573,8 @@ def enable(
 
     Args:
         timeout: the deadline of the rendezvous and of every exchange, in
-            seconds or as a ``timedelta``; default ``CCOL_TIMEOUT_S``, else
+            seconds or as a ``timedelta``, positive and at most ten years
+            (``InvalidArgument`` otherwise); default ``CCOL_TIMEOUT_S``, else
             300 s.
         guard_votes: also take a guard vote per call of a frame with
             compiled entries (``torch.compiler.set_enable_guard_collectives``
