@@ -652,3 +652,40 @@ impl Drop for Cuda {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_load_error_carries_dlerrors_text() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let missing = dir.path().join("libnccl.so.2");
+        let e = NcclLib::open(&missing).expect_err("no such file");
+        let NcclError::LibraryLoad { path, message } = &e else {
+            panic!("{e:?}");
+        };
+        assert_eq!(path, &missing.display().to_string());
+        // dlerror's text, which libloading 0.9 keeps in `source()`.
+        assert!(message.starts_with("dlopen failed: "), "{message}");
+        assert!(
+            message.contains(&format!("{path}: cannot open shared object file")),
+            "{message}"
+        );
+        assert!(message.contains("No such file or directory"), "{message}");
+    }
+
+    #[test]
+    fn a_missing_entry_point_names_it() {
+        let libc = Path::new("libc.so.6");
+        // SAFETY: the C library is loaded in every process already.
+        let lib = unsafe { libloading::Library::new(libc) }.expect("libc");
+        let e = symbol::<GetVersion>(&lib, libc, "ncclGetVersion").expect_err("not NCCL");
+        let text = e.to_string();
+        assert!(
+            text.starts_with("cannot load NCCL from libc.so.6: missing entry point ncclGetVersion: dlsym failed: "),
+            "{text}"
+        );
+        assert!(text.contains("undefined symbol: ncclGetVersion"), "{text}");
+    }
+}

@@ -159,27 +159,58 @@ fn embedded_file() -> Result<PathBuf, GlooError> {
     ))
 }
 
-fn load() -> Result<Api, GlooError> {
-    let path = adapter_file()?;
+/// Opens the adapter file at `path` (`dlopen(RTLD_NOW | RTLD_LOCAL |
+/// RTLD_DEEPBIND)`).
+///
+/// # Errors
+/// [`GlooError::Load`] naming the file, with the loader's whole message
+/// (dlerror's text names the file that is missing: the adapter or libgloo).
+///
+/// # Safety
+/// `path` is the adapter this crate's build script compiled (the embedded
+/// copy, or the file a package shipped it as and named with
+/// [`use_adapter_file`]) or a file that does not load: opening it runs its
+/// initialisers.
+unsafe fn open(path: &Path) -> Result<libloading::Library, GlooError> {
     let flags = libc::RTLD_NOW | libc::RTLD_LOCAL | libc::RTLD_DEEPBIND;
-    // SAFETY: the file is the adapter this crate's build script compiled (the
-    // embedded copy, or the file a package shipped it as and named with
-    // `use_adapter_file`); its initialisers are those of a plain C++ shared
-    // object linking libgloo.
-    let lib = unsafe { libloading::os::unix::Library::open(Some(&path), flags) }.map_err(|e| {
+    // SAFETY: the caller names the adapter, whose initialisers are those of
+    // a plain C++ shared object linking libgloo.
+    let lib = unsafe { libloading::os::unix::Library::open(Some(path), flags) }.map_err(|e| {
         GlooError::Load(format!(
-            "cannot load the Gloo adapter {} ({e}); when the error names libgloo, install \
+            "cannot load the Gloo adapter {} ({}); when the error names libgloo, install \
              Debian's libgloo0 (`sudo apt-get install -y libgloo-dev`)",
-            path.display()
+            path.display(),
+            load_text(&e)
         ))
     })?;
-    let lib = libloading::Library::from(lib);
+    Ok(libloading::Library::from(lib))
+}
+
+/// The loader's message with its causes: libloading's Display says only
+/// which call failed ("dlopen failed"); dlerror's text is its `source()`.
+fn load_text(e: &libloading::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+fn load() -> Result<Api, GlooError> {
+    let path = adapter_file()?;
+    // SAFETY: the file is the adapter this crate's build script compiled or
+    // the one a package named with `use_adapter_file`.
+    let lib = unsafe { open(&path) }?;
     macro_rules! sym {
         ($name:literal) => {{
             // SAFETY: the symbol is declared in adapter/ccol_gloo.h with
             // exactly the signature of the field it is stored in.
-            let s = unsafe { lib.get(concat!($name, "\0").as_bytes()) }
-                .map_err(|e| GlooError::Load(format!("adapter lacks {}: {e}", $name)))?;
+            let s = unsafe { lib.get(concat!($name, "\0").as_bytes()) }.map_err(|e| {
+                GlooError::Load(format!("adapter lacks {}: {}", $name, load_text(&e)))
+            })?;
             *s
         }};
     }
@@ -240,6 +271,43 @@ mod tests {
         assert!(
             e.to_string().contains(&absolute.display().to_string()),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn a_load_error_carries_dlerrors_text() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let missing = dir.path().join("libccol-missing-adapter.so");
+        // SAFETY: the file does not exist; nothing is loaded.
+        let e = unsafe { open(&missing) }.expect_err("no such file");
+        let text = e.to_string();
+        // dlerror's text, which libloading 0.9 keeps in `source()`: the file
+        // and why it did not open.
+        assert!(text.contains("dlopen failed: "), "{text}");
+        assert!(
+            text.contains(&format!(
+                "{}: cannot open shared object file",
+                missing.display()
+            )),
+            "{text}"
+        );
+        assert!(text.contains("No such file or directory"), "{text}");
+        assert!(text.contains("libgloo-dev"), "{text}");
+    }
+
+    #[test]
+    fn a_missing_entry_point_names_it() {
+        // SAFETY: the C library is loaded in every process already.
+        let lib = unsafe { libloading::Library::new("libc.so.6") }.expect("libc");
+        // SAFETY: the symbol does not exist; nothing is called.
+        let e = unsafe { lib.get::<unsafe extern "C" fn()>(b"ccol_gloo_abi_version\0") }
+            .map(|_| ())
+            .expect_err("libc has no adapter entry points");
+        let text = load_text(&e);
+        assert!(text.starts_with("dlsym failed: "), "{text}");
+        assert!(
+            text.contains("undefined symbol: ccol_gloo_abi_version"),
+            "{text}"
         );
     }
 }
