@@ -112,8 +112,6 @@ impl C10dError {
     }
 }
 
-/// [`C10dError::into_core`] with an unknown wait: a timeout's `waited` is
-/// zero. Where the call's start is known, use `into_core`.
 /// Runs `call` (one c10d call), converting its error into core's with how
 /// long the call ran ([`C10dError::into_core`]).
 pub(crate) fn timed<T>(call: impl FnOnce() -> Result<T, C10dError>) -> Result<T, Error> {

@@ -5,9 +5,9 @@ use crate::error::{timed, C10dError};
 use crate::group::{C10dProcessGroup, PendingSend};
 use crate::store::C10dStore;
 use compiler_collectives_core::transport::toolkit::{self, PostMortem, DRAIN_LIMIT, LATE_CHECK_IN};
-use compiler_collectives_core::{Deadline, Error, PeerLoss, Store, Transport};
+use compiler_collectives_core::{Deadline, Error, PeerLoss, Poison, Store, Transport};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tch::{Kind, Tensor};
 
 /// core's [`Transport`] over a [`C10dProcessGroup`]: byte strings travel as
@@ -26,11 +26,23 @@ use tch::{Kind, Tensor};
 /// leaving in the store; otherwise the store is touched only after a
 /// failure. A rank that shuts down cannot interrupt peers blocked in c10d:
 /// they find out when their own operation fails.
+///
+/// A [`send`](Transport::send) returns once c10d has it in flight; its
+/// deadline is when `peer` must have taken it. Every later call on the
+/// transport first looks at the sends still in flight: one past its deadline
+/// fails that call as a timeout of a receive from `peer` would (the
+/// post-mortem among `peer` alone: [`Error::Timeout`] naming it, or
+/// [`Error::PeerLost`] if it left), and leaves the transport unusable (later
+/// calls get [`Error::ChannelUnusable`], first failure `Timeout`). A call
+/// made before a send's deadline is not cut short by it: c10d cannot
+/// interrupt a wait in progress, so that call ends by its own deadline.
+/// `shutdown` and drop wait for each send at most until its deadline
+/// ([`DRAIN_LIMIT`] in all).
 #[derive(Debug)]
 pub struct C10dTransport {
     pg: C10dProcessGroup,
     state: Mutex<State>,
-    pending: Mutex<Vec<PendingSend>>,
+    pending: Mutex<Vec<Outgoing>>,
     post_mortem: PostMortem,
     /// Keeps the store alive as long as the group.
     _store: Arc<C10dStore>,
@@ -45,6 +57,16 @@ struct Op {
     deadline: Deadline,
 }
 
+/// A send in flight: c10d's work, its receiver, when it was sent and by
+/// when the receiver must take it.
+#[derive(Debug)]
+struct Outgoing {
+    work: PendingSend,
+    peer: u32,
+    start: Instant,
+    deadline: Deadline,
+}
+
 /// Operations are numbered from 1 in the order every rank calls them
 /// (collectives only: point-to-point differs between ranks).
 #[derive(Debug, Default)]
@@ -52,6 +74,8 @@ struct State {
     shut: bool,
     op: u64,
     done: u64,
+    /// A send's missed deadline, once reported: what every later call gets.
+    failed: Option<Poison>,
 }
 
 impl C10dTransport {
@@ -78,27 +102,51 @@ impl C10dTransport {
         &self.pg
     }
 
-    /// Frees the sends their receivers have taken.
-    fn reap(&self) {
-        self.pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|w| !w.finished());
+    /// Frees the sends their receivers have taken, and fails on the first
+    /// one still in flight past its deadline (see the type's docs): its
+    /// receiver is accounted for at the next collective's number, as a
+    /// receive's failure is.
+    fn check_sends(&self, st: &State) -> compiler_collectives_core::Result<()> {
+        loop {
+            let late = {
+                let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+                pending.retain(|s| !s.work.finished());
+                match pending.iter().position(|s| s.deadline.expired()) {
+                    Some(i) => pending.remove(i),
+                    None => return Ok(()),
+                }
+            };
+            // One last look, as short as c10d waits (1 ms): a send taken by
+            // now was taken; one that is not fails with c10d's timeout.
+            if let Err(e) = late.work.wait(Duration::ZERO) {
+                let op = Op {
+                    op: st.op + 1,
+                    start: late.start,
+                    deadline: late.deadline,
+                };
+                return Err(self.failed_among(op, e, Some(late.peer)));
+            }
+        }
     }
 
-    /// Waits (at most [`DRAIN_LIMIT`] in all) for peers to take the sends
-    /// still in flight.
+    /// Waits for peers to take the sends still in flight, each at most until
+    /// its deadline and all at most [`DRAIN_LIMIT`].
     fn drain(&self) {
         let until = Instant::now() + DRAIN_LIMIT;
-        for w in self
+        for s in self
             .pending
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .drain(..)
         {
-            let left = until.saturating_duration_since(Instant::now());
-            if left.is_zero() || w.wait(left).is_err() {
+            if Instant::now() >= until {
                 break;
+            }
+            let left = s.deadline.instant().min(until);
+            let left = left.saturating_duration_since(Instant::now());
+            if !left.is_zero() {
+                // A send not taken in time is left to c10d (freed with its work).
+                let _ = s.work.wait(left);
             }
         }
     }
@@ -163,12 +211,19 @@ impl C10dTransport {
         Ok(out)
     }
 
-    /// This transport's state, locked, unless it is shut down.
+    /// This transport's state, locked, unless it is shut down or failed;
+    /// a send past its deadline fails it here (see the type's docs).
     fn guard(&self) -> compiler_collectives_core::Result<MutexGuard<'_, State>> {
-        self.reap();
-        let g = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if g.shut {
             return Err(toolkit::shut_down(self.pg.rank));
+        }
+        if let Some(poison) = &g.failed {
+            return Err(poison.error());
+        }
+        if let Err(e) = self.check_sends(&g) {
+            g.failed = Some(Poison::of(&e));
+            return Err(e);
         }
         Ok(g)
     }
@@ -254,6 +309,11 @@ impl Transport for C10dTransport {
         })
     }
 
+    /// Puts the message (its length, then its bytes) in flight with c10d's
+    /// `isend` and returns without waiting for `peer` to take it. `deadline`
+    /// is when `peer` must have taken it: a later call on this transport
+    /// fails once it has passed with the message still in flight (the
+    /// type's docs say how); a call made before it is not cut short.
     fn send(
         &self,
         peer: u32,
@@ -263,17 +323,23 @@ impl Transport for C10dTransport {
     ) -> compiler_collectives_core::Result<()> {
         toolkit::check_peer(peer, self.pg.rank, self.pg.world)?;
         let _g = self.guard()?;
-        let _ = deadline;
+        let start = Instant::now();
+        let outgoing = |work| Outgoing {
+            work,
+            peer,
+            start,
+            deadline,
+        };
         let len = timed(|| {
             self.pg
                 .isend(&Tensor::from_slice(&[as_i64(data.len())]), peer, tag)
         })?;
         let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        pending.push(len);
+        pending.push(outgoing(len));
         if !data.is_empty() {
-            pending.push(timed(|| {
+            pending.push(outgoing(timed(|| {
                 self.pg.isend(&Tensor::from_slice(data), peer, tag)
-            })?);
+            })?));
         }
         Ok(())
     }
