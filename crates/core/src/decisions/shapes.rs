@@ -9,7 +9,7 @@
 use crate::decisions::frame_wire::Table;
 use crate::decisions::lattice::SizeEntry;
 use crate::error::DecodeError;
-use crate::protocol::join::Join;
+use crate::protocol::join::{Join, Sealed};
 use serde::de::Error as _;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -117,6 +117,57 @@ pub struct FrameState {
     table: Table,
 }
 
+impl FrameState {
+    /// `self ← self ⊔ decode(payload)`, joining another rank's payload (its
+    /// canonical postcard encoding, [`crate::protocol::encode_payload`])
+    /// straight from its bytes: one pass over both sorted source lists (see
+    /// the type docs). Accepts exactly what
+    /// [`crate::protocol::decode_payload`] accepts, with the same result as
+    /// decoding, then [`Join::join`] (property-tested). The exchange joins
+    /// every gathered payload with it.
+    ///
+    /// # Errors
+    /// [`DecodeError::Payload`] naming the kind and what does not read; `self`
+    /// is then unchanged.
+    pub fn join_encoded(&mut self, payload: &[u8]) -> Result<(), DecodeError> {
+        let mut out = Table::default();
+        out.merge_payload(&self.table, payload)
+            .map_err(payload_error)?;
+        self.table = out;
+        Ok(())
+    }
+
+    /// `self ← self ⊔ every payload`, where `payloads` holds every rank's
+    /// canonical payload (index = rank) and `payloads[own]` is meant to be
+    /// this state's: each peer's payload is joined in rank order, in one
+    /// pass over this state's bytes and the peer's (an entry whose bytes
+    /// equal this state's costs a comparison; a payload equal to this
+    /// rank's own is skipped). `payloads[own]` is not read again once a
+    /// comparison showed it is this state's encoding; should it not be,
+    /// every payload is read. The result and the payloads accepted are those
+    /// of reading every payload in rank order, then joining all but `own`'s
+    /// (property-tested). [`Channel::exchange_in_place`](crate::Channel::exchange_in_place)
+    /// joins with it.
+    ///
+    /// # Errors
+    /// `(index, DecodeError::Payload)` for the first payload, in rank order,
+    /// that does not read; `self` is then unchanged.
+    pub fn join_payloads(
+        &mut self,
+        own: usize,
+        payloads: &[&[u8]],
+    ) -> Result<(), (usize, DecodeError)> {
+        if let Some(t) = crate::decisions::frame_wire::join_payloads(&self.table, own, payloads)
+            .map_err(|(rank, detail)| (rank, payload_error(detail)))?
+        {
+            self.table = t;
+        }
+        Ok(())
+    }
+}
+
+/// The frame state's wire hooks are its byte-level reader, writer and joins
+/// (see the type docs); the exchange reaches them through the sealed hooks.
 impl Join for FrameState {
     const KIND: &'static str = "shape.frame_state";
 
@@ -139,50 +190,29 @@ impl Join for FrameState {
         }
     }
 
-    /// Joins another rank's payload straight from its bytes: one pass over
-    /// both sorted source lists (see the type docs). Accepts exactly what
-    /// [`crate::protocol::decode_payload`] accepts, with the same result
-    /// (property-tested). On an error `self` is unchanged.
-    fn join_encoded(&mut self, payload: &[u8]) -> Result<(), DecodeError> {
-        let mut out = Table::default();
-        out.merge_payload(&self.table, payload)
-            .map_err(payload_error)?;
-        self.table = out;
-        Ok(())
+    fn join_encoded(&mut self, payload: &[u8], _: Sealed) -> Result<(), DecodeError> {
+        FrameState::join_encoded(self, payload)
     }
 
-    /// Joins every peer's payload in rank order, each in one pass over this
-    /// state's bytes and the peer's (an entry whose bytes equal this
-    /// state's costs a comparison; a payload equal to this rank's own is
-    /// skipped). This rank's own payload is not read again once a
-    /// comparison showed it is this state's encoding (the frame state's
-    /// writer writes only what its reader accepts, property-tested); should
-    /// it not be, every payload is read, as the provided version does.
-    /// Same acceptance and result as the provided version on every input
-    /// (property-tested); on an error `self` is unchanged.
     fn join_payloads(
         &mut self,
         own: usize,
         payloads: &[&[u8]],
+        _: Sealed,
     ) -> Result<(), (usize, DecodeError)> {
-        if let Some(t) = crate::decisions::frame_wire::join_payloads(&self.table, own, payloads)
-            .map_err(|(rank, detail)| (rank, payload_error(detail)))?
-        {
-            self.table = t;
-        }
-        Ok(())
+        FrameState::join_payloads(self, own, payloads)
     }
 
-    /// Reads a payload: the same value and the same acceptance as
-    /// postcard's (property-tested), stored canonically.
-    fn read_payload(payload: &[u8]) -> Result<Self, DecodeError> {
+    /// The same value and the same acceptance as postcard's
+    /// (property-tested), stored canonically.
+    fn read_payload(payload: &[u8], _: Sealed) -> Result<Self, DecodeError> {
         Table::read(payload)
             .map(|table| FrameState { table })
             .map_err(payload_error)
     }
 
-    /// Writes postcard's bytes: the count, then the stored bytes as they are.
-    fn write_payload(&self, out: &mut Vec<u8>) -> Result<(), String> {
+    /// postcard's bytes: the count, then the stored bytes as they are.
+    fn write_payload(&self, out: &mut Vec<u8>, _: Sealed) -> Result<(), String> {
         self.table.write_payload(out);
         Ok(())
     }

@@ -19,13 +19,14 @@
 //! 3. checks version, sequence number, compile key and kind
 //!    (→ [`Error::Desync`] grouping the ranks), then the configuration
 //!    (→ [`Error::Disagreement`]), and joins every rank's payload in rank
-//!    order straight from the received bytes ([`Join::join_encoded`]; a
-//!    payload that does not decode → [`Error::Decode`] naming the rank).
-//!    [`Channel::exchange_in_place`] instead joins every peer's payload into
-//!    the caller's value ([`Join::join_payloads`]), after checking that the
-//!    gathered copy of this rank's envelope is the one it sent (if not, it
-//!    joins every gathered payload as `exchange` does, so that every rank
-//!    still gets the same result or error).
+//!    order (a frame state straight from the received bytes,
+//!    [`FrameState::join_encoded`]; a payload that does not decode →
+//!    [`Error::Decode`] naming the rank). [`Channel::exchange_in_place`]
+//!    instead joins every peer's payload into the caller's value
+//!    ([`FrameState::join_payloads`]), after checking that the gathered copy
+//!    of this rank's envelope is the one it sent (if not, it joins every
+//!    gathered payload as `exchange` does, so that every rank still gets the
+//!    same result or error).
 //!
 //! Every rank sees the same gathered bytes and so takes the same branch and
 //! returns the same result or the same error. Exchanges pair by sequence
@@ -40,6 +41,9 @@
 //!
 //! After a fatal error ([`Error::is_fatal`]) the channel refuses further
 //! exchanges with [`Error::ChannelUnusable`]; call [`Channel::abort`].
+//!
+//! [`FrameState::join_encoded`]: crate::decisions::shapes::FrameState::join_encoded
+//! [`FrameState::join_payloads`]: crate::decisions::shapes::FrameState::join_payloads
 
 use crate::error::{Error, ExchangeInfo, FirstFailure, Poison, Result};
 use crate::protocol::envelope::{
@@ -238,9 +242,11 @@ impl Channel {
     /// and decisions as [`Channel::exchange`], without building a second
     /// value: a frame state joins each peer's payload straight from the
     /// received bytes, in place, and a source whose bytes equal this rank's
-    /// own costs a comparison ([`Join::join_payloads`]). This is what a
+    /// own costs a comparison ([`FrameState::join_payloads`]). This is what a
     /// compiler that keeps its state between exchanges wants (Dynamo merges
     /// the gathered frame states into its own the same way).
+    ///
+    /// [`FrameState::join_payloads`]: crate::decisions::shapes::FrameState::join_payloads
     ///
     /// On an error `*state` is unchanged: every payload is read before any
     /// is joined. Should the gathered copy of this rank's own envelope

@@ -7,7 +7,7 @@ use crate::error::{counted, Error, Result};
 use crate::protocol::checks::Census;
 use crate::protocol::envelope::{self, EnvelopeRef, Limits, SLOT_HEADER_LEN, WIRE_VERSION};
 use crate::protocol::gathered::{Local, Merged, Payloads, Span};
-use crate::protocol::join::Join;
+use crate::protocol::join::{Join, Sealed};
 use crate::protocol::Rounds;
 use crate::DecodeError;
 use std::cell::OnceCell;
@@ -209,7 +209,7 @@ pub(crate) fn finish<'a, J: Join>(
             if intact {
                 let views: Vec<&[u8]> = payloads.iter().map(|&(b, s, e)| &bufs[b][s..e]).collect();
                 state
-                    .join_payloads(own, &views)
+                    .join_payloads(own, &views, Sealed(()))
                     .map_err(|(rank, reason)| Error::Decode {
                         rank: u32::try_from(rank).ok(),
                         reason,
@@ -274,7 +274,7 @@ fn mismatch(rank: u32, theirs: String, slot: usize) -> Error {
 
 /// The join of every gathered payload (`payloads`: index = rank) as a new
 /// value: rank 0's is decoded, every later one joined into it with
-/// [`Join::join_encoded`]; a payload that does not read names its rank.
+/// the kind's sealed `join_encoded` hook; a payload that does not read names its rank.
 fn join_new<J: Join>(bufs: &[Vec<u8>], payloads: &[Span]) -> Result<J> {
     let named = |rank: usize| {
         move |reason| Error::Decode {
@@ -290,9 +290,9 @@ fn join_new<J: Join>(bufs: &[Vec<u8>], payloads: &[Span]) -> Result<J> {
             detail: "none".into(),
         },
     })?;
-    let mut merged = J::read_payload(first).map_err(named(0))?;
+    let mut merged = J::read_payload(first, Sealed(())).map_err(named(0))?;
     for (rank, p) in (1usize..).zip(it) {
-        merged.join_encoded(p).map_err(named(rank))?;
+        merged.join_encoded(p, Sealed(())).map_err(named(rank))?;
     }
     Ok(merged)
 }

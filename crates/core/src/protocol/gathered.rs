@@ -3,7 +3,7 @@
 //! rank's payload, decoded on demand; and the value an exchange was given
 //! (`Local`).
 
-use crate::protocol::join::Join;
+use crate::protocol::join::{Join, Sealed};
 use std::cell::OnceCell;
 
 /// The result of one exchange. It borrows the value passed in: when every
@@ -93,7 +93,7 @@ impl<J: Join> Gathered<'_, J> {
             .get_or_init(|| {
                 let mut out = Vec::with_capacity(p.spans.len());
                 for &(b, start, end) in &p.spans {
-                    match J::read_payload(&p.bufs[b][start..end]) {
+                    match J::read_payload(&p.bufs[b][start..end], Sealed(())) {
                         Ok(v) => out.push(v),
                         Err(e) => {
                             tracing::error!(error = %e, "a payload the exchange accepted did not decode again");

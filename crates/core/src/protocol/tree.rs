@@ -40,7 +40,7 @@
 use crate::error::{DecodeError, Error, Result};
 use crate::protocol::checks::{add, Census};
 use crate::protocol::envelope::{self, Envelope, Limits, DIGEST_MSG_LEN, WIRE_VERSION};
-use crate::protocol::join::Join;
+use crate::protocol::join::{Join, Sealed};
 use crate::protocol::Rounds;
 use serde::{Deserialize, Serialize};
 
@@ -204,7 +204,7 @@ fn decode_summary<J: Join>(
     // A subtree at another decision kind is a desync; its value is not ours to decode.
     let same_kind = theirs.census.all_of_kind(J::KIND);
     let merged = match value {
-        Some(v) if same_kind => match J::read_payload(&v) {
+        Some(v) if same_kind => match J::read_payload(&v, Sealed(())) {
             Ok(j) => Some(j),
             Err(e) => {
                 meta.fail(from, e.to_string());
@@ -387,5 +387,135 @@ mod tests {
         )
         .unwrap_err();
         assert!(matches!(err, Error::Decode { rank: Some(4), .. }), "{err}");
+    }
+
+    /// What a rank sends as a frame state: a state, or payload bytes of the
+    /// frame state's kind that its writer would never write (a broken or
+    /// hostile peer). Only this crate can override the wire hooks, so the
+    /// test lives here.
+    #[derive(Clone, Debug)]
+    enum Sent {
+        State(crate::decisions::shapes::FrameState),
+        Raw(Vec<u8>),
+    }
+
+    impl Serialize for Sent {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+            match self {
+                Sent::State(f) => f.serialize(s),
+                Sent::Raw(bytes) => s.serialize_bytes(bytes),
+            }
+        }
+    }
+
+    impl<'de> Deserialize<'de> for Sent {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+            crate::decisions::shapes::FrameState::deserialize(d).map(Sent::State)
+        }
+    }
+
+    impl Join for Sent {
+        const KIND: &'static str = crate::decisions::shapes::FrameState::KIND;
+
+        fn join(&mut self, other: &Self) {
+            if let (Sent::State(a), Sent::State(b)) = (self, other) {
+                a.join(b);
+            }
+        }
+
+        fn read_payload(payload: &[u8], s: Sealed) -> std::result::Result<Self, DecodeError> {
+            crate::decisions::shapes::FrameState::read_payload(payload, s).map(Sent::State)
+        }
+
+        fn write_payload(&self, out: &mut Vec<u8>, s: Sealed) -> std::result::Result<(), String> {
+            match self {
+                Sent::State(f) => f.write_payload(out, s),
+                Sent::Raw(bytes) => {
+                    out.extend_from_slice(bytes);
+                    Ok(())
+                }
+            }
+        }
+    }
+
+    /// A payload that does not read, from one rank of 64: the tree exchange
+    /// fails on every rank with the frame state's own reason, as the flat one
+    /// does (found by a new user's attack: the tree said postcard's "Serde
+    /// Deserialization Error" where the flat exchange named the source).
+    #[test]
+    fn the_tree_reports_a_bad_payload_as_the_flat_exchange_does() {
+        use crate::decisions::shapes::{FrameState, Observation};
+        use crate::{Channel, ChannelOptions, ExchangeOptions, InProcessGroup};
+        use std::sync::Arc;
+        let one = |name: &str| {
+            let mut s = FrameState::new();
+            s.record(name, &Observation::tensor([4, 2]));
+            crate::protocol::encode_payload(&s).unwrap()
+        };
+        // Two entries, "b" before "a"; and one entry cut short.
+        let (a, b) = (one("a"), one("b"));
+        assert_eq!((a[0], b[0]), (1, 1), "one entry: the count is one byte");
+        let mut unordered = vec![2u8];
+        unordered.extend_from_slice(&b[1..]);
+        unordered.extend_from_slice(&a[1..]);
+        let short = a[..a.len() - 1].to_vec();
+        // Rank r's state: 20 tensors, a third with dim 0 depending on r.
+        let state = |r: u64| {
+            let mut s = FrameState::new();
+            for i in 0..20 {
+                let d0 = if i % 3 == 0 { 8 + r } else { 8 };
+                s.record(&format!("s{i}"), &Observation::tensor([d0, 16, 4]));
+            }
+            s
+        };
+        for (bytes, reason) in [
+            (unordered, "names must be strictly increasing"),
+            (short, "the payload ends early"),
+        ] {
+            for (tree, in_place) in [(false, false), (true, false), (true, true)] {
+                let opts = ChannelOptions::default()
+                    .with_timeout(std::time::Duration::from_secs(60))
+                    .with_hierarchical_from(if tree { 2 } else { u32::MAX });
+                let ranks = InProcessGroup::create(64).unwrap();
+                let handles: Vec<_> = (0..64u64)
+                    .zip(ranks)
+                    .map(|(r, t)| {
+                        let (opts, bytes) = (opts.clone(), bytes.clone());
+                        let mut value = if r == 37 {
+                            Sent::Raw(bytes)
+                        } else {
+                            Sent::State(state(r))
+                        };
+                        std::thread::Builder::new()
+                            .stack_size(256 << 10)
+                            .spawn(move || {
+                                let mut ch = Channel::with_options(Arc::new(t), opts).unwrap();
+                                let none = ExchangeOptions::default();
+                                let res = if in_place {
+                                    ch.exchange_in_place("f", &mut value, &none).map(|_| ())
+                                } else {
+                                    ch.exchange_with("f", &value, &none).map(|_| ())
+                                };
+                                res.map_err(|e| e.to_string())
+                            })
+                            .unwrap()
+                    })
+                    .collect();
+                let texts: Vec<String> = handles
+                    .into_iter()
+                    .map(|h| h.join().unwrap().expect_err("a bad payload fails"))
+                    .collect();
+                for (rank, t) in texts.iter().enumerate() {
+                    assert!(
+                        t.contains(reason),
+                        "tree {tree}, in place {in_place}, rank {rank}: {t}"
+                    );
+                }
+                assert!(
+                    texts.iter().all(|t| *t == texts[0]),
+                    "tree {tree}: ranks disagree: {texts:?}"
+                );
+            }
+        }
     }
 }
