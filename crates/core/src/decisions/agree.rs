@@ -36,6 +36,7 @@
 //! # Ok::<(), compiler_collectives_core::Error>(())
 //! ```
 
+use crate::decisions::join_map;
 use crate::error::{group_ranks, Error, Result};
 use crate::protocol::channel::{Channel, ExchangeOptions};
 use crate::protocol::checks::ConfigText;
@@ -56,12 +57,9 @@ pub struct AgreedValues(pub BTreeMap<String, BTreeSet<String>>);
 impl Join for AgreedValues {
     const KIND: &'static str = "agree.values";
     fn join(&mut self, other: &Self) {
-        for (name, values) in &other.0 {
-            self.0
-                .entry(name.clone())
-                .or_default()
-                .extend(values.iter().cloned());
-        }
+        join_map(&mut self.0, &other.0, |mine, theirs| {
+            mine.extend(theirs.iter().cloned());
+        });
     }
 }
 

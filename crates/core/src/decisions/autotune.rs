@@ -70,6 +70,7 @@
 //! # Ok::<(), compiler_collectives_core::Error>(())
 //! ```
 
+use crate::decisions::join_map;
 use crate::error::{Error, Result};
 use crate::protocol::join::Join;
 use crate::protocol::Channel;
@@ -135,17 +136,9 @@ pub struct Timings(pub BTreeMap<String, BTreeMap<String, Measure>>);
 impl Join for Timings {
     const KIND: &'static str = "autotune.timings";
     fn join(&mut self, other: &Self) {
-        for (op, cands) in &other.0 {
-            let mine = self.0.entry(op.clone()).or_default();
-            for (cand, m) in cands {
-                match mine.get_mut(cand) {
-                    Some(existing) => existing.join(m),
-                    None => {
-                        mine.insert(cand.clone(), m.clone());
-                    }
-                }
-            }
-        }
+        join_map(&mut self.0, &other.0, |mine, theirs| {
+            join_map(mine, theirs, Measure::join);
+        });
     }
 }
 

@@ -22,3 +22,33 @@ mod frame_wire;
 pub mod lattice;
 pub mod shapes;
 pub mod votes;
+
+use std::collections::BTreeMap;
+
+/// `mine ← mine ⊔ theirs` for a map whose missing key is ⊥: a key only in
+/// `theirs` is copied in, a key in both has its values joined by
+/// `join(mine, theirs)`. Commutative, associative and idempotent whenever
+/// `join` is (the map kinds' property tests check it through them).
+/// Costs O(|theirs| · log |mine|) lookups plus the joins and copies.
+///
+/// ```
+/// use compiler_collectives_core::decisions::join_map;
+/// use std::collections::BTreeMap;
+/// let mut mine = BTreeMap::from([("a", 1), ("b", 5)]);
+/// join_map(&mut mine, &BTreeMap::from([("b", 7), ("c", 2)]), |m, t| *m = (*m).max(*t));
+/// assert_eq!(mine, BTreeMap::from([("a", 1), ("b", 7), ("c", 2)]));
+/// ```
+pub fn join_map<K: Ord + Clone, V: Clone>(
+    mine: &mut BTreeMap<K, V>,
+    theirs: &BTreeMap<K, V>,
+    mut join: impl FnMut(&mut V, &V),
+) {
+    for (k, v) in theirs {
+        match mine.get_mut(k) {
+            Some(m) => join(m, v),
+            None => {
+                mine.insert(k.clone(), v.clone());
+            }
+        }
+    }
+}

@@ -57,6 +57,7 @@
 //! files, the lock and the save protocol ([`ProfileStore`], [`read_profile`],
 //! [`write_profile_atomic`], [`ProfileError`]) in `profile/store.rs`.
 
+use crate::decisions::join_map;
 use crate::decisions::shapes::FrameState;
 use crate::error::Error;
 use crate::protocol::join::Join;
@@ -123,14 +124,7 @@ pub struct Profile {
 impl Join for Profile {
     const KIND: &'static str = "profile";
     fn join(&mut self, other: &Self) {
-        for (k, v) in &other.entries {
-            match self.entries.get_mut(k) {
-                Some(mine) => mine.join(v),
-                None => {
-                    self.entries.insert(k.clone(), v.clone());
-                }
-            }
-        }
+        join_map(&mut self.entries, &other.entries, ProfileValue::join);
     }
 }
 

@@ -74,25 +74,48 @@ pub fn all_gather_varlen(
         ));
     }
     // Bounded: every length is within every rank's limit, this one's too.
-    let longest = rows.iter().map(|r| r.0).max().unwrap_or(0);
-    let longest = usize::try_from(longest).unwrap_or(max_bytes);
+    let lens: Vec<usize> = rows
+        .iter()
+        .map(|r| usize::try_from(r.0).unwrap_or(max_bytes))
+        .collect();
+    padded_gather(data, &lens, "padded", |b| gather_fixed(b, deadline))
+}
+
+/// The round of a gather whose lengths every rank knows (`lens[r]` is rank
+/// `r`'s, `data` this rank's): every contribution padded with zeros to the
+/// longest, one `gather_fixed` of the padded buffers (their concatenation,
+/// rank 0 first), each rank's part cut back to its length. Nothing is
+/// gathered when every length is 0. `round` names the round in the error.
+/// Allocates the longest length times the world size: the caller bounds
+/// the lengths first.
+///
+/// # Errors
+/// [`Error::Decode`] naming no rank when `gather_fixed` returns a buffer
+/// of another size; `gather_fixed`'s errors.
+pub(crate) fn padded_gather(
+    data: &[u8],
+    lens: &[usize],
+    round: &str,
+    gather_fixed: impl FnOnce(&[u8]) -> Result<Vec<u8>>,
+) -> Result<Vec<Vec<u8>>> {
+    let longest = lens.iter().copied().max().unwrap_or(0);
     if longest == 0 {
-        return Ok(vec![Vec::new(); rows.len()]);
+        return Ok(vec![Vec::new(); lens.len()]);
     }
     let mut padded = data.to_vec();
     padded.resize(longest, 0);
-    let all = gather_fixed(&padded, deadline)?;
-    if all.len() != longest * rows.len() {
+    let all = gather_fixed(&padded)?;
+    if all.len() != longest * lens.len() {
         return Err(engine_fault(format!(
-            "the padded round returned {} bytes, want {} × {longest}",
+            "the {round} round returned {} bytes, want {} × {longest}",
             all.len(),
-            rows.len()
+            lens.len()
         )));
     }
     Ok(all
         .chunks_exact(longest)
-        .zip(&rows)
-        .map(|(c, r)| c[..usize::try_from(r.0).unwrap_or(0)].to_vec())
+        .zip(lens)
+        .map(|(c, &len)| c[..len].to_vec())
         .collect())
 }
 

@@ -205,31 +205,9 @@ pub trait Transport: Send + Sync + Debug {
         deadline: Deadline,
     ) -> Result<Vec<Vec<u8>>> {
         crate::transport::toolkit::check_sized(self.rank(), self.world_size(), data, lens)?;
-        let longest = lens.iter().copied().max().unwrap_or(0);
-        if longest == 0 {
-            return Ok(vec![Vec::new(); lens.len()]);
-        }
-        let mut padded = data.to_vec();
-        padded.resize(longest, 0);
-        let all = self.all_gather_fixed(&padded, deadline)?;
-        if all.len() != longest * lens.len() {
-            return Err(crate::Error::Decode {
-                rank: None,
-                reason: crate::DecodeError::Invalid {
-                    field: "gathered buffer",
-                    detail: format!(
-                        "the sized round returned {} bytes, want {} × {longest}",
-                        all.len(),
-                        lens.len()
-                    ),
-                },
-            });
-        }
-        Ok(all
-            .chunks_exact(longest)
-            .zip(lens)
-            .map(|(c, &len)| c[..len].to_vec())
-            .collect())
+        crate::transport::toolkit::padded_gather(data, lens, "sized", |b| {
+            self.all_gather_fixed(b, deadline)
+        })
     }
 
     /// Broadcasts `root`'s buffer to every rank. `data` is read on `root`
