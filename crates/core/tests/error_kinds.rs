@@ -128,3 +128,54 @@ fn departures_have_stable_names() {
     .collect();
     assert_eq!(names, ["shutdown", "disconnected", "aborted"]);
 }
+
+/// A file of the repository, read from the workspace root.
+fn repo_file(path: &str) -> String {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    std::fs::read_to_string(root.join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// Every kind is where a reader or a program looks a kind up, so that a new
+/// kind cannot be forgotten there (the Python package would make it its base
+/// `Error`; the scenario schema would refuse a report carrying it): the
+/// kinds' table of docs/failures.md, the scenario report schema's enum (the
+/// harness adds `panic` and `profile` of its own, and nothing else), and
+/// the Python package's class table.
+#[test]
+fn every_kind_is_in_the_docs_the_report_schema_and_the_python_package() {
+    let names: BTreeSet<&str> = ErrorKind::ALL.iter().map(|k| k.as_str()).collect();
+    let failures = repo_file("docs/failures.md");
+    for name in &names {
+        assert!(
+            failures.contains(&format!("| `{name}` |")),
+            "docs/failures.md has no row for `{name}`"
+        );
+    }
+    let schema: serde_json::Value =
+        serde_json::from_str(&repo_file("tests/scenarios/scenario.schema.json")).unwrap();
+    let mut found = Vec::new();
+    fn enums_of_kind(v: &serde_json::Value, out: &mut Vec<BTreeSet<String>>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                if let Some(e) = m.get("kind").and_then(|k| k.get("enum")) {
+                    let set = e.as_array().unwrap().iter();
+                    out.push(set.map(|s| s.as_str().unwrap().to_owned()).collect());
+                }
+                m.values().for_each(|c| enums_of_kind(c, out));
+            }
+            serde_json::Value::Array(a) => a.iter().for_each(|c| enums_of_kind(c, out)),
+            _ => {}
+        }
+    }
+    enums_of_kind(&schema, &mut found);
+    let mut want: BTreeSet<String> = names.iter().map(|n| (*n).to_owned()).collect();
+    want.extend(["panic".to_owned(), "profile".to_owned()]);
+    assert_eq!(found, vec![want], "the schema's error.kind enum");
+    let python = repo_file("crates/python/python/compiler_collectives/_errors.py");
+    for name in &names {
+        assert!(
+            python.contains(&format!("kind = \"{name}\"")),
+            "the Python package has no class of kind {name:?}"
+        );
+    }
+}
