@@ -58,12 +58,12 @@ pub fn departure_key(rank: u32) -> String {
 /// operations it had completed (decimal). Every backend that records
 /// departures writes this.
 pub fn departure_record(how: PeerLoss, done: u64) -> String {
-    let word = if how == PeerLoss::Shutdown {
-        "shutdown"
+    let how = if how == PeerLoss::Shutdown {
+        PeerLoss::Shutdown
     } else {
-        "aborted"
+        PeerLoss::Aborted
     };
-    format!("{word} {done}")
+    format!("{} {done}", how.as_str())
 }
 
 /// Reads a [`departure_record`]: how the rank left and how many operations
@@ -74,7 +74,7 @@ pub fn parse_departure(value: &[u8]) -> (PeerLoss, u64) {
     let text = String::from_utf8_lossy(value);
     let (word, done) = text.split_once(' ').unwrap_or((&text, "0"));
     let done: u64 = done.trim().parse().unwrap_or(0);
-    let how = if word == "shutdown" {
+    let how = if word == PeerLoss::Shutdown.as_str() {
         PeerLoss::Shutdown
     } else {
         PeerLoss::Aborted
