@@ -33,27 +33,37 @@
 //!   share one heap: no figures.
 //!
 //! Output: the tables on stdout (`report`, each drawn by `table`'s one
-//! renderer), `bench.json` and `latency.svg` (`chart`) in `--out` (default:
-//! `bench/` in the project's cache directory, [`default_out`]), and a last
-//! line saying where they are. The ranks are started and read back by
-//! `ranks`; what they measured is `measured`'s plain values.
+//! renderer; as Markdown with `--markdown`), `bench.json` (`json`) and
+//! `latency.svg` (`chart`) in `--out` (default: `bench/` in the project's
+//! cache directory, [`default_out`]), and a last line saying where they
+//! are. The ranks are started and read back by `ranks`; what they measured
+//! is `measured`'s plain values.
 //!
-//! Exit codes: 0 done; 1 a measurement failed; 2 bad arguments or a Python
-//! without torch; 130 interrupted (the ranks are stopped, temporary files
+//! `--from FILE` measures nothing: it reads a `bench.json` back and draws
+//! its tables again, after a line saying which command measured them, when
+//! and on what machine (`json::Run`). `ccol bench --from bench.json
+//! --markdown` is how docs/performance.md's generated section is made.
+//!
+//! Exit codes: 0 done; 1 a measurement failed; 2 bad arguments, a Python
+//! without torch or a `--from` file that is not a readable bench.json; 130
+//! interrupted (the ranks are stopped, temporary files
 //! removed).
 
 use anyhow::{bail, Context as _};
 use clap::Args;
 use compiler_collectives::Join;
 use compiler_collectives_harness::benchmark::{bench_state, envelope_bytes, simulate, SimResult};
+use json::Run;
 use measured::{percentile, Joins, Results, Row, Wire, JOIN_RANKS, JOIN_SOURCES};
 use ranks::{c10d_worker, join_list, python, run_ours, run_pytorch};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
+use table::Format;
 
 mod chart;
+mod json;
 mod measured;
 mod ranks;
 mod report;
@@ -130,6 +140,30 @@ pub(crate) struct BenchArgs {
     /// Deadline of each round, in seconds.
     #[arg(long, default_value_t = 60, value_parser = crate::at_least_one::<u64>)]
     timeout: u64,
+    /// Measure nothing: draw the tables of this bench.json (written by an
+    /// earlier run), after a line saying which run measured them.
+    #[arg(
+        long,
+        value_name = "BENCH_JSON",
+        conflicts_with_all = [
+            "ranks", "sources", "rounds", "warmup", "engine", "out", "no_pytorch", "python",
+            "no_scale", "flat_max", "scale_max", "c10d_worker", "no_c10d", "timeout",
+        ]
+    )]
+    from: Option<PathBuf>,
+    /// Draw the tables as Markdown (GitHub's tables) instead of aligned text.
+    #[arg(long)]
+    markdown: bool,
+}
+
+impl BenchArgs {
+    fn format(&self) -> Format {
+        if self.markdown {
+            Format::Markdown
+        } else {
+            Format::Text
+        }
+    }
 }
 
 /// Arguments of the hidden `ccol bench-worker` (one rank, started by `ccol bench`).
@@ -240,6 +274,10 @@ pub(crate) fn bench(args: &BenchArgs) -> ExitCode {
 }
 
 fn bench_inner(args: &BenchArgs) -> anyhow::Result<()> {
+    if let Some(file) = &args.from {
+        return redraw(file, args.format());
+    }
+    let (started, run) = (Instant::now(), Run::start());
     let engine = match args.engine.as_deref() {
         Some(e @ ("gloo" | "in-process")) => e,
         Some(other) => {
@@ -339,17 +377,38 @@ fn bench_inner(args: &BenchArgs) -> anyhow::Result<()> {
         wire,
         scale,
         // Rows whose ranks ran this ccol, which counted nothing without the feature.
-        heap_note: (!HEAP_STATS && engine == "gloo").then_some(NO_HEAP_STATS),
+        heap_note: (!HEAP_STATS && engine == "gloo").then(|| NO_HEAP_STATS.to_owned()),
     };
     let targets = report::targets(&results);
-    print!("{}", report::render(&results, &targets));
-    let json = report::to_json(args, engine, &results, &targets);
+    print!("{}", report::render(&results, &targets, args.format()));
+    let run = run.finish(started);
+    let json = json::to_json(args, engine, &run, &results, &targets);
     let json_path = out.join("bench.json");
     std::fs::write(&json_path, serde_json::to_string_pretty(&json)?)
         .with_context(|| format!("{}: cannot write", json_path.display()))?;
     let svg_path = out.join("latency.svg");
     chart::draw(&results.rows, &svg_path)?;
     println!("\nwrote {} and {}", json_path.display(), svg_path.display());
+    Ok(())
+}
+
+/// `ccol bench --from FILE`: the tables of a bench.json, drawn again in
+/// `format` (the targets judged again from its measurements, by the same
+/// rules), after the line saying which run measured them.
+fn redraw(file: &Path, format: Format) -> anyhow::Result<()> {
+    let read = || -> anyhow::Result<(Results, Option<Run>)> {
+        let text = std::fs::read_to_string(file).context("cannot read")?;
+        let value: Value = serde_json::from_str(&text).context("not JSON")?;
+        json::from_json(&value)
+    };
+    let (results, run) = read().map_err(|e| Usage(format!("--from {}: {e:#}", file.display())))?;
+    if let Some(run) = run {
+        println!("{}", run.describe());
+    }
+    print!(
+        "{}",
+        report::render(&results, &report::targets(&results), format)
+    );
     Ok(())
 }
 

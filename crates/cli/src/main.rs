@@ -80,7 +80,8 @@ enum Command {
     #[command(hide = true)]
     DemoWorker(demo::WorkerArgs),
     /// Benchmarks: exchange latency against the raw engine floor and PyTorch,
-    /// joins, wire size, fast path, scale (writes bench.json and latency.svg).
+    /// joins, wire size, fast path, scale (writes bench.json and latency.svg;
+    /// `--from bench.json [--markdown]` draws a run's tables again).
     Bench(bench::BenchArgs),
     /// One rank of `ccol bench` (started by it).
     #[command(hide = true)]

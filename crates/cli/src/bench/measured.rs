@@ -232,5 +232,5 @@ pub(super) struct Results {
     pub(super) scale: Vec<SimResult>,
     /// Said in the heap section when rows lack figures for want of the
     /// `heap-stats` feature.
-    pub(super) heap_note: Option<&'static str>,
+    pub(super) heap_note: Option<String>,
 }

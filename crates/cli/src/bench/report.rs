@@ -1,13 +1,12 @@
 //! What `ccol bench` reports: its tables on stdout (each a [`Table`]
-//! described once, below), the targets it checks, and `bench.json`.
+//! described once, below, drawn as text or Markdown) and the targets it
+//! checks. `bench.json` is `json`'s.
 
 use super::measured::{
     ratio, tree_bound, Heap, Joins, Results, Row, Stat, Wire, JOIN_RANKS, JOIN_SOURCES,
 };
-use super::table::{Column, Table};
-use super::BenchArgs;
+use super::table::{Column, Format, Table};
 use compiler_collectives_harness::benchmark::SimResult;
-use serde_json::{json, Value};
 
 /// A latency: `p50 / p90`, ms.
 fn pair(s: Stat) -> String {
@@ -100,8 +99,8 @@ fn heap(results: &Results) -> Option<Table<'_, Row>> {
         table = table.without_header();
     }
     table = table.rows(counted);
-    Some(match results.heap_note {
-        Some(note) => table.note(note),
+    Some(match &results.heap_note {
+        Some(note) => table.note(note.as_str()),
         None => table,
     })
 }
@@ -178,26 +177,29 @@ fn verdicts(targets: &[Target]) -> Table<'_, Target> {
 }
 
 /// Everything printed on stdout before the line saying where the files
-/// are: the tables, a blank line between two.
-pub(super) fn render(results: &Results, targets: &[Target]) -> String {
+/// are: the tables in `format`, a blank line between two.
+pub(super) fn render(results: &Results, targets: &[Target], format: Format) -> String {
     let rows = &results.rows;
-    let mut sections = vec![exchange(rows).render(), new_value(rows).render()];
-    sections.extend(heap(results).map(|t| t.render()));
+    let mut sections = vec![
+        exchange(rows).render(format),
+        new_value(rows).render(format),
+    ];
+    sections.extend(heap(results).map(|t| t.render(format)));
     sections.push(joins(&results.joins));
-    sections.push(wire(&results.wire).render());
+    sections.push(wire(&results.wire).render(format));
     if !results.scale.is_empty() {
-        sections.push(scale(&results.scale).render());
+        sections.push(scale(&results.scale).render(format));
     }
-    sections.push(verdicts(targets).render());
+    sections.push(verdicts(targets).render(format));
     sections.join("\n")
 }
 
 /// One benchmark target and what this run measured for it.
 pub(super) struct Target {
-    what: String,
-    measured: String,
+    pub(super) what: String,
+    pub(super) measured: String,
     /// `None` when this run could not measure it (e.g. no PyTorch side).
-    met: Option<bool>,
+    pub(super) met: Option<bool>,
 }
 
 fn target(what: impl Into<String>, values: &[f64], ok: impl Fn(f64) -> bool) -> Target {
@@ -291,72 +293,10 @@ pub(super) fn targets(results: &Results) -> Vec<Target> {
     out
 }
 
-/// `bench.json`: the run's settings, every measurement and the targets.
-pub(super) fn to_json(
-    args: &BenchArgs,
-    engine: &str,
-    results: &Results,
-    targets: &[Target],
-) -> Value {
-    let j = &results.joins;
-    json!({
-        "engine": engine,
-        "rounds": args.rounds,
-        "warmup": args.warmup,
-        "exchange": results.rows.iter().map(|r| json!({
-            "engine": r.engine,
-            "world_size": r.world_size,
-            "sources": r.sources,
-            "envelope_bytes": r.envelope_bytes,
-            "pickle_bytes": r.pickle_bytes,
-            "ours_ms": r.ours.json(),
-            "owned_ms": r.owned.json(),
-            "floor_ms": r.floor.json(),
-            "fast_ms": r.fast.json(),
-            "floor16_ms": r.floor16.json(),
-            "pytorch_ms": r.pytorch.map(Stat::json),
-            "torch_gloo16_ms": r.torch_gloo16.map(Stat::json),
-            "ours_over_floor": r.ours_over_floor(),
-            "pytorch_over_ours": r.pytorch_over_ours(),
-            "fast_over_floor16": r.fast_over_floor16(),
-            "heap_per_exchange": r.heap.map(|h| json!({
-                "allocated_bytes": h.allocated_bytes,
-                "allocations": h.allocations,
-                "peak_live_bytes": h.peak_live_bytes,
-            })),
-        })).collect::<Vec<_>>(),
-        "join": {
-            "ranks": JOIN_RANKS,
-            "sources": JOIN_SOURCES,
-            "ours_ms": j.ours_ms,
-            "ours_folded_ms": j.folded_ms,
-            "pytorch_ms": j.pytorch_ms,
-            "pytorch_over_ours": j.pytorch_over_ours(),
-        },
-        "wire": results.wire.iter().map(|w| json!({
-            "sources": w.sources,
-            "ours_bytes": w.ours_bytes,
-            "pickle_bytes": w.pickle_bytes,
-            "ours_over_pickle": w.ours_over_pickle(),
-        })).collect::<Vec<_>>(),
-        "scale": results.scale.iter().map(|s| json!({
-            "world_size": s.world_size,
-            "hierarchical": s.hierarchical,
-            "exchange_ms": s.exchange_ms,
-            "max_received_bytes": s.max_received_bytes,
-            "payload_bytes": s.payload_bytes,
-            "bound_bytes": tree_bound(s),
-        })).collect::<Vec<_>>(),
-        "targets": targets
-            .iter()
-            .map(|t| json!({"target": t.what, "measured": t.measured, "met": t.met}))
-            .collect::<Vec<_>>(),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::measured::{Heap, Joins, Results, Row, Stat, Wire};
+    use super::super::table::Format;
     use super::super::NO_HEAP_STATS;
     use super::{heap, render, targets};
     use compiler_collectives_harness::benchmark::SimResult;
@@ -477,7 +417,7 @@ targets, measured in this run:
     #[test]
     fn the_tables_print_as_they_always_have() {
         let results = results();
-        let got = render(&results, &targets(&results));
+        let got = render(&results, &targets(&results), Format::Text);
         for (i, (got, want)) in got.lines().zip(PRINTED.lines()).enumerate() {
             assert_eq!(got, want, "line {}", i + 1);
         }
@@ -487,15 +427,15 @@ targets, measured in this run:
     #[test]
     fn rows_without_heap_figures_for_want_of_the_feature_are_named() {
         let mut results = results();
-        let counted = heap(&results).expect("a heap section").render();
-        results.heap_note = Some(NO_HEAP_STATS);
+        let counted = heap(&results).expect("a heap section").render(Format::Text);
+        results.heap_note = Some(NO_HEAP_STATS.into());
         assert_eq!(
-            heap(&results).expect("a heap section").render(),
+            heap(&results).expect("a heap section").render(Format::Text),
             format!("{counted}  {NO_HEAP_STATS}\n")
         );
         results.rows.iter_mut().for_each(|r| r.heap = None);
         assert_eq!(
-            heap(&results).expect("a heap section").render(),
+            heap(&results).expect("a heap section").render(Format::Text),
             format!(
                 "heap per exchange of differing states, in place (median over rounds, the most of any rank)\n  {NO_HEAP_STATS}\n"
             )

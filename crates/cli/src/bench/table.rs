@@ -2,7 +2,21 @@
 //! a title, its [`Column`]s (heading, width, alignment, whether it starts a
 //! group, and how a row fills it) and its rows — and [`Table::render`] draws
 //! the title line, the header and the rows from that description, so a
-//! column's heading and its cells cannot drift apart.
+//! column's heading and its cells cannot drift apart. It draws in either
+//! [`Format`]: aligned text for a terminal, or Markdown (`ccol bench
+//! --markdown`, which docs/performance.md is generated with) from the same
+//! description.
+
+/// How [`Table::render`] draws.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Format {
+    /// Columns padded to their widths, groups set off by ` | `.
+    Text,
+    /// A paragraph for the title, a GitHub-flavoured Markdown table (always
+    /// with its header; alignment from the columns'; widths and groups
+    /// dropped) and a paragraph per note.
+    Markdown,
+}
 
 /// How a column lines up its cells.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,8 +115,15 @@ impl<'a, R> Table<'a, R> {
         self
     }
 
-    /// The table's lines, each ending in a newline.
-    pub(super) fn render(&self) -> String {
+    /// The table's lines in `format`, each ending in a newline.
+    pub(super) fn render(&self, format: Format) -> String {
+        match format {
+            Format::Text => self.text(),
+            Format::Markdown => self.markdown(),
+        }
+    }
+
+    fn text(&self) -> String {
         let mut out = format!("{}\n", self.title);
         if self.header {
             self.line(&mut out, |c| c.heading.to_owned());
@@ -132,16 +153,65 @@ impl<'a, R> Table<'a, R> {
         }
         out.push('\n');
     }
+
+    /// The title, a blank line, the table (none without rows), and each
+    /// note as its own paragraph: a line right after a table's rows would
+    /// be read as one more row.
+    fn markdown(&self) -> String {
+        let mut out = format!("{}\n", self.title);
+        if !self.rows.is_empty() {
+            out.push('\n');
+            let line = |out: &mut String, cells: Vec<String>| {
+                out.push('|');
+                for cell in cells {
+                    out.push(' ');
+                    out.push_str(&cell.replace('|', "\\|"));
+                    out.push_str(" |");
+                }
+                out.push('\n');
+            };
+            line(
+                &mut out,
+                self.columns.iter().map(|c| c.heading.to_owned()).collect(),
+            );
+            line(
+                &mut out,
+                self.columns
+                    .iter()
+                    .map(|c| match c.align {
+                        Align::Left => ":---".to_owned(),
+                        Align::Right => "---:".to_owned(),
+                    })
+                    .collect(),
+            );
+            for &row in &self.rows {
+                line(
+                    &mut out,
+                    self.columns.iter().map(|c| (c.cell)(row)).collect(),
+                );
+            }
+        }
+        for note in &self.notes {
+            out.push('\n');
+            out.push_str(note);
+            out.push('\n');
+        }
+        out
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{Column, Table};
+    use super::{Column, Format, Table};
 
     type Row = (u32, &'static str);
 
     fn check(table: &Table<'_, Row>, want: &str) {
-        assert_eq!(table.render(), want);
+        assert_eq!(table.render(Format::Text), want);
+    }
+
+    fn check_markdown(table: &Table<'_, Row>, want: &str) {
+        assert_eq!(table.render(Format::Markdown), want);
     }
 
     fn columns() -> Vec<Column<Row>> {
@@ -175,6 +245,28 @@ mod tests {
                 .without_header()
                 .note("why"),
             "just a note\n  why\n",
+        );
+    }
+
+    #[test]
+    fn the_same_description_draws_markdown() {
+        let rows = [(1, "one"), (12, "a|b")];
+        check_markdown(
+            &Table::new("title", columns()).rows(&rows),
+            "title\n\n| n | name | twice |\n| ---: | :--- | ---: |\n| 1 | one | 2 |\n| 12 | a\\|b | 24 |\n",
+        );
+        check_markdown(
+            &Table::new("no header in text", columns())
+                .without_header()
+                .rows(&rows[..1])
+                .note("a note"),
+            "no header in text\n\n| n | name | twice |\n| ---: | :--- | ---: |\n| 1 | one | 2 |\n\na note\n",
+        );
+        check_markdown(
+            &Table::new("just a note", columns())
+                .without_header()
+                .note("why"),
+            "just a note\n\nwhy\n",
         );
     }
 }
