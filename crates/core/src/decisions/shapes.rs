@@ -432,7 +432,7 @@ impl FrameState {
     /// [`Join::join`] over them, by two-way merges into two buffers used in
     /// turn (so two allocations in all, where the fold makes one per
     /// state). The join of many ranks' states: 64 × 1000 sources in about a
-    /// millisecond on the project's machine (README, Performance).
+    /// millisecond on the project's machine (docs/performance.md).
     pub fn join_all<'a>(states: impl IntoIterator<Item = &'a FrameState>) -> FrameState {
         let states: Vec<&FrameState> = states.into_iter().filter(|s| !s.is_empty()).collect();
         let tables: Vec<&Table> = states.iter().map(|s| &s.table).collect();
