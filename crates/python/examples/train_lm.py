@@ -37,6 +37,7 @@ import logging
 import math
 import os
 import random
+import signal
 import sys
 import time
 from pathlib import Path
@@ -96,6 +97,31 @@ def batches(corpus: bytes, rank: int, steps: int, seed: int, batch: int = 4):
         yield t[:, :-1], t[:, 1:]
 
 
+def stop_on_sigterm() -> None:
+    """Once one rank fails, torchrun stops the others with SIGTERM, which
+    would end this process at once, wherever it is. Raise SystemExit instead
+    (once: a second SIGTERM is ignored), so that `finally` still writes this
+    rank's report. A rank blocked in a collective gets there when the
+    collective fails, as it does once its peer has exited."""
+    raised = [False]
+
+    def handler(signum, _frame):
+        if not raised[0]:
+            raised[0] = True
+            raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def write_report(path: str, report: dict) -> None:
+    """Writes `report` as JSON to `path` whole or not at all (a temporary
+    file renamed over it)."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(report, f)
+    os.replace(tmp, path)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--exchange", choices=["package", "pytorch", "none"], default="package")
@@ -141,6 +167,7 @@ def main() -> int:
     corpus = read_corpus(a.corpus)
     started = time.monotonic()
     step_started = started
+    stop_on_sigterm()
     try:
         for step, (x, y) in enumerate(batches(corpus, rank, a.steps, a.seed)):
             step_now[0] = step
@@ -158,18 +185,21 @@ def main() -> int:
     finally:
         if a.report:
             failed_after = time.monotonic() - step_started
-            with open(f"{a.report}.{rank}.json", "w") as f:
-                json.dump(
-                    {
-                        "rank": rank,
-                        "compile_steps": compile_steps,
-                        "losses": [float.hex(v) for v in losses],
-                        "steps_done": len(losses),
-                        "seconds": time.monotonic() - started,
-                        "last_step_seconds": failed_after,
-                    },
-                    f,
-                )
+            report = {
+                "rank": rank,
+                "compile_steps": compile_steps,
+                "losses": [float.hex(v) for v in losses],
+                "steps_done": len(losses),
+                "seconds": time.monotonic() - started,
+                "last_step_seconds": failed_after,
+            }
+            try:
+                write_report(f"{a.report}.{rank}.json", report)
+            except SystemExit:
+                # torchrun's SIGTERM landed in the write (the handler raises
+                # once): write it again, then end as it asked.
+                write_report(f"{a.report}.{rank}.json", report)
+                raise
     if rank == 0:
         print(
             f"train_lm: {a.steps} steps, final loss {losses[-1]:.4f} "
