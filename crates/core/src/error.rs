@@ -258,6 +258,40 @@ fn fmt_groups(f: &mut fmt::Formatter<'_>, groups: &[RankGroup], verb: [&str; 2])
     Ok(())
 }
 
+/// `error`'s message followed by each of its causes' (`source()`), joined by
+/// `": "`: for errors that keep their detail in the source, as libloading's
+/// keep dlerror's text (its Display says only "dlopen failed").
+///
+/// ```
+/// #[derive(Debug)]
+/// struct Load(std::io::Error);
+/// impl std::fmt::Display for Load {
+///     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+///         f.write_str("dlopen failed")
+///     }
+/// }
+/// impl std::error::Error for Load {
+///     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+///         Some(&self.0)
+///     }
+/// }
+/// let e = Load(std::io::Error::other("libgloo.so.0: cannot open shared object file"));
+/// assert_eq!(
+///     compiler_collectives_core::with_sources(&e),
+///     "dlopen failed: libgloo.so.0: cannot open shared object file"
+/// );
+/// ```
+pub fn with_sources(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
 /// `n` with the noun in the right number: `counted(1, "byte", "bytes")` is
 /// `1 byte`, `counted(2, …)` is `2 bytes`. Every message of the library (and of
 /// the crates built on it) counts things this way.

@@ -59,8 +59,8 @@ pub mod protocol;
 pub mod transport;
 
 pub use error::{
-    counted, group_ranks, DecodeError, Error, ErrorKind, ExchangeInfo, FirstFailure, PeerLoss,
-    Poison, RankGroup, RankList, Result,
+    counted, group_ranks, with_sources, DecodeError, Error, ErrorKind, ExchangeInfo, FirstFailure,
+    PeerLoss, Poison, RankGroup, RankList, Result,
 };
 pub use launch::runenv::RunEnv;
 pub use protocol::channel::{

@@ -218,17 +218,10 @@ impl NcclLib {
     }
 }
 
-/// The loader's message with its causes (libloading keeps dlerror's text
-/// in the source).
+/// The loader's message with its causes: libloading's Display says only
+/// which call failed ("dlopen failed"); dlerror's text is its `source()`.
 fn load_text(e: &libloading::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
+    compiler_collectives_core::with_sources(e)
 }
 
 /// Copies a C string NCCL returned (null gives "").
