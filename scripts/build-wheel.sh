@@ -4,7 +4,7 @@
 # maturin builds it (release, abi3 for CPython >= 3.10) in the shared target
 # directory; `auditwheel repair` then grafts into it the Gloo libraries its
 # adapter links (Debian's libgloo.so.0 and what that links: libhiredis,
-# libibverbs, libnl-3, libnl-route-3) under auditwheel's names and RUNPATHs,
+# libibverbs, libnl-3, libnl-route-3) under auditwheel's names and RPATHs,
 # and tags it with the manylinux policy those libraries allow. Prints the
 # repaired wheel's path (the only line on stdout); `auditwheel show` of it is
 # kept next to it as <wheel>.show.txt.
