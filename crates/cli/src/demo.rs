@@ -75,15 +75,13 @@ impl DataArgs {
     }
 
     fn corpus_options(&self, world_size: u32) -> CorpusOptions {
-        let mut o = CorpusOptions {
-            world_size,
-            batch_size: self.batch_size,
-            max_seq_len: self.max_seq_len,
-            steps: self.steps.and_then(|s| usize::try_from(s).ok()),
-            tokenizer: self.tokenizer,
-            seed: self.seed,
-            ..CorpusOptions::default()
-        };
+        let mut o = CorpusOptions::default()
+            .with_world_size(world_size)
+            .with_batch_size(self.batch_size)
+            .with_max_seq_len(self.max_seq_len)
+            .with_tokenizer(self.tokenizer)
+            .with_seed(self.seed);
+        o.steps = self.steps.and_then(|s| usize::try_from(s).ok());
         if let Some(d) = &self.corpus {
             o.dir.clone_from(d);
         }

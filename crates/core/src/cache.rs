@@ -65,22 +65,25 @@ pub const MAX_MARK_NDIM: usize = 64;
 /// One call's inputs: source name → what was passed.
 pub type Inputs = BTreeMap<String, Observation>;
 
-/// Knobs of a [`CompileCache`]. Defaults are PyTorch's.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Knobs of a [`CompileCache`], built with `CacheOptions::default().with_…`
+/// (one `with_<field>` setter per field). Defaults are PyTorch's.
+#[derive(Clone, Debug, PartialEq, Eq, derive_setters::Setters)]
+#[setters(prefix = "with_")]
 #[non_exhaustive]
 pub struct CacheOptions {
     /// Exchange observations at every compile (compiler collectives). Default on.
     pub collectives: bool,
     /// Vote at every call: any rank's miss makes every rank recompile. Default off.
     pub guard_collectives: bool,
-    /// Compiles after which the function runs uncompiled. Default 8.
+    /// Compiles (a count) after which the function runs uncompiled. Default 8.
     pub recompile_limit: u32,
     /// Sizes 0 and 1 stay specialised (ints never are). Default on.
     pub specialize_zero_one: bool,
     /// Equal dynamic sizes share a symbol. Default off, as Dynamo's
     /// automatic dynamic (see the module docs).
     pub duck_sizing: bool,
-    /// Per-source overrides; every rank must hold the same ones.
+    /// Per-source overrides, by source name; every rank must hold the same
+    /// ones. Default none.
     pub overrides: BTreeMap<String, Override>,
     /// With a persistent artifact store ([`crate::persistence::artifacts`]): keep a disk
     /// hit only if every rank hit, else every rank compiles. Default on.

@@ -29,6 +29,12 @@
 //! crate `compiler-collectives` re-exports this one and the backends behind
 //! features.
 //!
+//! Options and limits, here and in every crate of the workspace, are built one
+//! way: `X::default().with_…(…)` ([`ChannelOptions`],
+//! [`CacheOptions`](cache::CacheOptions), [`Limits`](protocol::envelope::Limits),
+//! …): one `with_<field>` setter per documented public field, and the struct is
+//! `#[non_exhaustive]`, so a new knob is never a breaking change.
+//!
 //! ## Example: two ranks agree that dimension 0 is dynamic
 //!
 //! ```

@@ -14,12 +14,13 @@ use proptest::prelude::*;
 use std::time::{Duration, Instant};
 
 /// Small limits, so that random lengths often cross them.
-const SMALL: Limits = Limits {
-    max_message_bytes: 256,
-    max_key_bytes: 64,
-    max_kind_bytes: 64,
-    max_config_bytes: 64,
-};
+fn small() -> Limits {
+    Limits::default()
+        .with_max_message_bytes(256)
+        .with_max_key_bytes(64)
+        .with_max_kind_bytes(64)
+        .with_max_config_bytes(64)
+}
 
 fn sample() -> Envelope {
     let mut state = FrameState::new();
@@ -110,19 +111,18 @@ fn round_trip_sample() {
         config: String::new(),
         payload: Vec::new(),
     };
-    let bytes = empty.encode(&SMALL).unwrap();
+    let bytes = empty.encode(&small()).unwrap();
     assert_eq!(bytes.len(), HEADER_LEN);
-    assert_eq!(Envelope::decode(&bytes, &SMALL).unwrap(), empty);
+    assert_eq!(Envelope::decode(&bytes, &small()).unwrap(), empty);
 }
 
 #[test]
 fn encode_refuses_fields_over_limits() {
-    let tiny = Limits {
-        max_message_bytes: 40,
-        max_key_bytes: 4,
-        max_kind_bytes: 4,
-        max_config_bytes: 4,
-    };
+    let tiny = Limits::default()
+        .with_max_message_bytes(40)
+        .with_max_key_bytes(4)
+        .with_max_kind_bytes(4)
+        .with_max_config_bytes(4);
     let base = Envelope {
         version: WIRE_VERSION,
         seq: 1,
@@ -297,12 +297,11 @@ fn huge_announced_payload_is_too_large_without_allocating() {
     ));
     // Even with limits that allow it, a lying header is only truncated
     // (nothing is allocated for what is not there).
-    let open = Limits {
-        max_message_bytes: usize::MAX,
-        max_key_bytes: usize::MAX,
-        max_kind_bytes: usize::MAX,
-        max_config_bytes: usize::MAX,
-    };
+    let open = Limits::default()
+        .with_max_message_bytes(usize::MAX)
+        .with_max_key_bytes(usize::MAX)
+        .with_max_kind_bytes(usize::MAX)
+        .with_max_config_bytes(usize::MAX);
     let bytes = header(WIRE_VERSION, 1, 0, [u32::MAX; 4]);
     let start = Instant::now();
     assert!(matches!(
@@ -330,16 +329,16 @@ fn each_field_over_its_limit_is_too_large() {
                     .sum::<usize>(),
             b'a',
         );
-        let bytes = &bytes[..bytes.len().min(SMALL.max_message_bytes)];
-        match Envelope::decode(bytes, &SMALL) {
+        let bytes = &bytes[..bytes.len().min(small().max_message_bytes)];
+        match Envelope::decode(bytes, &small()) {
             Err(DecodeError::TooLarge { field: f, .. }) => assert_eq!(f, field),
             other => panic!("{field}: {other:?}"),
         }
     }
     // The whole message over max_message_bytes.
-    let bytes = vec![0u8; SMALL.max_message_bytes + 1];
+    let bytes = vec![0u8; small().max_message_bytes + 1];
     assert!(matches!(
-        Envelope::decode(&bytes, &SMALL),
+        Envelope::decode(&bytes, &small()),
         Err(DecodeError::TooLarge {
             field: "message",
             ..
@@ -457,7 +456,7 @@ fn decode_payload_round_trip_and_rejects_trailing_bytes() {
 // ---------------------------------------------------------------------------
 
 prop_compose! {
-    /// Envelopes whose fields fit SMALL (text up to 16 chars = 64 bytes).
+    /// Envelopes whose fields fit `small()` (text up to 16 chars = 64 bytes).
     fn small_envelope()(
         seq in any::<u64>(),
         kind in "[a-z._]{0,16}",
@@ -521,13 +520,13 @@ fn mutate(mut bytes: Vec<u8>, ms: &[Mutation]) -> Vec<u8> {
 }
 
 /// Feeds `bytes` to every decoder; none may panic, and a decoded envelope
-/// stays within SMALL.
+/// stays within `small()`.
 fn decode_all(bytes: &[u8]) -> Result<(), TestCaseError> {
-    if let Ok(env) = Envelope::decode(bytes, &SMALL) {
-        assert_within(&env, &SMALL);
+    if let Ok(env) = Envelope::decode(bytes, &small()) {
+        assert_within(&env, &small());
         prop_assert_eq!(env.version, WIRE_VERSION);
         // A decoded envelope re-encodes to the same bytes (strictness).
-        prop_assert_eq!(env.encode(&SMALL).unwrap(), bytes.to_vec());
+        prop_assert_eq!(env.encode(&small()).unwrap(), bytes.to_vec());
         let _ = decode_payload::<FrameState>(&env.payload);
     }
     let _ = Envelope::decode(bytes, &Limits::default());
@@ -547,9 +546,9 @@ proptest! {
 
     #[test]
     fn envelope_round_trip(env in small_envelope()) {
-        let bytes = env.encode(&SMALL).unwrap();
+        let bytes = env.encode(&small()).unwrap();
         prop_assert_eq!(bytes.len(), HEADER_LEN + env.kind.len() + env.key.len() + env.config.len() + env.payload.len());
-        prop_assert_eq!(Envelope::decode(&bytes, &SMALL).unwrap(), env.clone());
+        prop_assert_eq!(Envelope::decode(&bytes, &small()).unwrap(), env.clone());
         prop_assert_eq!(Envelope::decode(&bytes, &Limits::default()).unwrap(), env);
     }
 
@@ -571,9 +570,9 @@ proptest! {
 
     #[test]
     fn every_truncation_of_any_envelope_is_an_error(env in small_envelope(), cut in any::<prop::sample::Index>()) {
-        let bytes = env.encode(&SMALL).unwrap();
+        let bytes = env.encode(&small()).unwrap();
         let len = cut.index(bytes.len());
-        let err = Envelope::decode(&bytes[..len], &SMALL);
+        let err = Envelope::decode(&bytes[..len], &small());
         prop_assert!(matches!(err, Err(DecodeError::Truncated { .. })), "{:?}", err);
     }
 
@@ -589,7 +588,7 @@ proptest! {
 
     #[test]
     fn mutated_envelopes_never_panic(env in small_envelope(), ms in mutations()) {
-        let bytes = mutate(env.encode(&SMALL).unwrap(), &ms);
+        let bytes = mutate(env.encode(&small()).unwrap(), &ms);
         decode_all(&bytes)?;
     }
 

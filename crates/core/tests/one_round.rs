@@ -516,10 +516,7 @@ fn every_rank_applies_the_smallest_limit() {
                 std::thread::spawn(move || {
                     let opts = ChannelOptions::default()
                         .with_timeout(Duration::from_secs(5))
-                        .with_limits(envelope::Limits {
-                            max_message_bytes: limit,
-                            ..envelope::Limits::default()
-                        });
+                        .with_limits(envelope::Limits::default().with_max_message_bytes(limit));
                     let mut ch = Channel::with_options(Arc::new(t), opts).unwrap();
                     let salt = u64::from(ch.rank());
                     ch.exchange("f", &big(n, salt)).map(|g| g.into_merged())
@@ -564,10 +561,7 @@ fn every_rank_applies_the_smallest_limit() {
 #[test]
 fn a_rank_over_the_limit_fails_with_its_peers() {
     const LIMIT: usize = 1000;
-    let limits = envelope::Limits {
-        max_message_bytes: LIMIT,
-        ..envelope::Limits::default()
-    };
+    let limits = envelope::Limits::default().with_max_message_bytes(LIMIT);
     let run = |world: u32, sizes: Vec<usize>, fast_path: bool| -> Vec<Result<usize, Error>> {
         let ranks = InProcessGroup::create(world).unwrap();
         let handles: Vec<_> = ranks

@@ -89,23 +89,14 @@ fn wrong_magic_version_and_oversize_name_the_field() {
     let mut b = bytes.clone();
     b[8] = 9;
     check(&b, &limits, "profile version 9");
-    let small = ProfileLimits {
-        max_body_bytes: 4,
-        ..ProfileLimits::default()
-    };
+    let small = ProfileLimits::default().with_max_body_bytes(4);
     check(&bytes, &small, "over the limit of 4 bytes");
-    let one = ProfileLimits {
-        max_entries: 1,
-        ..ProfileLimits::default()
-    };
+    let one = ProfileLimits::default().with_max_entries(1);
     check(&bytes, &one, "2 entries, over the limit of 1");
     // A header announcing a 4 GiB body over a short file: truncated, no allocation.
     let mut b = bytes[..PROFILE_HEADER_LEN].to_vec();
     b[12..16].copy_from_slice(&u32::MAX.to_le_bytes());
-    let huge = ProfileLimits {
-        max_body_bytes: usize::MAX,
-        ..ProfileLimits::default()
-    };
+    let huge = ProfileLimits::default().with_max_body_bytes(usize::MAX);
     assert!(matches!(
         Profile::decode(&b, &huge),
         Err(DecodeError::Truncated { .. })
@@ -348,10 +339,7 @@ fn a_save_over_the_limits_is_refused_and_leaves_a_readable_file() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let store = ProfileStore::open(tmp.path())
         .expect("store")
-        .with_limits(ProfileLimits {
-            max_entries: 2,
-            ..ProfileLimits::default()
-        });
+        .with_limits(ProfileLimits::default().with_max_entries(2));
     store.save_shapes("a", &state("x", &[2, 3])).expect("save");
     store.save_shapes("b", &state("x", &[2, 3])).expect("save");
     let err = store

@@ -39,10 +39,7 @@ fn too_many_entries_are_refused_before_decoding_them() {
     }
     let bytes = big.encode().expect("encode");
     drop(big);
-    let limits = ProfileLimits {
-        max_entries: 10,
-        ..ProfileLimits::default()
-    };
+    let limits = ProfileLimits::default().with_max_entries(10);
     let before = LIVE.load(Ordering::Relaxed);
     PEAK.store(before, Ordering::Relaxed);
     let err = Profile::decode(&bytes, &limits).expect_err("over the entry limit");

@@ -74,7 +74,10 @@
 //!
 //! let dir = tempfile::tempdir()?;
 //! std::fs::write(dir.path().join("a.txt"), "one two three\n\nfour\nfive\n\nsix seven")?;
-//! let opts = CorpusOptions { dir: dir.path().into(), world_size: 2, batch_size: 2, ..Default::default() };
+//! let opts = CorpusOptions::default()
+//!     .with_dir(dir.path())
+//!     .with_world_size(2)
+//!     .with_batch_size(2);
 //! let (scenario, summary) = corpus::build_with_summary(&opts)?;
 //! assert_eq!((summary.documents, summary.sequences, summary.tokens), (1, 3, 7));
 //! // 3 sequences padded to 4 → 2 samples per rank → 1 step of [2, seq_len].
@@ -112,10 +115,16 @@ pub const MASK: &str = "mask";
 /// The corpus every Debian system has: the common licence texts.
 pub const DEFAULT_DIR: &str = "/usr/share/common-licenses";
 
-/// What to read and how to batch it. Build with `..Default::default()`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// What to read and how to batch it, built with
+/// `CorpusOptions::default().with_…` (one `with_<field>` setter per field;
+/// the ranges below are checked when the corpus is built, not by the setters).
+#[derive(Clone, Debug, PartialEq, Eq, derive_setters::Setters)]
+#[setters(prefix = "with_")]
+#[non_exhaustive]
 pub struct CorpusOptions {
     /// The corpus directory (default [`DEFAULT_DIR`]).
+    /// `with_dir(impl Into<PathBuf>)`.
+    #[setters(into)]
     pub dir: PathBuf,
     /// Number of ranks, 1..=65 536 (default 4).
     pub world_size: u32,
@@ -125,7 +134,9 @@ pub struct CorpusOptions {
     pub max_seq_len: u64,
     /// Epochs, ≥ 1 (default 1); epoch `e` shuffles with `seed + e`.
     pub epochs: u32,
-    /// Cut the schedule to this many steps, ≥ 1 (default: every step of every epoch).
+    /// Cut the schedule to this many steps, ≥ 1 (default `None`: every step
+    /// of every epoch). `with_steps(usize)` sets `Some`.
+    #[setters(strip_option)]
     pub steps: Option<usize>,
     /// How sequences are tokenised (default [`Tokenizer::Words`]).
     pub tokenizer: Tokenizer,
@@ -135,9 +146,10 @@ pub struct CorpusOptions {
     pub max_file_bytes: u64,
     /// Bytes read from the whole directory at most; reading stops there (default 16 MiB).
     pub max_total_bytes: u64,
-    /// Directory entries at most; more is an error (default 10 000).
+    /// Directory entries at most, a count; more is an error (default 10 000).
     pub max_files: usize,
-    /// `steps × world_size` at most in the schedule; more is an error (default 4 Mi).
+    /// `steps × world_size` at most in the schedule, a count of rank-steps;
+    /// more is an error (default 4 Mi).
     pub max_rank_steps: u64,
 }
 

@@ -25,10 +25,7 @@ fn write_corpus(dir: &Path, files: usize) {
 }
 
 fn opts(dir: &Path) -> CorpusOptions {
-    CorpusOptions {
-        dir: dir.to_path_buf(),
-        ..Default::default()
-    }
+    CorpusOptions::default().with_dir(dir)
 }
 
 fn size(obs: &Observation) -> Vec<u64> {
@@ -46,12 +43,10 @@ fn every_rank_gets_the_same_number_of_steps_and_valid_shapes() {
     let dir = tempfile::tempdir().unwrap();
     write_corpus(dir.path(), 9);
     for (world, batch, max_seq_len) in [(1, 4, 64), (2, 3, 16), (3, 4, 8), (4, 5, 64), (7, 2, 1)] {
-        let o = CorpusOptions {
-            world_size: world,
-            batch_size: batch,
-            max_seq_len,
-            ..opts(dir.path())
-        };
+        let o = opts(dir.path())
+            .with_world_size(world)
+            .with_batch_size(batch)
+            .with_max_seq_len(max_seq_len);
         let corpus = Corpus::load(&o).unwrap();
         let n = corpus.sequences().len();
         let sc = corpus.scenario().unwrap();
@@ -90,12 +85,10 @@ fn every_rank_gets_the_same_number_of_steps_and_valid_shapes() {
 fn batches_are_padded_to_their_longest_sequence() {
     let dir = tempfile::tempdir().unwrap();
     write_corpus(dir.path(), 5);
-    let o = CorpusOptions {
-        world_size: 3,
-        batch_size: 3,
-        max_seq_len: 20,
-        ..opts(dir.path())
-    };
+    let o = opts(dir.path())
+        .with_world_size(3)
+        .with_batch_size(3)
+        .with_max_seq_len(20);
     let corpus = Corpus::load(&o).unwrap();
     let schedule = corpus.schedule().unwrap();
     let sc = corpus.scenario().unwrap();
@@ -119,11 +112,7 @@ fn sharding_is_distributed_sampler_and_covers_every_sequence() {
     let dir = tempfile::tempdir().unwrap();
     write_corpus(dir.path(), 7);
     for world in [1u32, 2, 3, 4, 5, 64] {
-        let o = CorpusOptions {
-            world_size: world,
-            batch_size: 2,
-            ..opts(dir.path())
-        };
+        let o = opts(dir.path()).with_world_size(world).with_batch_size(2);
         let corpus = Corpus::load(&o).unwrap();
         let n = corpus.sequences().len();
         let order = corpus.epoch_order(0);
@@ -164,11 +153,7 @@ fn the_shuffle_is_deterministic_and_depends_on_the_seed_and_epoch() {
     let b = corpus::build(&opts(dir.path())).unwrap();
     assert_eq!(a, b);
     let c0 = Corpus::load(&opts(dir.path())).unwrap();
-    let c1 = Corpus::load(&CorpusOptions {
-        seed: 1,
-        ..opts(dir.path())
-    })
-    .unwrap();
+    let c1 = Corpus::load(&opts(dir.path()).with_seed(1)).unwrap();
     let n = c0.sequences().len();
     assert!(n > 20);
     let identity: Vec<usize> = (0..n).collect();
@@ -194,11 +179,7 @@ fn words_and_chars_tokenisation() {
     )
     .unwrap();
     let tokens = |tokenizer| {
-        let c = Corpus::load(&CorpusOptions {
-            tokenizer,
-            ..opts(dir.path())
-        })
-        .unwrap();
+        let c = Corpus::load(&opts(dir.path()).with_tokenizer(tokenizer)).unwrap();
         c.sequences()
             .iter()
             .map(|s| (s.line, s.tokens))
@@ -217,11 +198,11 @@ fn words_and_chars_tokenisation() {
         })
     ));
     // Capping: len = min(tokens, max_seq_len).
-    let c = Corpus::load(&CorpusOptions {
-        tokenizer: Tokenizer::Chars,
-        max_seq_len: 8,
-        ..opts(dir.path())
-    })
+    let c = Corpus::load(
+        &opts(dir.path())
+            .with_tokenizer(Tokenizer::Chars)
+            .with_max_seq_len(8),
+    )
     .unwrap();
     let lens: Vec<u64> = c.sequences().iter().map(|s| s.len).collect();
     assert_eq!(lens, vec![8, 5]);
@@ -233,11 +214,7 @@ fn words_and_chars_tokenisation() {
 fn non_utf8_bytes_are_replaced() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("bin"), b"ab\xff\xfecd ef\n\ng").unwrap();
-    let c = Corpus::load(&CorpusOptions {
-        tokenizer: Tokenizer::Chars,
-        ..opts(dir.path())
-    })
-    .unwrap();
+    let c = Corpus::load(&opts(dir.path()).with_tokenizer(Tokenizer::Chars)).unwrap();
     // "ab" + U+FFFD U+FFFD + "cd ef" = 9 chars.
     let t: Vec<u64> = c.sequences().iter().map(|s| s.tokens).collect();
     assert_eq!(t, vec![9, 1]);
@@ -292,48 +269,12 @@ fn invalid_options_are_refused() {
     write_corpus(dir.path(), 1);
     let base = opts(dir.path());
     for (o, field) in [
-        (
-            CorpusOptions {
-                world_size: 0,
-                ..base.clone()
-            },
-            "world_size",
-        ),
-        (
-            CorpusOptions {
-                world_size: 65_537,
-                ..base.clone()
-            },
-            "world_size",
-        ),
-        (
-            CorpusOptions {
-                batch_size: 0,
-                ..base.clone()
-            },
-            "batch_size",
-        ),
-        (
-            CorpusOptions {
-                max_seq_len: 0,
-                ..base.clone()
-            },
-            "max_seq_len",
-        ),
-        (
-            CorpusOptions {
-                epochs: 0,
-                ..base.clone()
-            },
-            "epochs",
-        ),
-        (
-            CorpusOptions {
-                steps: Some(0),
-                ..base.clone()
-            },
-            "steps",
-        ),
+        (base.clone().with_world_size(0), "world_size"),
+        (base.clone().with_world_size(65_537), "world_size"),
+        (base.clone().with_batch_size(0), "batch_size"),
+        (base.clone().with_max_seq_len(0), "max_seq_len"),
+        (base.clone().with_epochs(0), "epochs"),
+        (base.clone().with_steps(0), "steps"),
     ] {
         match Corpus::load(&o) {
             Err(CorpusError::InvalidOption { option, .. }) => assert_eq!(option, field),
@@ -352,11 +293,7 @@ fn byte_limits_truncate_files_and_stop_reading() {
         std::fs::write(dir.path().join(name), &text).unwrap();
     }
     // Per file: the first 12 bytes "w10\n\nw11\n\nw1" → 3 paragraphs.
-    let c = Corpus::load(&CorpusOptions {
-        max_file_bytes: 12,
-        ..opts(dir.path())
-    })
-    .unwrap();
+    let c = Corpus::load(&opts(dir.path()).with_max_file_bytes(12)).unwrap();
     assert_eq!(c.documents().len(), 3);
     assert!(c.documents().iter().all(|d| d.truncated && d.bytes == 12));
     assert_eq!(c.sequences().len(), 9);
@@ -364,11 +301,7 @@ fn byte_limits_truncate_files_and_stop_reading() {
     assert_eq!(c.summary().bytes, 36);
 
     // In total: a whole, 50 bytes of b, c skipped.
-    let c = Corpus::load(&CorpusOptions {
-        max_total_bytes: 150,
-        ..opts(dir.path())
-    })
-    .unwrap();
+    let c = Corpus::load(&opts(dir.path()).with_max_total_bytes(150)).unwrap();
     let docs: Vec<(&str, u64, bool)> = c
         .documents()
         .iter()
@@ -382,21 +315,17 @@ fn byte_limits_truncate_files_and_stop_reading() {
     assert_eq!(c.summary().skipped, 1);
 
     // Exactly at the limit is not truncated.
-    let c = Corpus::load(&CorpusOptions {
-        max_file_bytes: 100,
-        max_total_bytes: 300,
-        ..opts(dir.path())
-    })
+    let c = Corpus::load(
+        &opts(dir.path())
+            .with_max_file_bytes(100)
+            .with_max_total_bytes(300),
+    )
     .unwrap();
     assert!(c.documents().iter().all(|d| !d.truncated && d.bytes == 100));
     assert!(c.skipped().is_empty());
 
     // The number of directory entries is bounded too.
-    let e = Corpus::load(&CorpusOptions {
-        max_files: 2,
-        ..opts(dir.path())
-    })
-    .unwrap_err();
+    let e = Corpus::load(&opts(dir.path()).with_max_files(2)).unwrap_err();
     assert!(matches!(e, CorpusError::TooManyFiles { limit: 2, .. }));
 }
 
@@ -404,33 +333,18 @@ fn byte_limits_truncate_files_and_stop_reading() {
 fn steps_and_epochs() {
     let dir = tempfile::tempdir().unwrap();
     write_corpus(dir.path(), 6);
-    let base = |d: &Path| CorpusOptions {
-        batch_size: 2,
-        ..opts(d)
-    };
+    let base = |d: &Path| opts(d).with_batch_size(2);
     let one = Corpus::load(&base(dir.path())).unwrap();
     let per_epoch = one.steps_per_epoch();
     assert!(per_epoch >= 3);
-    let cut = corpus::build(&CorpusOptions {
-        steps: Some(2),
-        ..base(dir.path())
-    })
-    .unwrap();
+    let cut = corpus::build(&base(dir.path()).with_steps(2)).unwrap();
     let full = one.scenario().unwrap();
     assert_eq!(cut.steps, full.steps[..2].to_vec());
     // More steps than there are: every step, no more.
-    let all = corpus::build(&CorpusOptions {
-        steps: Some(1_000),
-        ..base(dir.path())
-    })
-    .unwrap();
+    let all = corpus::build(&base(dir.path()).with_steps(1_000)).unwrap();
     assert_eq!(all, full);
     // Three epochs: the first is epoch 0, the next reshuffle.
-    let three = Corpus::load(&CorpusOptions {
-        epochs: 3,
-        ..base(dir.path())
-    })
-    .unwrap();
+    let three = Corpus::load(&base(dir.path()).with_epochs(3)).unwrap();
     let schedule = three.schedule().unwrap();
     assert_eq!(schedule.len() as u64, 3 * per_epoch);
     assert_eq!(three.summary().steps, 3 * per_epoch);
@@ -446,11 +360,11 @@ fn steps_and_epochs() {
         "epoch 0 is the one-epoch schedule"
     );
     // The schedule is bounded.
-    let e = Corpus::load(&CorpusOptions {
-        epochs: 3,
-        max_rank_steps: 3 * per_epoch * 4 - 1,
-        ..base(dir.path())
-    })
+    let e = Corpus::load(
+        &base(dir.path())
+            .with_epochs(3)
+            .with_max_rank_steps(3 * per_epoch * 4 - 1),
+    )
     .unwrap()
     .scenario()
     .unwrap_err();

@@ -24,8 +24,10 @@ use std::time::{Duration, Instant};
 /// `NcclOptions::default().with_…` (one setter per field, documented there).
 #[derive(Clone, Debug, derive_setters::Setters)]
 #[setters(prefix = "with_", into)]
+#[non_exhaustive]
 pub struct NcclOptions {
-    /// CUDA device ordinal of this rank (default: `LOCAL_RANK`, else 0).
+    /// CUDA device ordinal of this rank (default `None`: `LOCAL_RANK`, else
+    /// 0). `with_device(usize)` sets `Some`.
     #[setters(strip_option)]
     pub device: Option<usize>,
     /// Deadline of the bootstrap: fetching the unique id and creating the
@@ -36,7 +38,8 @@ pub struct NcclOptions {
     pub post_mortem: Duration,
     /// Prefix of every store key of this group (default `ccol/nccl`).
     pub prefix: String,
-    /// The NCCL library to use (default: [`crate::library`]).
+    /// The NCCL library to use (default `None`: [`crate::library`]).
+    /// `with_lib(Arc<NcclLib>)` sets `Some`.
     #[setters(strip_option)]
     pub lib: Option<Arc<NcclLib>>,
 }

@@ -307,17 +307,15 @@ fn main() -> Result<()> {
     )?;
 
     // Data: the demo corpus, characters as tokens.
-    let mut opts = CorpusOptions {
-        dir: args.corpus.clone(),
-        world_size: world,
-        batch_size: args.batch_size,
-        max_seq_len: args.max_seq_len,
-        epochs: 1,
-        steps: Some(args.steps),
-        tokenizer: Tokenizer::Chars,
-        seed: args.seed,
-        ..CorpusOptions::default()
-    };
+    let mut opts = CorpusOptions::default()
+        .with_dir(args.corpus.clone())
+        .with_world_size(world)
+        .with_batch_size(args.batch_size)
+        .with_max_seq_len(args.max_seq_len)
+        .with_epochs(1)
+        .with_steps(args.steps)
+        .with_tokenizer(Tokenizer::Chars)
+        .with_seed(args.seed);
     let mut corpus = Corpus::load(&opts)?;
     // As many epochs as the steps need (each epoch reshuffles).
     let epochs = u64::try_from(args.steps)?.div_ceil(corpus.steps_per_epoch().max(1));

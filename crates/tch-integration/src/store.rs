@@ -26,14 +26,41 @@ pub const DEFAULT_STORE_TIMEOUT: Duration = compiler_collectives_core::protocol:
 /// let client = C10dStore::tcp(&TcpStoreOptions::client("127.0.0.1", port, 2))?;
 /// # Ok::<(), compiler_collectives_tch::C10dError>(())
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// Unlike the other options structs there is no `Default`: the server's
+/// address and the job's size have none, so [`server`](Self::server) and
+/// [`client`](Self::client) take them; the rest is `with_…` setters as
+/// elsewhere (one per field).
+#[derive(Clone, Debug, PartialEq, Eq, derive_setters::Setters)]
+#[setters(prefix = "with_")]
+#[non_exhaustive]
 pub struct TcpStoreOptions {
-    host: String,
-    port: u16,
-    world_size: u32,
-    is_server: bool,
-    wait_workers: bool,
-    timeout: Duration,
+    /// The server's host name or address (a server listens on every
+    /// interface and connects its own client here).
+    /// `with_host(impl Into<String>)`.
+    #[setters(into)]
+    pub host: String,
+    /// The server's port; for a server, 0 lets the system pick a free one
+    /// (read it back with [`C10dStore::port`]).
+    pub port: u16,
+    /// The job's number of processes.
+    pub world_size: u32,
+    /// Whether these options open the server (set by
+    /// [`server`](Self::server) and [`client`](Self::client)).
+    pub is_server: bool,
+    /// Whether to count the job in, as Python's `init_process_group` does:
+    /// every store (server and clients) adds itself to c10d's worker count,
+    /// and [`C10dStore::tcp`] of the server returns only once `world_size`
+    /// stores have (or fails at the timeout). Use it on every store of a job
+    /// or on none: a client that does not count itself in leaves such a
+    /// server waiting, and a Python rank of the same job counts itself in.
+    /// Default `false`.
+    pub wait_workers: bool,
+    /// How long connecting (and, with `wait_workers`, waiting for the job)
+    /// may take; also the bound of [`C10dStore::check`] on this store and
+    /// those [prefixed](C10dStore::prefixed) from it. Rounded up to the
+    /// millisecond when used. Default [`DEFAULT_STORE_TIMEOUT`] (300 s).
+    pub timeout: Duration,
 }
 
 impl TcpStoreOptions {
@@ -62,27 +89,6 @@ impl TcpStoreOptions {
             is_server: false,
             ..TcpStoreOptions::server(host, port, world_size)
         }
-    }
-
-    /// Whether to count the job in, as Python's `init_process_group` does:
-    /// every store (server and clients) adds itself to c10d's worker count,
-    /// and [`C10dStore::tcp`] of the server returns only once `world_size`
-    /// stores have (or fails at the timeout). Use it on every store of a job
-    /// or on none: a client that does not count itself in leaves such a
-    /// server waiting, and a Python rank of the same job counts itself in.
-    /// Default: `false`.
-    pub fn with_wait_workers(mut self, wait: bool) -> Self {
-        self.wait_workers = wait;
-        self
-    }
-
-    /// How long connecting (and, with wait_workers, waiting for the job) may
-    /// take; also the bound of [`C10dStore::check`] on this store and those
-    /// [prefixed](C10dStore::prefixed) from it. Rounded up to the
-    /// millisecond. Default [`DEFAULT_STORE_TIMEOUT`].
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
     }
 
     /// The server's host name or address.

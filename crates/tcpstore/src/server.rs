@@ -35,15 +35,20 @@ pub const WRITE_LIMIT: Duration = Duration::from_secs(10);
 /// idle connections cannot use up the server's threads and descriptors).
 pub const VALIDATE_LIMIT: Duration = Duration::from_secs(10);
 
-/// A running server's options.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A running server's options, built with `ServerOptions::default().with_…`
+/// (one `with_<field>` setter per field).
+#[derive(Clone, Debug, PartialEq, Eq, derive_setters::Setters)]
+#[setters(prefix = "with_")]
+#[non_exhaustive]
 pub struct ServerOptions {
-    /// Bounds on one request.
+    /// Bounds on one request (default [`Limits::default`]).
     pub limits: Limits,
     /// Most bytes of keys, values, queued values and awaited keys held in
-    /// all: 1 GiB. A request that would pass it closes its connection.
+    /// all, in bytes (default 1 GiB). A request that would pass it closes
+    /// its connection.
     pub max_stored_bytes: usize,
-    /// How long a new connection has to send `VALIDATE` ([`VALIDATE_LIMIT`]).
+    /// How long a new connection has to send `VALIDATE` (default
+    /// [`VALIDATE_LIMIT`], 10 s).
     pub validate_limit: Duration,
 }
 
@@ -738,10 +743,7 @@ mod tests {
         st.forget(7);
         assert_eq!((st.stored, st.waiting.len()), (0, 0));
         // Awaited keys count against the bound.
-        let small = ServerOptions {
-            max_stored_bytes: 3 * key(0).len(),
-            ..ServerOptions::default()
-        };
+        let small = ServerOptions::default().with_max_stored_bytes(3 * key(0).len());
         let wait = Request::Wait {
             keys: (0..4).map(key).collect(),
         };

@@ -143,16 +143,19 @@ impl Query {
 
 /// Bounds on what one message may hold; the defaults are the libuv
 /// server's, plus a bound on a whole request (a `MULTI_SET` of many large
-/// values) that the libuv server does not have.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// values) that the libuv server does not have. Built with
+/// `Limits::default().with_…`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, derive_setters::Setters)]
+#[setters(prefix = "with_")]
+#[non_exhaustive]
 pub struct Limits {
-    /// Longest key, bytes ([`MAX_KEY_BYTES`]).
+    /// Longest key, in bytes (default [`MAX_KEY_BYTES`]).
     pub max_key_bytes: usize,
-    /// Largest value, bytes ([`MAX_VALUE_BYTES`]).
+    /// Largest value, in bytes (default [`MAX_VALUE_BYTES`]).
     pub max_value_bytes: usize,
-    /// Most keys in one list ([`MAX_KEYS`]).
+    /// Most keys in one list, a count (default [`MAX_KEYS`]).
     pub max_keys: usize,
-    /// Most bytes of keys and values in one message: 64 MiB.
+    /// Most bytes of keys and values in one message (default 64 MiB).
     pub max_message_bytes: usize,
 }
 

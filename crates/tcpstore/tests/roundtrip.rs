@@ -336,10 +336,7 @@ fn the_server_closes_a_connection_that_breaks_the_rules_and_serves_the_rest() {
 fn the_server_bounds_what_it_stores() {
     let s = TcpStoreServer::bind(
         "127.0.0.1:0",
-        ServerOptions {
-            max_stored_bytes: 1000,
-            ..ServerOptions::default()
-        },
+        ServerOptions::default().with_max_stored_bytes(1000),
     )
     .unwrap();
     let a = client(&s);
@@ -394,10 +391,7 @@ fn a_broken_connection_is_reopened_once_for_a_query_that_can_repeat() {
 fn a_silent_connection_is_closed_at_the_validate_limit() {
     let s = TcpStoreServer::bind(
         "127.0.0.1:0",
-        ServerOptions {
-            validate_limit: Duration::from_millis(200),
-            ..ServerOptions::default()
-        },
+        ServerOptions::default().with_validate_limit(Duration::from_millis(200)),
     )
     .unwrap();
     let start = Instant::now();

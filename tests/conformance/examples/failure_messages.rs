@@ -42,10 +42,7 @@ fn roles(title: &str, role: Role, odd: Odd) {
         .map(|t| {
             std::thread::spawn(move || {
                 let rank = t.rank();
-                let limits = Limits {
-                    max_message_bytes: 4096,
-                    ..Limits::default()
-                };
+                let limits = Limits::default().with_max_message_bytes(4096);
                 let opts = ChannelOptions::default()
                     .with_timeout(Duration::from_secs(2))
                     .with_limits(limits);

@@ -48,22 +48,23 @@ pub const TARGETS: &[(&str, Check)] = &[
 ];
 
 /// Small limits, so the fuzzer reaches every "over the limit" branch.
-pub const SMALL_LIMITS: Limits = Limits {
-    max_message_bytes: 256,
-    max_key_bytes: 32,
-    max_kind_bytes: 24,
-    max_config_bytes: 32,
-};
+pub fn small_limits() -> Limits {
+    Limits::default()
+        .with_max_message_bytes(256)
+        .with_max_key_bytes(32)
+        .with_max_kind_bytes(24)
+        .with_max_config_bytes(32)
+}
 
 /// An envelope from a peer: decoded under the default and under
-/// [`SMALL_LIMITS`]; an accepted one respects the limits and re-encodes to
+/// [`small_limits`]; an accepted one respects the limits and re-encodes to
 /// exactly the input (the wire form is canonical).
 ///
 /// # Panics
 /// When a property is broken.
 pub fn envelope_decode(data: &[u8]) {
     let _ = envelope::peek_header(data);
-    for limits in [Limits::default(), SMALL_LIMITS] {
+    for limits in [Limits::default(), small_limits()] {
         if let Ok(env) = Envelope::decode(data, &limits) {
             assert_eq!(env.version, WIRE_VERSION);
             assert!(data.len() <= limits.max_message_bytes);
@@ -77,7 +78,7 @@ pub fn envelope_decode(data: &[u8]) {
         }
     }
     // What a small-limit rank accepts, a default-limit rank accepts too.
-    if Envelope::decode(data, &SMALL_LIMITS).is_ok() {
+    if Envelope::decode(data, &small_limits()).is_ok() {
         assert!(Envelope::decode(data, &Limits::default()).is_ok());
     }
 }
@@ -193,12 +194,11 @@ pub fn payload_decode(data: &[u8]) {
 /// # Panics
 /// When a property is broken.
 pub fn scenario_parse(data: &[u8]) {
-    let limits = ScenarioLimits {
-        max_world_size: 16,
-        max_ndim: 8,
-        max_steps: 64,
-        max_file_bytes: 1 << 16,
-    };
+    let limits = ScenarioLimits::default()
+        .with_max_world_size(16)
+        .with_max_ndim(8)
+        .with_max_steps(64)
+        .with_max_file_bytes(1 << 16);
     if let Ok(s) = Scenario::from_slice(data, "<fuzz>", &limits) {
         assert!(s.world_size >= 1 && s.world_size <= limits.max_world_size);
     }
@@ -206,13 +206,14 @@ pub fn scenario_parse(data: &[u8]) {
 
 /// Limits small enough that the fuzzer reaches the "over the limit" branches
 /// of the profile decoder.
-pub const SMALL_PROFILE_LIMITS: ProfileLimits = ProfileLimits {
-    max_body_bytes: 4096,
-    max_entries: 16,
-};
+pub fn small_profile_limits() -> ProfileLimits {
+    ProfileLimits::default()
+        .with_max_body_bytes(4096)
+        .with_max_entries(16)
+}
 
 /// A profile file (what a crashed writer, a full disk or another tool may
-/// leave): decoded under the default and under [`SMALL_PROFILE_LIMITS`]; an
+/// leave): decoded under the default and under [`small_profile_limits`]; an
 /// accepted profile respects the limits, re-encodes to bytes that decode to
 /// the same profile, and its join with itself is itself.
 ///
@@ -245,7 +246,7 @@ pub fn profile_decode(data: &[u8]) {
 }
 
 fn profile_file(data: &[u8]) {
-    for limits in [ProfileLimits::default(), SMALL_PROFILE_LIMITS] {
+    for limits in [ProfileLimits::default(), small_profile_limits()] {
         if let Ok(p) = Profile::decode(data, &limits) {
             assert!(p.len() <= limits.max_entries);
             let again = p.encode().expect("an accepted profile re-encodes");
@@ -256,19 +257,20 @@ fn profile_file(data: &[u8]) {
             assert_eq!(twice, p, "join is not idempotent on a decoded profile");
         }
     }
-    if Profile::decode(data, &SMALL_PROFILE_LIMITS).is_ok() {
+    if Profile::decode(data, &small_profile_limits()).is_ok() {
         assert!(Profile::decode(data, &ProfileLimits::default()).is_ok());
     }
 }
 
 /// Small TCPStore limits, so the fuzzer reaches every "over the limit"
 /// branch of the request and reply decoders.
-pub const TCP_SMALL_LIMITS: tcp::Limits = tcp::Limits {
-    max_key_bytes: 16,
-    max_value_bytes: 64,
-    max_keys: 4,
-    max_message_bytes: 128,
-};
+pub fn tcp_small_limits() -> tcp::Limits {
+    tcp::Limits::default()
+        .with_max_key_bytes(16)
+        .with_max_value_bytes(64)
+        .with_max_keys(4)
+        .with_max_message_bytes(128)
+}
 
 fn tcp_within(limits: &tcp::Limits, keys: &[&Vec<u8>], values: &[&Vec<u8>]) {
     assert!(keys.len() <= limits.max_keys.max(1));
@@ -279,13 +281,13 @@ fn tcp_within(limits: &tcp::Limits, keys: &[&Vec<u8>], values: &[&Vec<u8>]) {
 }
 
 /// A request a TCPStore client sent (the server's decoder): decoded under
-/// the default and [`TCP_SMALL_LIMITS`]; an accepted one respects the
+/// the default and [`tcp_small_limits`]; an accepted one respects the
 /// limits and re-encodes to exactly the bytes it was read from.
 ///
 /// # Panics
 /// When a property is broken.
 pub fn tcpstore_request_decode(data: &[u8]) {
-    for limits in [tcp::Limits::default(), TCP_SMALL_LIMITS] {
+    for limits in [tcp::Limits::default(), tcp_small_limits()] {
         let mut rest = data;
         if let Ok(req) = Request::read(&mut rest, &limits) {
             let used = &data[..data.len() - rest.len()];
@@ -333,7 +335,7 @@ pub fn tcpstore_reply_decode(data: &[u8]) {
         return;
     };
     let keys = usize::from(pick / 19);
-    for limits in [tcp::Limits::default(), TCP_SMALL_LIMITS] {
+    for limits in [tcp::Limits::default(), tcp_small_limits()] {
         let mut input = rest;
         if let Ok(reply) = Reply::read(query, keys, &mut input, &limits) {
             match &reply {

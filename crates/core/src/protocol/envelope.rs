@@ -72,17 +72,19 @@ pub const MIN_SLOT_BYTES: usize = 64;
 pub const MAX_SLOT_BYTES: usize = 1 << 20;
 
 /// Upper bounds on what a peer's message may make this rank accept or
-/// allocate. All in bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// allocate. All in bytes. Built with `Limits::default().with_…`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, derive_setters::Setters)]
+#[setters(prefix = "with_")]
+#[non_exhaustive]
 pub struct Limits {
-    /// Largest whole message accepted from a peer (default 64 MiB). The
+    /// Largest whole message accepted from a peer, in bytes (default 64 MiB). The
     /// transport refuses longer ones before allocating them.
     pub max_message_bytes: usize,
-    /// Largest compile key (default 4 KiB).
+    /// Largest compile key, in bytes (default 4 KiB).
     pub max_key_bytes: usize,
-    /// Largest decision-kind name (default 128 bytes).
+    /// Largest decision-kind name, in bytes (default 128).
     pub max_kind_bytes: usize,
-    /// Largest configuration string (default 1 MiB).
+    /// Largest configuration string, in bytes (default 1 MiB).
     pub max_config_bytes: usize,
 }
 

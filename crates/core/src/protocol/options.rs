@@ -59,18 +59,25 @@ pub fn timeout_from_env() -> Result<Option<Duration>> {
 /// ranks' slots (64 KiB; see [`ChannelOptions::slot_bytes`]).
 pub const SLOT_ROUND_BYTES: usize = 64 << 10;
 
-/// Knobs of a [`Channel`](crate::Channel). New knobs are added as fields with defaults.
-#[derive(Clone, Debug)]
+/// Knobs of a [`Channel`](crate::Channel), built with
+/// `ChannelOptions::default().with_…` (or [`from_env`](Self::from_env)`()?.with_…`):
+/// one `with_<field>` setter per field. New knobs are added as fields with defaults.
+#[derive(Clone, Debug, derive_setters::Setters)]
+#[setters(prefix = "with_")]
 #[non_exhaustive]
 pub struct ChannelOptions {
     /// Deadline of each exchange; `None` = [`DEFAULT_TIMEOUT`] (300 s).
+    /// `with_timeout(Duration)` sets `Some`.
+    #[setters(strip_option)]
     pub timeout: Option<Duration>,
-    /// Bounds on what peers may send.
+    /// Bounds on what peers may send (default [`Limits::default`]).
     pub limits: Limits,
     /// Use the identical-envelope fast path (default on).
     pub fast_path: bool,
     /// Directory of per-rank JSON-lines trace files (`<dir>/rank-<r>.jsonl`,
-    /// see [`crate::protocol::trace`]); `None` = no file.
+    /// see [`crate::protocol::trace`]); `None` = no file (the default).
+    /// `with_trace_dir(impl Into<PathBuf>)` sets `Some`.
+    #[setters(strip_option, into)]
     pub trace_dir: Option<std::path::PathBuf>,
     /// Smallest world size that uses the hierarchical (tree) exchange of
     /// [`crate::protocol::tree`] (default [`crate::protocol::tree::DEFAULT_HIERARCHICAL_FROM`],
@@ -92,7 +99,8 @@ pub struct ChannelOptions {
     /// fail their first exchange (the engine's fixed-size gather refuses
     /// contributions of another size: a decode error naming the rank on
     /// Gloo and in-process; the engine's error or the deadline on c10d and
-    /// NCCL).
+    /// NCCL). [`Channel::with_options`](crate::Channel::with_options) checks
+    /// the range.
     pub slot_bytes: usize,
 }
 
@@ -125,50 +133,6 @@ impl ChannelOptions {
             trace_dir: crate::protocol::trace::trace_dir_from_env(),
             ..ChannelOptions::default()
         })
-    }
-
-    /// Sets the exchange deadline.
-    #[must_use]
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = Some(timeout);
-        self
-    }
-
-    /// Sets the decode limits.
-    #[must_use]
-    pub fn with_limits(mut self, limits: Limits) -> Self {
-        self.limits = limits;
-        self
-    }
-
-    /// Turns the digest fast path on or off.
-    #[must_use]
-    pub fn with_fast_path(mut self, on: bool) -> Self {
-        self.fast_path = on;
-        self
-    }
-
-    /// Writes a trace file per rank into `dir` (see [`crate::protocol::trace`]).
-    #[must_use]
-    pub fn with_trace_dir(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
-        self.trace_dir = Some(dir.into());
-        self
-    }
-
-    /// Sets the smallest world size that uses the tree exchange.
-    #[must_use]
-    pub fn with_hierarchical_from(mut self, world_size: u32) -> Self {
-        self.hierarchical_from = world_size;
-        self
-    }
-
-    /// Sets the slot size of the flat exchange's first round, in bytes
-    /// (see [`slot_bytes`](Self::slot_bytes); checked by
-    /// [`Channel::with_options`](crate::Channel::with_options)).
-    #[must_use]
-    pub fn with_slot_bytes(mut self, bytes: usize) -> Self {
-        self.slot_bytes = bytes;
-        self
     }
 }
 
@@ -224,16 +188,22 @@ impl std::fmt::Display for FlatReason {
     }
 }
 
-/// Per-call knobs of [`Channel::exchange_with`](crate::Channel::exchange_with).
-#[derive(Clone, Debug, Default)]
+/// Per-call knobs of [`Channel::exchange_with`](crate::Channel::exchange_with),
+/// built with `ExchangeOptions::default().with_…` (one `with_<field>` setter
+/// per field).
+#[derive(Clone, Debug, Default, derive_setters::Setters)]
+#[setters(prefix = "with_")]
 #[non_exhaustive]
 pub struct ExchangeOptions {
-    /// Replaces the channel's deadline for this exchange.
+    /// Replaces the channel's deadline for this exchange; `None` (the
+    /// default) keeps the channel's. `with_timeout(Duration)` sets `Some`.
+    #[setters(strip_option)]
     pub timeout: Option<Duration>,
     /// The canonical text of whatever configuration shapes this decision
     /// (per-source overrides, options; default empty). It must be equal on
     /// every rank: ranks that differ get [`Error::Disagreement`] naming the
-    /// values.
+    /// values. `with_config(impl Into<String>)`.
+    #[setters(into)]
     pub config: String,
     /// Whether the caller needs every rank's value
     /// ([`Gathered::per_rank`](crate::Gathered::per_rank)), not only the
@@ -241,27 +211,4 @@ pub struct ExchangeOptions {
     /// (the tree moves joins, not every value). Every rank must pass the
     /// same. Default `false`.
     pub every_value: bool,
-}
-
-impl ExchangeOptions {
-    /// With the configuration text this decision depends on.
-    #[must_use]
-    pub fn with_config(mut self, config: impl Into<String>) -> Self {
-        self.config = config.into();
-        self
-    }
-
-    /// With a deadline for this exchange.
-    #[must_use]
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = Some(timeout);
-        self
-    }
-
-    /// Needing every rank's value (see [`ExchangeOptions::every_value`]).
-    #[must_use]
-    pub fn with_every_value(mut self, every_value: bool) -> Self {
-        self.every_value = every_value;
-        self
-    }
 }

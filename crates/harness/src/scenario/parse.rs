@@ -12,10 +12,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::Path;
 
-/// Bounds on what a scenario file may ask for. Configurable.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Bounds on what a scenario file may ask for, built with
+/// `ScenarioLimits::default().with_…` (one `with_<field>` setter per field).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, derive_setters::Setters)]
+#[setters(prefix = "with_")]
+#[non_exhaustive]
 pub struct ScenarioLimits {
-    /// Largest world size (default 65 536).
+    /// Largest world size, in ranks (default 65 536).
     pub max_world_size: u32,
     /// Largest number of tensor dimensions (default 64).
     pub max_ndim: usize,

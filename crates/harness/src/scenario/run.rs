@@ -182,15 +182,21 @@ pub fn run_in_process(scenario: &Scenario, mode: Mode, timeout: Duration) -> Res
     run_in_process_with(scenario, mode, timeout, &RunOptions::default())
 }
 
-/// Options of a scenario run beyond mode and deadline. New knobs are added
-/// as fields.
-#[derive(Clone, Debug, Default)]
+/// Options of a scenario run beyond mode and deadline, built with
+/// `RunOptions::default().with_…` (one `with_<field>` setter per field). New
+/// knobs are added as fields.
+#[derive(Clone, Debug, Default, derive_setters::Setters)]
+#[setters(prefix = "with_")]
 #[non_exhaustive]
 pub struct RunOptions {
     /// Load and save decisions in this profile (every rank loads before its
-    /// first step and saves after each compile).
+    /// first step and saves after each compile); default `None`, no profile.
+    /// `with_profile(ProfileStore)` sets `Some`.
+    #[setters(strip_option)]
     pub profile: Option<compiler_collectives_core::persistence::profile::ProfileStore>,
-    /// Write each rank's trace file (`rank-<r>.jsonl`) into this directory.
+    /// Write each rank's trace file (`rank-<r>.jsonl`) into this directory;
+    /// default `None`, no trace. `with_trace_dir(impl Into<PathBuf>)` sets `Some`.
+    #[setters(strip_option, into)]
     pub trace_dir: Option<std::path::PathBuf>,
 }
 

@@ -15,12 +15,15 @@ pub const PROFILE_VERSION: u16 = 1;
 /// Length of the fixed file header, in bytes.
 pub const PROFILE_HEADER_LEN: usize = 32;
 
-/// Bounds on what a profile file may make a reader accept.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Bounds on what a profile file may make a reader accept. Built with
+/// `ProfileLimits::default().with_…`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, derive_setters::Setters)]
+#[setters(prefix = "with_")]
+#[non_exhaustive]
 pub struct ProfileLimits {
-    /// Largest body in bytes (default 64 MiB).
+    /// Largest body, in bytes (default 64 MiB).
     pub max_body_bytes: usize,
-    /// Most entries (default 1 048 576).
+    /// Most entries, a count (default 1 048 576).
     pub max_entries: usize,
 }
 
