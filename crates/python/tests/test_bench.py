@@ -29,3 +29,42 @@ def test_the_bench_times_both_exchanges_in_one_run():
                       "package_exchange_call_ms_p50"):
             assert r[field] > 0, (field, r)
         assert r["pytorch_over_package"] == pytest.approx(r["pytorch_ms_p50"] / r["package_ms_p50"])
+        pc = r["per_compile"]
+        # Per compile: the two sides paired, compile k over compile k, and
+        # the row's median of those ratios beside the ratio of medians.
+        for what, key in (("step", "step_ratio"), ("step_fold", "step_fold_ratio"),
+                          ("wall", "compile_wall_ratio")):
+            mine = [p / q for p, q in zip(pc[f"pytorch_{what}_ms"], pc[f"package_{what}_ms"])]
+            assert pc[key] == pytest.approx(mine), (what, r)
+        assert r["pytorch_over_package_per_compile_p50"] == pytest.approx(pc["step_ratio"][0])
+        # Step + fold is the step plus Dynamo's fold, and the fold ran.
+        for side in ("pytorch", "package"):
+            assert r[f"{side}_fold_ms_p50"] > 0, (side, r)
+            assert r[f"{side}_step_fold_ms_p50"] == pytest.approx(
+                r[f"{side}_ms_p50"] + r[f"{side}_fold_ms_p50"]), (side, r)
+            assert r[f"{side}_compile_wall_ms_p50"] > r[f"{side}_step_fold_ms_p50"], (side, r)
+            assert all(n >= 1 for rank in r["raw_s"][side]["fold_calls"] for n in rank), r
+
+
+def test_the_bench_prints_a_saved_run_without_running_one(tmp_path):
+    row = {
+        "ranks": 2, "sources": 6, "states": "differ", "compiles": 1, "torch": "2.15.0",
+        "pytorch_ms_p50": 8.0, "package_ms_p50": 2.0, "pytorch_over_package": 4.0,
+        "pytorch_over_package_per_compile_p50": 4.0,
+        "pytorch_exchange_call_ms_p50": 7.0, "package_exchange_call_ms_p50": 1.0,
+        "exchange_call_pytorch_over_package": 7.0,
+        "pytorch_step_fold_ms_p50": 9.0, "package_step_fold_ms_p50": 3.0,
+        "step_fold_pytorch_over_package_per_compile_p50": 3.0,
+        "pytorch_compile_wall_ms_p50": 100.0, "package_compile_wall_ms_p50": 90.0,
+        "per_compile": {"step_ratio": [4.0], "step_fold_ratio": [3.0]},
+    }
+    saved = tmp_path / "run.jsonl"
+    saved.write_text(json.dumps(row) + "\n")
+    out = subprocess.run([sys.executable, str(BENCH), "--from", str(saved)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    table = out.stdout.splitlines()
+    assert table[2].split() == ["2", "6", "differ", "8.00", "ms", "2.00", "ms", "4.00x", "4.00x",
+                                "7.00", "ms", "1.00", "ms", "7.00x", "9.00", "ms", "3.00", "ms",
+                                "3.00x", "100.0", "ms", "90.0", "ms"], out.stdout
+    assert "step: 4.00" in out.stdout and "step + fold: 3.00" in out.stdout
