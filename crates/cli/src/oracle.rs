@@ -24,7 +24,7 @@
 
 use anyhow::{anyhow, bail, Context as _};
 use clap::Args;
-use compiler_collectives::decisions::lattice::{Atom, Dims, SizeEntry, Stride};
+use compiler_collectives::decisions::lattice::{Atom, Dims, Scalar, SizeEntry, Stride};
 use compiler_collectives::decisions::shapes::{decide, FrameState, Observation, SourceDecision};
 use compiler_collectives::protocol::{parse_timeout_secs, timeout_from_env};
 use compiler_collectives::Join;
@@ -539,8 +539,7 @@ fn stride_of(v: &Value) -> anyhow::Result<Stride> {
 
 fn entry_of(v: &Value) -> anyhow::Result<SizeEntry> {
     let scalar = atom_of(&v["scalar"], &|x: &Value| {
-        x.as_i64()
-            .ok_or_else(|| anyhow!("scalar: expected an integer, got {x}"))
+        serde_json::from_value::<Scalar>(x.clone()).map_err(|e| anyhow!("scalar: {e}, got {x}"))
     })?;
     let size = dims_of(&v["size"], &|x: &Value| u64_of(x, "size"))?;
     let stride = dims_of(&v["stride"], &stride_of)?;
@@ -620,7 +619,7 @@ fn dims_json<V>(d: &Dims<V>, value: &impl Fn(&V) -> Value) -> Value {
 
 fn entry_json(e: &SizeEntry) -> Value {
     json!({
-        "scalar": atom_json(&e.scalar, &|v: &i64| json!(v)),
+        "scalar": atom_json(&e.scalar, &|v: &Scalar| json!(v)),
         "size": dims_json(&e.size, &|v: &u64| json!(v)),
         "stride": dims_json(&e.stride, &|s: &Stride| match s {
             Stride::Int(v) => json!(v),

@@ -5,7 +5,7 @@
 //! width (multi-byte varints, negative ints, `InferStride`, tuples of every
 //! length, `Unset` and `Dynamic` tuples).
 
-use compiler_collectives_core::decisions::lattice::{Atom, Dims, SizeEntry, Stride};
+use compiler_collectives_core::decisions::lattice::{Atom, Dims, Scalar, SizeEntry, Stride};
 use compiler_collectives_core::decisions::shapes::FrameState;
 use compiler_collectives_core::protocol::{decode_payload, encode_payload};
 use compiler_collectives_core::Join;
@@ -23,10 +23,6 @@ fn size_value() -> impl Strategy<Value = u64> {
     prop_oneof![0u64..4, any::<u64>()]
 }
 
-fn int_value() -> impl Strategy<Value = i64> {
-    prop_oneof![-2i64..3, any::<i64>()]
-}
-
 fn stride_value() -> impl Strategy<Value = Stride> {
     prop_oneof![
         (0u64..4).prop_map(Stride::Int),
@@ -38,7 +34,7 @@ fn stride_value() -> impl Strategy<Value = Stride> {
 
 fn entry() -> impl Strategy<Value = SizeEntry> {
     (
-        atom(int_value()),
+        atom(strategies::scalar()),
         dims(atom(size_value()), 5),
         dims(atom(stride_value()), 5),
     )
@@ -128,8 +124,24 @@ fn padded(m: &Model) -> Vec<u8> {
             }
         }
     }
-    let zigzag =
-        |v: &i64| -> u128 { u128::from(u64::from_le_bytes((*v << 1 ^ *v >> 63).to_le_bytes())) };
+    // The scalar code space (lattice::Scalar's docs), written out again:
+    // ints by zigzag, floats at 2^64 + bits, bools at 2^65 + b, big ints at
+    // 2^66 + zigzag.
+    let zigzag = |v: i128| -> u128 {
+        if v < 0 {
+            (v.unsigned_abs() << 1) - 1
+        } else {
+            v.unsigned_abs() << 1
+        }
+    };
+    let scalar = |v: &Scalar| -> u128 {
+        match *v {
+            Scalar::Int(x) => zigzag(i128::from(x)),
+            Scalar::Float(bits) => (1u128 << 64) + u128::from(bits),
+            Scalar::Bool(b) => (1u128 << 65) + u128::from(b),
+            Scalar::BigInt(x) => (1u128 << 66) + zigzag(x),
+        }
+    };
     let stride = |s: &Stride| -> u128 {
         match *s {
             Stride::Int(n) => 2 * u128::from(n),
@@ -141,7 +153,7 @@ fn padded(m: &Model) -> Vec<u8> {
     for (k, e) in m {
         varint(&mut out, k.len() as u128, 10);
         out.extend_from_slice(k.as_bytes());
-        varint(&mut out, code(&e.scalar, zigzag), 19);
+        varint(&mut out, code(&e.scalar, scalar), 19);
         tuple(&mut out, &e.size, |v| u128::from(*v));
         tuple(&mut out, &e.stride, stride);
     }

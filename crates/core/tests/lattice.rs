@@ -15,7 +15,7 @@
 //! `FrameState`.
 
 use compiler_collectives_core::decisions::lattice::{
-    canonical_strides, contiguous_strides, Atom, Dims, SizeEntry, Stride,
+    canonical_strides, contiguous_strides, Atom, Dims, Scalar, SizeEntry, Stride,
 };
 use compiler_collectives_core::decisions::shapes::{
     decide, FrameState, Observation, Override, SourceDecision,
@@ -80,8 +80,19 @@ fn dims<V>(s: &str, value: impl Fn(&str) -> V) -> Dims<V> {
     }
 }
 
-fn int(s: &str) -> i64 {
-    s.parse().unwrap_or_else(|_| panic!("bad int {s:?}"))
+/// A scalar as `Scalar`'s Display writes it: `3`, `2.0`, `-0.0`, `NaN`,
+/// `inf`, `True`.
+fn int(s: &str) -> Scalar {
+    match s {
+        "True" => Scalar::Bool(true),
+        "False" => Scalar::Bool(false),
+        "NaN" => Scalar::float(f64::NAN),
+        _ if s.contains('.') || s.contains("inf") => {
+            Scalar::float(s.parse().unwrap_or_else(|_| panic!("bad float {s:?}")))
+        }
+        _ => Scalar::int(s.parse().unwrap_or_else(|_| panic!("bad int {s:?}")))
+            .unwrap_or_else(|| panic!("int {s:?} beyond the carried bound")),
+    }
 }
 
 fn num(s: &str) -> u64 {
@@ -656,11 +667,22 @@ fn decisions_from_joined_observations() {
 // Properties
 // ---------------------------------------------------------------------------
 
-fn atom_i64() -> impl Strategy<Value = Atom<i64>> {
+fn atom_i64() -> impl Strategy<Value = Atom<Scalar>> {
     prop_oneof![
         Just(Atom::Unset),
         Just(Atom::Dynamic),
-        (-1i64..3).prop_map(Atom::Static)
+        (-1i64..3).prop_map(|v| Atom::Static(Scalar::Int(v))),
+        // Python calls 1, 1.0 and True equal, 0.0 and -0.0 equal and NaN
+        // unequal to itself; the lattice's laws hold on identity.
+        prop_oneof![
+            Just(Scalar::float(1.0)),
+            Just(Scalar::Bool(true)),
+            Just(Scalar::float(0.0)),
+            Just(Scalar::float(-0.0)),
+            Just(Scalar::float(f64::NAN)),
+            Just(Scalar::BigInt(1 << 70)),
+        ]
+        .prop_map(Atom::Static),
     ]
 }
 
@@ -802,8 +824,8 @@ macro_rules! join_laws {
 join_laws!(
     atom_laws,
     atom_i64(),
-    |x: &Atom<i64>, y: &Atom<i64>| x.join(y),
-    Atom::<i64>::Unset
+    |x: &Atom<Scalar>, y: &Atom<Scalar>| x.join(y),
+    Atom::<Scalar>::Unset
 );
 join_laws!(
     stride_atom_laws,

@@ -31,7 +31,7 @@ fn entry() -> impl Strategy<Value = SizeEntry> {
         (0u32..4).prop_map(Stride::Infer)
     ];
     (
-        atom(-2i64..3),
+        atom(strategies::scalar()),
         dims(atom(0u64..4), MAX_DIMS),
         dims(atom(stride), MAX_DIMS),
     )

@@ -8,7 +8,7 @@
 //!
 //! ```text
 //! payload    = varint(n) then n × entry, names strictly increasing
-//! entry      = name, then its SizeEntry: scalar: atom(i64), size: dims(u64), stride: dims(Stride)
+//! entry      = name, then its SizeEntry: scalar: atom(Scalar), size: dims(u64), stride: dims(Stride)
 //! name       = varint(len) then len bytes of UTF-8
 //! dims       = varint(0) Unset | varint(1) Dynamic | varint(2) varint(k) k × atom
 //! atom       = varint: 0 Unset, 1 Dynamic, 2 + code(v) Static(v)
@@ -31,7 +31,7 @@
 //! any other pair of codes joins to `Dynamic` (code 1), whatever the atom's
 //! type.
 
-use crate::decisions::lattice::{Atom, Dims, SizeEntry, Stride};
+use crate::decisions::lattice::{Atom, Dims, Scalar, SizeEntry, Stride};
 use crate::protocol::compact::AtomValue;
 
 /// Why bytes do not read (the detail of a `DecodeError::Payload`).
@@ -566,7 +566,7 @@ fn join_code(a: u128, b: u128) -> u128 {
 /// (read strictly) and writes the result.
 fn join_bodies(mine: &[u8], r: &mut Reader<'_>, out: &mut Vec<u8>) -> Result<(), Bad> {
     let mut m = Reader { b: mine, at: 0 };
-    let (a, b) = (m.code::<i64>()?, r.code::<i64>()?);
+    let (a, b) = (m.code::<Scalar>()?, r.code::<Scalar>()?);
     put_varint(out, join_code(a, b));
     join_dims::<u64>(&mut m, r, out)?;
     join_dims::<Stride>(&mut m, r, out)
@@ -645,7 +645,7 @@ fn join_dims<V: AtomValue>(
 
 /// Reads a size entry strictly and writes it canonically.
 fn copy_body(r: &mut Reader<'_>, out: &mut Vec<u8>) -> Result<(), Bad> {
-    let scalar = r.code::<i64>()?;
+    let scalar = r.code::<Scalar>()?;
     put_varint(out, scalar);
     let t = r.tag()?;
     dims_rest::<u64>(r, t, Some(&mut *out))?;
@@ -672,7 +672,7 @@ fn read_dims<V: AtomValue>(r: &mut Reader<'_>) -> Result<Dims<V>, Bad> {
 
 fn read_entry(r: &mut Reader<'_>) -> Result<SizeEntry, Bad> {
     Ok(SizeEntry {
-        scalar: r.atom::<i64>()?,
+        scalar: r.atom::<Scalar>()?,
         size: read_dims::<u64>(r)?,
         stride: read_dims::<Stride>(r)?,
     })

@@ -207,6 +207,249 @@ impl AtomValue for Stride {
     }
 }
 
+/// The value of a scalar input as Dynamo records it
+/// (`FrameStateSizeEntry.scalar`, torch/_dynamo/pgo.py): an int, a float
+/// (an unspecialised float, e.g. a module's `norm_type = 2.0`), a bool, or an
+/// int beyond 64 bits.
+///
+/// Equality is identity of type and value: `Int(1)`, `Float(1.0)` and
+/// `Bool(true)` are three atoms, a float is compared by its IEEE 754 bits
+/// (NaN equals the same NaN, `0.0` differs from `-0.0`). That is Python's
+/// `==` on every pair except three, where Dynamo's fold (`_merge_atom`,
+/// which keeps the first of two equal values and makes unequal ones
+/// dynamic) and this join part ways: numbers of different types that Python
+/// calls equal (`1 == 1.0 == True`), NaN (never equal to itself in Python),
+/// and `0.0 == -0.0`. Only floats and bools take part in those, so
+/// [`Scalar::is_python_ambiguous`] marks them; the Python package keeps
+/// Dynamo's own per-rank fold for such sources (docs/python.md). Among ints
+/// alone, or among non-zero, non-NaN floats alone, this equality is Python's.
+///
+/// Canonical form: an int that fits in `i64` is [`Scalar::Int`], never
+/// [`Scalar::BigInt`] ([`Scalar::int`] builds the canonical one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Scalar {
+    /// An int that fits in 64 bits.
+    Int(i64),
+    /// A float, by its IEEE 754 bits ([`Scalar::float`], [`Scalar::as_f64`]).
+    Float(u64),
+    /// A bool.
+    Bool(bool),
+    /// An int beyond 64 bits, of magnitude below [`Scalar::BIG_INT_LIMIT`].
+    BigInt(i128),
+}
+
+/// Where each kind of scalar starts in the code space of the compact wire
+/// form (module `crate::protocol::compact`): ints by zigzag in `[0, 2^64)`,
+/// floats at `2^64 + bits`, bools at `2^65 + b`, big ints at
+/// `2^66 + zigzag(v)`; every code stays below `2^127`, so an atom is at most
+/// 19 bytes on the wire.
+const FLOAT_CODES: u128 = 1 << 64;
+const BOOL_CODES: u128 = 1 << 65;
+const BIG_INT_CODES: u128 = 1 << 66;
+
+impl Scalar {
+    /// Big ints carry magnitudes below 2^126 (the code space's bound, above).
+    pub const BIG_INT_LIMIT: i128 = 1 << 126;
+
+    /// The canonical scalar of an int: `Int` when it fits in 64 bits, else
+    /// `BigInt`; `None` when its magnitude reaches [`Scalar::BIG_INT_LIMIT`].
+    pub fn int(value: i128) -> Option<Self> {
+        match i64::try_from(value) {
+            Ok(v) => Some(Scalar::Int(v)),
+            Err(_) if value.unsigned_abs() < Self::BIG_INT_LIMIT.unsigned_abs() => {
+                Some(Scalar::BigInt(value))
+            }
+            Err(_) => None,
+        }
+    }
+
+    /// A float, kept by its bits.
+    pub fn float(value: f64) -> Self {
+        Scalar::Float(value.to_bits())
+    }
+
+    /// The float's value, for [`Scalar::Float`].
+    pub fn as_f64(&self) -> Option<f64> {
+        match *self {
+            Scalar::Float(bits) => Some(f64::from_bits(bits)),
+            _ => None,
+        }
+    }
+
+    /// Whether Python's `==` may disagree with this type's equality for
+    /// this value against some other scalar: true for every float and bool
+    /// (see the type docs), false for ints.
+    pub fn is_python_ambiguous(&self) -> bool {
+        matches!(self, Scalar::Float(_) | Scalar::Bool(_))
+    }
+
+    fn zigzag(v: i128) -> u128 {
+        // Callers pass |v| < 2^126, so neither side overflows.
+        (v.unsigned_abs() << 1) - u128::from(v < 0)
+    }
+
+    fn unzigzag(code: u128) -> i128 {
+        // Callers pass code < 2^127, so the half fits in i128.
+        let half = i128::try_from(code >> 1).unwrap_or(i128::MAX);
+        if code & 1 == 1 {
+            -half - 1
+        } else {
+            half
+        }
+    }
+}
+
+impl From<i64> for Scalar {
+    fn from(v: i64) -> Self {
+        Scalar::Int(v)
+    }
+}
+
+impl fmt::Display for Scalar {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Scalar::Int(v) => v.fmt(f),
+            Scalar::Float(bits) => fmt::Debug::fmt(&f64::from_bits(bits), f),
+            Scalar::Bool(true) => f.write_str("True"),
+            Scalar::Bool(false) => f.write_str("False"),
+            Scalar::BigInt(v) => v.fmt(f),
+        }
+    }
+}
+
+/// Scalars in the compact form: see the code space above.
+impl AtomValue for Scalar {
+    fn code(&self) -> u128 {
+        match *self {
+            Scalar::Int(v) => Scalar::zigzag(i128::from(v)),
+            Scalar::Float(bits) => FLOAT_CODES + u128::from(bits),
+            Scalar::Bool(b) => BOOL_CODES + u128::from(b),
+            Scalar::BigInt(v) => BIG_INT_CODES + Scalar::zigzag(v),
+        }
+    }
+    fn from_code(code: u128) -> Option<Self> {
+        if code < FLOAT_CODES {
+            // Below 2^64: every i64, exactly.
+            i64::try_from(Scalar::unzigzag(code)).ok().map(Scalar::Int)
+        } else if code < BOOL_CODES {
+            u64::try_from(code - FLOAT_CODES).ok().map(Scalar::Float)
+        } else if code < BIG_INT_CODES {
+            match code - BOOL_CODES {
+                0 => Some(Scalar::Bool(false)),
+                1 => Some(Scalar::Bool(true)),
+                _ => None,
+            }
+        } else {
+            let z = code - BIG_INT_CODES;
+            if z >= 1 << 127 {
+                return None;
+            }
+            // Canonical only: a value that fits in i64 is an Int.
+            match Scalar::int(Scalar::unzigzag(z))? {
+                big @ Scalar::BigInt(_) => Some(big),
+                _ => None,
+            }
+        }
+    }
+}
+
+/// The human-readable (JSON) form: an int is a number (`5`, what scenario
+/// files and profiles always held); the others are tagged:
+/// `{"Float": 2.5}` (`"nan"`, `"inf"`, `"-inf"` for the non-finite ones;
+/// a NaN reads back as the canonical quiet NaN), `{"Bool": true}`,
+/// `{"BigInt": "-170141183460469231731687303715884105"}` (decimal text). The
+/// binary form is the value's code (a varint), as inside an atom.
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum PlainScalar {
+    Int(i64),
+    Tagged(TaggedScalar),
+}
+
+#[derive(Serialize, Deserialize)]
+enum TaggedScalar {
+    Float(PlainFloat),
+    Bool(bool),
+    BigInt(String),
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum PlainFloat {
+    Finite(f64),
+    Text(String),
+}
+
+impl Serialize for Scalar {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if !s.is_human_readable() {
+            return s.serialize_u128(self.code());
+        }
+        match *self {
+            Scalar::Int(v) => PlainScalar::Int(v),
+            Scalar::Float(bits) => {
+                let v = f64::from_bits(bits);
+                PlainScalar::Tagged(TaggedScalar::Float(if v.is_finite() {
+                    PlainFloat::Finite(v)
+                } else if v.is_nan() {
+                    PlainFloat::Text("nan".into())
+                } else if v > 0.0 {
+                    PlainFloat::Text("inf".into())
+                } else {
+                    PlainFloat::Text("-inf".into())
+                }))
+            }
+            Scalar::Bool(b) => PlainScalar::Tagged(TaggedScalar::Bool(b)),
+            Scalar::BigInt(v) => PlainScalar::Tagged(TaggedScalar::BigInt(v.to_string())),
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Scalar {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
+        if !d.is_human_readable() {
+            let code = u128::deserialize(d)?;
+            return Scalar::from_code(code)
+                .ok_or_else(|| D::Error::custom(format!("scalar code {code} is out of range")));
+        }
+        Ok(match PlainScalar::deserialize(d)? {
+            PlainScalar::Int(v) => Scalar::Int(v),
+            PlainScalar::Tagged(TaggedScalar::Bool(b)) => Scalar::Bool(b),
+            PlainScalar::Tagged(TaggedScalar::Float(PlainFloat::Finite(v))) => Scalar::float(v),
+            PlainScalar::Tagged(TaggedScalar::Float(PlainFloat::Text(t))) => {
+                Scalar::float(match t.as_str() {
+                    "nan" => f64::NAN,
+                    "inf" => f64::INFINITY,
+                    "-inf" => f64::NEG_INFINITY,
+                    other => return Err(D::Error::custom(format!(
+                        "a float scalar is a number, \"nan\", \"inf\" or \"-inf\", not {other:?}"
+                    ))),
+                })
+            }
+            PlainScalar::Tagged(TaggedScalar::BigInt(text)) => {
+                let v: i128 = text.parse().map_err(|_| {
+                    D::Error::custom(format!("a BigInt scalar is decimal text, not {text:?}"))
+                })?;
+                match Scalar::int(v) {
+                    Some(big @ Scalar::BigInt(_)) => big,
+                    Some(_) => {
+                        return Err(D::Error::custom(format!(
+                            "BigInt {text} fits in 64 bits: write it as a number"
+                        )))
+                    }
+                    None => {
+                        return Err(D::Error::custom(format!(
+                            "BigInt {text} is beyond ±2^126, the largest scalar carried"
+                        )))
+                    }
+                }
+            }
+        })
+    }
+}
+
 /// Rewrites the strides of a tensor so that a stride that follows from a
 /// size change does not look like a new value (docs/semantics.md, Stride canonicalisation; PyTorch's stride
 /// recording in `torch/_dynamo/pgo.py`).
@@ -269,8 +512,9 @@ pub fn contiguous_strides(sizes: &[u64]) -> Vec<u64> {
 /// field.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct SizeEntry {
-    /// The value of an int input.
-    pub scalar: Atom<i64>,
+    /// The value of a scalar input (an int, or a float, bool or big int
+    /// as Dynamo records them: [`Scalar`]).
+    pub scalar: Atom<Scalar>,
     /// The sizes of a tensor input, in elements.
     pub size: Dims<u64>,
     /// The canonical strides of a tensor input ([`canonical_strides`]).
@@ -315,6 +559,16 @@ impl SizeEntry {
 
     /// An int observation: `{scalar: v, size: Dynamic, stride: Dynamic}`.
     pub fn int(value: i64) -> Self {
+        SizeEntry {
+            scalar: Atom::Static(Scalar::Int(value)),
+            size: Dims::Dynamic,
+            stride: Dims::Dynamic,
+        }
+    }
+
+    /// A scalar observation of any kind: `{scalar: v, size: Dynamic, stride:
+    /// Dynamic}` (what `FrameStateSizeEntry.make_scalar` records).
+    pub fn scalar(value: Scalar) -> Self {
         SizeEntry {
             scalar: Atom::Static(value),
             size: Dims::Dynamic,

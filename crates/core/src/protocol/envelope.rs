@@ -34,7 +34,7 @@
 //! Magic and version keep their place in every version, so two versions can
 //! always tell each other apart and report the mismatch. Version 1's flat
 //! exchange began with a 32-byte digest round; version 2 added the slot
-//! message, with a second round of variable length; version 3 (this one)
+//! message, with a second round of variable length; version 3
 //! puts every rank's envelope length and limit in its slot, so the second
 //! round is one gather of contributions whose lengths every rank knows
 //! ([`crate::Transport::all_gather_sized`]: one round on every engine, where
@@ -43,14 +43,18 @@
 //! engine's fixed-size gather refuses (a decode error naming the rank on
 //! Gloo and in-process; the engine's error or the deadline on c10d and
 //! NCCL); versions 2 and 3 meet in a slot of the same size, and every rank
-//! reports the version mismatch.
+//! reports the version mismatch. Version 4 (this one) keeps version 3's
+//! messages and widens what a frame state's scalar atom may hold (floats,
+//! bools and big ints besides ints: [`crate::decisions::lattice::Scalar`]),
+//! which a version-3 rank could not decode; it meets version 3 in a slot of
+//! the same size, and every rank reports the version mismatch.
 
 use crate::error::DecodeError;
 
 /// The four magic bytes that start every message.
 pub const MAGIC: [u8; 4] = *b"CCOL";
 /// The wire version this build speaks.
-pub const WIRE_VERSION: u16 = 3;
+pub const WIRE_VERSION: u16 = 4;
 /// Length of the fixed envelope header, in bytes.
 pub const HEADER_LEN: usize = 32;
 /// Length of a digest message, in bytes.
