@@ -76,7 +76,8 @@ const SHUTDOWN_GRACE: Duration = Duration::from_millis(300);
 pub struct GlooOptions {
     /// The address peers connect to for this rank (default `127.0.0.1`).
     pub hostname: String,
-    /// Deadline of the rendezvous (default 300 s).
+    /// Deadline of the rendezvous (default core's
+    /// [`DEFAULT_TIMEOUT`](compiler_collectives_core::protocol::DEFAULT_TIMEOUT)).
     pub connect_timeout: Duration,
     /// Key prefix of this process group in the store (default `"ccol"`);
     /// two groups on one store need different prefixes.
@@ -87,7 +88,7 @@ impl Default for GlooOptions {
     fn default() -> Self {
         GlooOptions {
             hostname: "127.0.0.1".into(),
-            connect_timeout: Duration::from_secs(300),
+            connect_timeout: compiler_collectives_core::protocol::DEFAULT_TIMEOUT,
             prefix: "ccol".into(),
         }
     }

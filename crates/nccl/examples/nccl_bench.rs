@@ -9,8 +9,9 @@
 //!
 //! where op is `raw_all_gather` (the floor), `all_gather_fixed` (one round
 //! with host copies), `all_gather` (lengths round + padded round),
-//! `exchange_fast` (all ranks agree: one 32-byte digest round) and
-//! `exchange_full` (ranks differ: digest round, then the envelopes), and
+//! `exchange_fast` (all ranks agree: one round of fixed-size slots) and
+//! `exchange_full` (ranks differ: the slot round, then the envelopes that
+//! did not fit in a slot), and
 //! "raw" is the floor for the bytes that operation gathers per rank.
 
 use anyhow::{bail, Context, Result};

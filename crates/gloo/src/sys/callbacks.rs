@@ -3,6 +3,7 @@
 //! into C++) and writes an error's text into the adapter's error record.
 
 use super::{RawError, INVALID, IO, OK, TIMEOUT};
+use compiler_collectives_core::protocol::DEFAULT_TIMEOUT;
 use compiler_collectives_core::{Deadline, Error, Store};
 use compiler_collectives_ffi::sys::AppendFn;
 use std::ffi::{c_char, c_void, CStr};
@@ -117,7 +118,7 @@ pub(super) unsafe extern "C" fn cb_set(
         };
         // SAFETY: the adapter's `ctx` during one of its callbacks (this fn's contract).
         let store = unsafe { store_of(ctx) };
-        store.set(&key, value, Deadline::after(Duration::from_secs(300)))
+        store.set(&key, value, Deadline::after(DEFAULT_TIMEOUT))
     });
     // SAFETY: `err` is the adapter's writable ccol_gloo_error (this fn's contract).
     unsafe { report(err, result) }
