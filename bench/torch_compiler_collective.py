@@ -7,7 +7,7 @@ Usage (in the torch environment, after ``scripts/setup-python.sh``)::
 
     "$CCOL_TORCH_PYTHON" bench/torch_compiler_collective.py [--ranks 2,4]
         [--sources 20,200] [--compiles N] [--states differ,same] [--json]
-    "$CCOL_TORCH_PYTHON" bench/torch_compiler_collective.py --from run.jsonl
+    "$CCOL_TORCH_PYTHON" bench/torch_compiler_collective.py --from run.jsonl [--markdown]
 
 ``--compiles`` defaults to 15, or 3 for 1000 sources and more (a
 2000-argument compile takes about 15 s on a 2-core machine):
@@ -189,9 +189,9 @@ def worker(rank: int, world: int, store: str, sources: int, compiles: int, state
         def __init__(self, channel):
             self.channel = channel
 
-        def exchange_local_state(self, key, local_state):
+        def exchange_local_state(self, *args):
             start = time.perf_counter()
-            out = self.channel.exchange_local_state(key, local_state)
+            out = self.channel.exchange_local_state(*args)
             calls.append(time.perf_counter() - start)
             return out
 
@@ -360,6 +360,24 @@ def run_world(world: int, sources: int, compiles: int, states: str) -> dict:
     return summarize(world, sources, compiles, states, ranks)
 
 
+def print_markdown(rows) -> None:
+    """The rows as one Markdown table (docs/performance.md): medians in ms,
+    the ratio of medians and the median of the per-compile ratios."""
+    print("| ranks | sources | states | step: PyTorch | package | p50 ratio | ratio of p50s "
+          "| step + fold: PyTorch | package | p50 ratio | fold: PyTorch | package "
+          "| compile wall: PyTorch | package |")
+    print("|" + "---:|" * 14)
+    for r in rows:
+        print(f"| {r['ranks']} | {r['sources']} | {r['states']}"
+              f" | {r['pytorch_ms_p50']:.2f} | {r['package_ms_p50']:.2f}"
+              f" | **{r['pytorch_over_package_per_compile_p50']:.2f}×**"
+              f" | {r['pytorch_over_package']:.2f}×"
+              f" | {r['pytorch_step_fold_ms_p50']:.2f} | {r['package_step_fold_ms_p50']:.2f}"
+              f" | **{r['step_fold_pytorch_over_package_per_compile_p50']:.2f}×**"
+              f" | {r['pytorch_fold_ms_p50']:.2f} | {r['package_fold_ms_p50']:.2f}"
+              f" | {r['pytorch_compile_wall_ms_p50']:.0f} | {r['package_compile_wall_ms_p50']:.0f} |")
+
+
 def print_table(rows) -> None:
     step = "compiler_collective step (p50)"
     call = "exchange call alone (p50)"
@@ -416,11 +434,16 @@ def main(argv) -> int:
     ap.add_argument("--json", action="store_true", help="one JSON line per row")
     ap.add_argument("--from", dest="from_", metavar="FILE",
                     help="run nothing: print the table of a --json run's output")
+    ap.add_argument("--markdown", action="store_true",
+                    help="with --from: the table as Markdown (docs/performance.md)")
     a = ap.parse_args(argv)
     if a.from_:
         text = pathlib.Path(a.from_).read_text()
-        print_table([json.loads(line) for line in text.splitlines() if line.startswith("{")])
+        rows = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+        (print_markdown if a.markdown else print_table)(rows)
         return 0
+    if a.markdown:
+        ap.error("--markdown goes with --from")
     if a.compiles is not None and a.compiles < 1:
         ap.error("--compiles must be at least 1")
     rows = []

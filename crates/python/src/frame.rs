@@ -1,87 +1,136 @@
-//! Dynamo's `LocalState` ↔ the state this package exchanges.
+//! Dynamo's `LocalState` ↔ core's [`FrameState`], and which states Dynamo
+//! is handed back.
 //!
 //! A `LocalState.automatic_dynamic` maps source names to
-//! `FrameStateSizeEntry(scalar, size, stride)` (torch/_dynamo/pgo.py, torch
-//! 2.13). Sizes and strides map one to one onto core's lattice
-//! (`compiler_collectives_core::decisions::lattice`, the same join — the
-//! PyTorch oracle checks it): `auto_unset` = ⊥ (`Unset`), `auto_dynamic` =
-//! ⊤ (`Dynamic`), an int = `Static`, `InferStride(dim)` = `Stride::Infer`.
-//! A scalar is wider than core's int atom: Dynamo records ints, floats
-//! (unspecialised float attributes, e.g. a module's `norm_type = 2.0`) and,
-//! in principle, bools and ints beyond 64 bits; [`Scalar`] carries each
-//! exactly (floats by their bits), so every rank's state reaches Dynamo as
-//! that rank recorded it.
+//! `FrameStateSizeEntry(scalar, size, stride)` (torch/_dynamo/pgo.py, the
+//! same in torch 2.13–2.15). Each entry maps one to one onto core's
+//! [`SizeEntry`]: `auto_unset` = ⊥ (`Unset`), `auto_dynamic` = ⊤
+//! (`Dynamic`), an int = `Static`, `InferStride(dim)` = `Stride::Infer`,
+//! and a scalar's int, float or bool = the matching [`Scalar`] (a float by
+//! its bits, so it reaches every rank exactly as recorded). The exchange
+//! joins the ranks' states with core's join, in place
+//! (`Channel::exchange_in_place`), so one join serves both sides.
 //!
-//! The entry's `excluded_sizes` / `excluded_scalar` are not carried: they
-//! are not compared, and Dynamo's `|=` reads only the other side's
-//! `scalar`, `size` and `stride` (what an exchanged state is used for).
+//! # Which states Dynamo folds
+//!
+//! After the exchange Dynamo folds, for each source it meets again,
+//! `update_automatic_dynamic` over `all_states` in rank order
+//! (`process_automatic_dynamic`, pgo.py): `entry |= state` with
+//! `FrameStateSizeEntry._merge_atom` (equal values stay, unequal ones
+//! become `auto_dynamic`, Python's `==`). Handing it the join instead, one
+//! state, gives the same entry (the lattice is a semilattice and the fold is
+//! a chain of joins) except in three cases, where every rank's own state is
+//! handed back and Dynamo folds them itself:
+//!
+//! 1. `automatic_dynamic_shapes` is off: the fold overwrites (the last rank
+//!    wins). The whole frame is per rank.
+//! 2. `automatic_dynamic_exclusion_guard` is on: `|=` also keeps
+//!    `excluded_sizes` / `excluded_scalar`, which depend on the order and
+//!    the number of states folded (a second equal state clears them). The
+//!    whole frame is per rank.
+//! 3. A scalar where Python's `==` is not [`Scalar`]'s equality: `1`,
+//!    `1.0` and `True` (equal in Python, three atoms here, so the join is
+//!    dynamic where the fold keeps the first), `0.0` and `-0.0` (likewise),
+//!    and NaN (the fold makes a NaN met twice dynamic; the join keeps it).
+//!    Only floats and bools take part, so a rank that records one marks
+//!    what it sends (the reserved source [`MARKER`]); when the join is
+//!    marked, every source whose joined scalar is a NaN, or dynamic with
+//!    dynamic sizes (a scalar on some rank: Dynamo records a scalar with
+//!    `size=auto_dynamic`), is per rank, the rest joined. A rank whose own
+//!    state holds a NaN also does not fold it once for every rank: it hands
+//!    every copy.
+//!
+//! The first two are read in the compiling thread (Dynamo reads them
+//! there). After a flat exchange they decide for that rank only: each rank
+//! gets what its own Dynamo would have computed from every rank's state. A
+//! rank where they forbid the join marks what it sends too, for the tree:
+//! from `ChannelOptions::hierarchical_from` ranks the exchange is the tree,
+//! which yields the join only; when the join is marked in a way that needs
+//! every rank's state ([`needs_every_value`], the same answer on every
+//! rank), every rank sends its state again in a flat exchange that keeps
+//! every value.
+//!
+//! Handed as: `[J]` for a joined frame, `J` being a copy of the local
+//! state's dict with a new entry only where the join differs from this
+//! rank's; `[S_0, …, S_{n-1}]` for a frame with per-rank sources, `S_0`
+//! holding the joined sources too; `[local_state] * n` (the same object)
+//! for a whole-frame per-rank frame that every rank sent alike, and
+//! `[local_state]` for a joined one.
+//!
+//! The entry's `excluded_sizes` / `excluded_scalar` are not carried (case
+//! 2 above: they are written by the fold, which then runs on this rank).
 
-use compiler_collectives_core::decisions::lattice::{Atom, Dims, Stride};
-use compiler_collectives_core::Join;
+use compiler_collectives_core::decisions::lattice::{Atom, Dims, Scalar, SizeEntry, Stride};
+use compiler_collectives_core::decisions::shapes::FrameState;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyTuple};
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyTuple};
 
-/// A `FrameStateSizeEntry.scalar`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) enum Scalar {
-    /// `auto_unset`.
-    Unset,
-    /// `auto_dynamic`.
-    Dynamic,
-    /// An int that fits in 64 bits.
-    Int(i64),
-    /// A float, by its IEEE 754 bits.
-    Float(u64),
-    /// A bool.
-    Bool(bool),
-    /// An int beyond 64 bits, in decimal.
-    BigInt(String),
+/// The reserved source a rank adds when its frame is not plainly joinable
+/// (Dynamo's source names are never empty); its scalar is an int of
+/// [`AMBIGUOUS_BIT`] and [`NOT_JOINABLE_BIT`], so that the join tells every
+/// rank whether any rank had either (a join of two different values is
+/// dynamic: both, to be safe).
+pub(crate) const MARKER: &str = "";
+/// The marker's bit for a float or bool scalar (case 3 of the module docs).
+const AMBIGUOUS_BIT: i64 = 1;
+/// The marker's bit for a rank whose settings forbid the join (cases 1–2).
+const NOT_JOINABLE_BIT: i64 = 2;
+
+/// What the join's marker says: whether some rank had the bit.
+fn marked(joined: &FrameState, bit: i64) -> bool {
+    match joined.entry(MARKER).map(|e| e.scalar) {
+        Some(Atom::Static(Scalar::Int(v))) => v & bit != 0,
+        Some(Atom::Static(_) | Atom::Dynamic) => true,
+        Some(Atom::Unset) | None => false,
+    }
 }
 
-/// One source's entry, as exchanged.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Entry {
-    scalar: Scalar,
-    size: Dims<u64>,
-    stride: Dims<Stride>,
+/// This rank's state, read once from its `LocalState`.
+pub(crate) struct Read {
+    /// What this rank sends (with [`MARKER`] when it applies); the
+    /// exchange joins every rank's into it.
+    pub(crate) state: FrameState,
+    /// Each source's entry as read, and its Python object, in name order.
+    own: Vec<(String, SizeEntry, Py<PyAny>)>,
+    /// Whether some scalar of this rank is a NaN.
+    has_nan: bool,
 }
 
-/// A frame's `LocalState.automatic_dynamic`, as exchanged: source name →
-/// entry, in name order (the canonical encoding).
-///
-/// Join (the protocol needs one; Dynamo does its own merging of every
-/// rank's state): per source, missing = ⊥; scalars equal or else dynamic,
-/// sizes and strides as core's lattice.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct DynamoState {
-    entries: BTreeMap<String, Entry>,
+/// What the exchange found (computed with the GIL released).
+pub(crate) enum Outcome {
+    /// Every rank sent exactly this rank's state.
+    Same,
+    /// `Read::state` is the join; every rank's state as sent, where some
+    /// source is per rank on this rank.
+    Joined(Option<Vec<FrameState>>),
 }
 
-impl Join for DynamoState {
-    const KIND: &'static str = "torch.local_state";
+/// Whether this rank needs every rank's state, after a flat exchange whose
+/// join is `joined`: always when its frame is not `joinable` (cases 1–2 of
+/// the module docs), else when some source is per rank (case 3).
+pub(crate) fn needs_per_rank(joined: &FrameState, joinable: bool) -> bool {
+    !joinable || (marked(joined, AMBIGUOUS_BIT) && joined.iter().any(|(_, e)| per_rank_scalar(&e)))
+}
 
-    fn join(&mut self, other: &Self) {
-        for (name, theirs) in &other.entries {
-            match self.entries.get_mut(name) {
-                None => {
-                    self.entries.insert(name.clone(), theirs.clone());
-                }
-                Some(mine) if mine == theirs => {}
-                Some(mine) => {
-                    mine.scalar = match (&mine.scalar, &theirs.scalar) {
-                        (Scalar::Unset, t) => t.clone(),
-                        (m, Scalar::Unset) => m.clone(),
-                        (m, t) if m == t => m.clone(),
-                        _ => Scalar::Dynamic,
-                    };
-                    mine.size = mine.size.join(&theirs.size);
-                    mine.stride = mine.stride.join(&theirs.stride);
-                }
-            }
-        }
+/// Whether every rank needs every rank's state, after a tree exchange
+/// (which yields the join only) whose join is `joined`: the same answer on
+/// every rank, from the join alone — some rank was not joinable, or some
+/// source is per rank.
+pub(crate) fn needs_every_value(joined: &FrameState) -> bool {
+    marked(joined, NOT_JOINABLE_BIT)
+        || (marked(joined, AMBIGUOUS_BIT) && joined.iter().any(|(_, e)| per_rank_scalar(&e)))
+}
+
+/// Case 3 of the module docs, for a joined entry of a frame where some rank
+/// recorded a float or bool: a dynamic scalar that some rank may have
+/// recorded as a value (a tensor's entry has a dynamic scalar and known
+/// sizes; any scalar's, dynamic sizes), or a NaN.
+fn per_rank_scalar(joined: &SizeEntry) -> bool {
+    match joined.scalar {
+        Atom::Dynamic => matches!(joined.size, Dims::Dynamic),
+        Atom::Static(s) => s.as_f64().is_some_and(f64::is_nan),
+        Atom::Unset => false,
     }
 }
 
@@ -107,25 +156,31 @@ impl TorchTypes {
         })
     }
 
-    /// Reads `local_state.automatic_dynamic`.
+    /// Reads `local_state.automatic_dynamic`, once; `joinable`: whether this
+    /// rank's settings allow the join (cases 1–2 of the module docs).
     ///
     /// # Errors
     /// `TypeError` naming the source and field whose value is not one of
-    /// the atoms above.
-    pub(crate) fn state(&self, local_state: &Bound<'_, PyAny>) -> PyResult<DynamoState> {
+    /// the atoms above, or an int of magnitude 2^126 or more.
+    pub(crate) fn read(&self, local_state: &Bound<'_, PyAny>, joinable: bool) -> PyResult<Read> {
         let py = local_state.py();
         let entries = local_state.getattr("automatic_dynamic")?;
         let entries = entries
             .cast::<PyDict>()
             .map_err(|_| PyTypeError::new_err("LocalState.automatic_dynamic is not a dict"))?;
-        let mut state = DynamoState::default();
-        for (name, entry) in entries.iter() {
+        let mut own = Vec::with_capacity(entries.len());
+        let (mut ambiguous, mut has_nan) = (false, false);
+        for (name, obj) in entries.iter() {
             let name: String = name.extract()?;
-            let scalar = self.scalar(py, &entry.getattr("scalar")?, &name)?;
-            let size = self.dims(py, &entry.getattr("size")?, &name, "size", |v| {
+            let scalar = self.scalar(py, &obj.getattr("scalar")?, &name)?;
+            if let Atom::Static(s) = scalar {
+                ambiguous |= s.is_python_ambiguous();
+                has_nan |= s.as_f64().is_some_and(f64::is_nan);
+            }
+            let size = self.dims(py, &obj.getattr("size")?, &name, "size", |v| {
                 v.extract::<u64>().ok()
             })?;
-            let stride = self.dims(py, &entry.getattr("stride")?, &name, "stride", |v| {
+            let stride = self.dims(py, &obj.getattr("stride")?, &name, "stride", |v| {
                 if v.is_instance(self.infer_stride.bind(py)).ok()? {
                     v.getattr("dim")
                         .ok()?
@@ -136,31 +191,48 @@ impl TorchTypes {
                     v.extract::<u64>().ok().map(Stride::Int)
                 }
             })?;
-            state.entries.insert(
-                name,
-                Entry {
-                    scalar,
-                    size,
-                    stride,
-                },
-            );
+            let entry = SizeEntry {
+                scalar,
+                size,
+                stride,
+            };
+            own.push((name, entry, obj.unbind()));
         }
-        Ok(state)
+        own.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let mut state: FrameState = own
+            .iter()
+            .map(|(n, e, _)| (n.as_str(), e.clone()))
+            .collect();
+        let marker =
+            if ambiguous { AMBIGUOUS_BIT } else { 0 } | if joinable { 0 } else { NOT_JOINABLE_BIT };
+        if marker != 0 {
+            state.insert(MARKER, &SizeEntry::int(marker));
+        }
+        Ok(Read {
+            state,
+            own,
+            has_nan,
+        })
     }
 
-    fn scalar(&self, py: Python<'_>, v: &Bound<'_, PyAny>, source: &str) -> PyResult<Scalar> {
+    fn scalar(&self, py: Python<'_>, v: &Bound<'_, PyAny>, source: &str) -> PyResult<Atom<Scalar>> {
         Ok(if v.is(self.auto_unset.bind(py)) {
-            Scalar::Unset
+            Atom::Unset
         } else if v.is(self.auto_dynamic.bind(py)) {
-            Scalar::Dynamic
+            Atom::Dynamic
         } else if let Ok(b) = v.cast::<PyBool>() {
-            Scalar::Bool(b.is_true())
+            Atom::Static(Scalar::Bool(b.is_true()))
         } else if let Ok(f) = v.cast::<PyFloat>() {
-            Scalar::Float(f.value().to_bits())
+            Atom::Static(Scalar::float(f.value()))
         } else if let Ok(i) = v.cast::<PyInt>() {
             match i.extract::<i64>() {
-                Ok(n) => Scalar::Int(n),
-                Err(_) => Scalar::BigInt(i.str()?.to_string()),
+                Ok(n) => Atom::Static(Scalar::Int(n)),
+                Err(_) => Atom::Static(
+                    i.extract::<i128>()
+                        .ok()
+                        .and_then(Scalar::int)
+                        .ok_or_else(|| bad(source, "scalar", v))?,
+                ),
             }
         } else {
             return Err(bad(source, "scalar", v));
@@ -179,7 +251,7 @@ impl TorchTypes {
             Ok(Atom::Unset)
         } else if v.is(self.auto_dynamic.bind(py)) {
             Ok(Atom::Dynamic)
-        } else if v.is_instance_of::<pyo3::types::PyBool>() {
+        } else if v.is_instance_of::<PyBool>() {
             Err(bad(source, field, v))
         } else {
             value(v)
@@ -210,42 +282,131 @@ impl TorchTypes {
         Ok(Dims::Known(atoms))
     }
 
-    /// A `LocalState` holding `state`'s entries.
-    pub(crate) fn local_state<'py>(
+    /// `all_states` for Dynamo (module docs, "Which states Dynamo folds"):
+    /// `read` is this rank's state after the exchange (`read.state` the
+    /// join unless `outcome` is `Same`), `joinable` whether cases 1–2 allow
+    /// a join on this rank.
+    pub(crate) fn all_states<'py>(
+        &self,
+        local_state: &Bound<'py, PyAny>,
+        read: &Read,
+        outcome: &Outcome,
+        joinable: bool,
+        rank: usize,
+        world: usize,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let py = local_state.py();
+        match outcome {
+            Outcome::Same if joinable && !read.has_nan => PyList::new(py, [local_state]),
+            Outcome::Same => PyList::new(py, vec![local_state.clone(); world]),
+            Outcome::Joined(None) => {
+                PyList::new(py, [self.joined_state(py, local_state, read, |_| false)?])
+            }
+            Outcome::Joined(Some(states)) if !joinable => {
+                let all = states
+                    .iter()
+                    .enumerate()
+                    .map(|(r, s)| {
+                        if r == rank {
+                            Ok(local_state.clone())
+                        } else {
+                            self.state_of(py, s, |_| true)
+                        }
+                    })
+                    .collect::<PyResult<Vec<_>>>()?;
+                PyList::new(py, all)
+            }
+            Outcome::Joined(Some(states)) => {
+                // Per-rank sources: the joined ones whose scalar is case 3.
+                let per_rank: Vec<&str> = read
+                    .state
+                    .iter()
+                    .filter(|(name, e)| *name != MARKER && per_rank_scalar(e))
+                    .map(|(name, _)| name)
+                    .collect();
+                let is_per_rank = |name: &str| per_rank.binary_search(&name).is_ok();
+                let mut all = Vec::with_capacity(world);
+                // Rank 0's state: the joined sources, and its own per-rank ones.
+                let first = self.joined_state(py, local_state, read, is_per_rank)?;
+                let dict = first.getattr("automatic_dynamic")?;
+                let dict = dict.cast::<PyDict>()?;
+                // (On rank 0 they are its own, already in the copy.)
+                for name in per_rank.iter().filter(|_| rank != 0) {
+                    match states[0].entry(name) {
+                        Some(e) => dict.set_item(*name, self.entry_obj(py, &e)?)?,
+                        None => dict.del_item(*name)?,
+                    }
+                }
+                all.push(first);
+                for s in &states[1..] {
+                    all.push(self.state_of(py, s, |name| is_per_rank(name))?);
+                }
+                PyList::new(py, all)
+            }
+        }
+    }
+
+    /// A `LocalState` of the join (`read.state`) but for the sources where
+    /// `skip` holds: a copy of the local state's dict, with a new entry
+    /// object where the join differs from this rank's entry.
+    fn joined_state<'py>(
         &self,
         py: Python<'py>,
-        state: &DynamoState,
+        local_state: &Bound<'py, PyAny>,
+        read: &Read,
+        skip: impl Fn(&str) -> bool,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let entries = PyDict::new(py);
-        for (name, entry) in &state.entries {
-            let kwargs = PyDict::new(py);
-            let int =
-                |v: i128| -> PyResult<Bound<'py, PyAny>> { Ok(v.into_pyobject(py)?.into_any()) };
-            let scalar = match &entry.scalar {
-                Scalar::Unset => self.auto_unset.bind(py).clone(),
-                Scalar::Dynamic => self.auto_dynamic.bind(py).clone(),
-                Scalar::Int(v) => int(i128::from(*v))?,
-                Scalar::Float(bits) => PyFloat::new(py, f64::from_bits(*bits)).into_any(),
-                Scalar::Bool(b) => PyBool::new(py, *b).to_owned().into_any(),
-                Scalar::BigInt(text) => py.get_type::<PyInt>().call1((text.as_str(),))?,
-            };
-            kwargs.set_item("scalar", scalar)?;
-            kwargs.set_item(
-                "size",
-                self.dims_obj(py, &entry.size, |v| int(i128::from(*v)))?,
-            )?;
-            kwargs.set_item(
-                "stride",
-                self.dims_obj(py, &entry.stride, |v| match v {
-                    Stride::Int(i) => int(i128::from(*i)),
-                    Stride::Infer(j) => self.infer_stride.bind(py).call1((*j,)),
-                })?,
-            )?;
-            entries.set_item(name, self.size_entry.bind(py).call((), Some(&kwargs))?)?;
+        let dict = local_state
+            .getattr("automatic_dynamic")?
+            .cast::<PyDict>()?
+            .copy()?;
+        let mut own = read.own.iter().peekable();
+        for (name, joined) in read.state.iter() {
+            while own.next_if(|(n, _, _)| n.as_str() < name).is_some() {}
+            let mine = own.next_if(|(n, _, _)| n == name);
+            if name == MARKER || skip(name) || mine.is_some_and(|(_, e, _)| *e == joined) {
+                continue;
+            }
+            dict.set_item(name, self.entry_obj(py, &joined)?)?;
         }
         let kwargs = PyDict::new(py);
-        kwargs.set_item("automatic_dynamic", entries)?;
+        kwargs.set_item("automatic_dynamic", dict)?;
         self.local_state.bind(py).call((), Some(&kwargs))
+    }
+
+    /// A `LocalState` holding `state`'s sources where `keep` holds.
+    fn state_of<'py>(
+        &self,
+        py: Python<'py>,
+        state: &FrameState,
+        keep: impl Fn(&str) -> bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let dict = PyDict::new(py);
+        for (name, entry) in state.iter() {
+            if name != MARKER && keep(name) {
+                dict.set_item(name, self.entry_obj(py, &entry)?)?;
+            }
+        }
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("automatic_dynamic", dict)?;
+        self.local_state.bind(py).call((), Some(&kwargs))
+    }
+
+    /// A `FrameStateSizeEntry(scalar, size, stride)`.
+    fn entry_obj<'py>(&self, py: Python<'py>, entry: &SizeEntry) -> PyResult<Bound<'py, PyAny>> {
+        let int = |v: i128| -> PyResult<Bound<'py, PyAny>> { Ok(v.into_pyobject(py)?.into_any()) };
+        let scalar = self.atom_obj(py, &entry.scalar, |s| match *s {
+            Scalar::Int(v) => int(i128::from(v)),
+            Scalar::Float(bits) => Ok(PyFloat::new(py, f64::from_bits(bits)).into_any()),
+            Scalar::Bool(b) => Ok(PyBool::new(py, b).to_owned().into_any()),
+            Scalar::BigInt(v) => int(v),
+        })?;
+        let size = self.dims_obj(py, &entry.size, |v| int(i128::from(*v)))?;
+        let stride = self.dims_obj(py, &entry.stride, |v| match v {
+            Stride::Int(i) => int(i128::from(*i)),
+            Stride::Infer(j) => self.infer_stride.bind(py).call1((*j,)),
+        })?;
+        self.size_entry.bind(py).call1((scalar, size, stride))
     }
 
     fn atom_obj<'py, V>(
@@ -288,6 +449,7 @@ fn bad(source: &str, field: &str, v: &Bound<'_, PyAny>) -> PyErr {
         .unwrap_or_else(|_| "?".to_owned());
     PyTypeError::new_err(format!(
         "source '{source}': FrameStateSizeEntry.{field} holds {shown}, which is not an \
-         int, auto_dynamic, auto_unset, a tuple of them or an InferStride"
+         int (of magnitude below 2^126), a float or bool scalar, auto_dynamic, auto_unset, \
+         a tuple of them or an InferStride"
     ))
 }

@@ -22,10 +22,13 @@ mod interrupt;
 mod logs;
 mod store;
 
+use compiler_collectives_core::decisions::shapes::FrameState;
 use compiler_collectives_core::decisions::votes::AnyVote;
 use compiler_collectives_core::protocol::envelope::WIRE_VERSION;
+use compiler_collectives_core::protocol::tree::DEFAULT_HIERARCHICAL_FROM;
 use compiler_collectives_core::{
-    Channel, ChannelOptions, Error, ExchangeOptions, FirstFailure, Transport,
+    Channel, ChannelOptions, Error, ExchangeOptions, FirstFailure, Gathered, PerRank, Topology,
+    Transport,
 };
 use compiler_collectives_gloo::{GlooInterrupt, GlooOptions, GlooStore, GlooTransport};
 use pyo3::exceptions::PyValueError;
@@ -198,6 +201,31 @@ impl CompileChannel {
     }
 }
 
+/// The environment variable that sets the smallest world size whose
+/// exchanges use the tree (`ChannelOptions::hierarchical_from`); unset:
+/// core's default.
+const HIERARCHICAL_FROM_ENV: &str = "CCOL_HIERARCHICAL_FROM";
+
+/// [`HIERARCHICAL_FROM_ENV`]'s value, or core's default.
+///
+/// # Errors
+/// `InvalidArgument` when it is set to anything but an integer from 2.
+fn hierarchical_from() -> compiler_collectives_core::Result<u32> {
+    match std::env::var(HIERARCHICAL_FROM_ENV) {
+        Err(_) => Ok(DEFAULT_HIERARCHICAL_FROM),
+        Ok(text) => text
+            .trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|n| *n >= 2)
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "{HIERARCHICAL_FROM_ENV}={text:?}: expected a world size from 2"
+                ))
+            }),
+    }
+}
+
 #[pymethods]
 impl CompileChannel {
     #[new]
@@ -216,6 +244,7 @@ impl CompileChannel {
         sigint: bool,
     ) -> PyResult<Self> {
         let timeout = seconds("timeout_s", timeout_s)?;
+        let hierarchical_from = hierarchical_from().map_err(|e| to_py(py, &e))?;
         if sigint {
             if let Err(why) = interrupt::install() {
                 tracing::warn!("Ctrl-C will not interrupt exchanges: {why}");
@@ -235,15 +264,12 @@ impl CompileChannel {
             let transport = GlooTransport::connect(&gloo, rank, world_size, &options)?;
             let interrupt = transport.interrupter();
             let transport: Arc<dyn Transport> = Arc::new(transport);
-            // Dynamo applies every rank's state in rank order
-            // (process_automatic_dynamic), so every exchange is flat:
-            // the tree exchange moves joins, not each rank's value.
             // The deadline is the caller's (Python resolved `timeout`,
             // then CCOL_TIMEOUT_S, with core's parser); only the trace
             // directory comes from the environment here.
             let mut options = ChannelOptions::default()
                 .with_timeout(timeout)
-                .with_hierarchical_from(u32::MAX);
+                .with_hierarchical_from(hierarchical_from);
             if let Some(dir) = std::env::var_os("CCOL_TRACE_DIR").filter(|d| !d.is_empty()) {
                 options = options.with_trace_dir(dir);
             }
@@ -290,6 +316,22 @@ impl CompileChannel {
         self.store.clone()
     }
 
+    /// The exchange this channel runs: `"flat"`, or `"tree"` from
+    /// `CCOL_HIERARCHICAL_FROM` ranks (core's default otherwise); None after
+    /// `shutdown`.
+    #[getter]
+    fn topology(&self, py: Python<'_>) -> Option<&'static str> {
+        py.detach(|| {
+            self.lock().channel.as_ref().map(|c| {
+                if *c.topology() == Topology::Tree {
+                    "tree"
+                } else {
+                    "flat"
+                }
+            })
+        })
+    }
+
     /// The sequence number the next exchange will have (0-based), or None
     /// after `shutdown`.
     #[getter]
@@ -298,47 +340,77 @@ impl CompileChannel {
         py.detach(|| self.lock().channel.as_ref().map(Channel::next_seq))
     }
 
-    /// Exchanges a Dynamo `LocalState` under `key` and returns every rank's
-    /// state, index = rank (`DistributedState.all_states`). When every rank
-    /// sent the same bytes the list holds `local_state` itself at every
-    /// index.
+    /// Exchanges a Dynamo `LocalState` under `key` and returns the states
+    /// Dynamo folds (`DistributedState.all_states`): the join of every
+    /// rank's state where that is what Dynamo's fold would compute, every
+    /// rank's own state (index = rank) where it is not. `joinable` is
+    /// whether this rank's Dynamo settings allow the join
+    /// (`automatic_dynamic_shapes` on, `automatic_dynamic_exclusion_guard`
+    /// off); the rule is in `frame.rs` and docs/python.md, "Which states
+    /// Dynamo folds".
     ///
     /// Cost: one all_gather of a fixed slot (`ChannelOptions`' slot size)
     /// when every rank sent the same state or every state fits in the
-    /// slot, else one more of the states that did not fit. Raises the package's errors (`Timeout`,
-    /// `PeerLost`, `Desync` when ranks are at different keys, …) — the
-    /// same on every rank.
+    /// slot, else one more of the states that did not fit. Raises the
+    /// package's errors (`Timeout`, `PeerLost`, `Desync` when ranks are at
+    /// different keys, …) — the same on every rank.
     fn exchange_local_state<'py>(
         &self,
         py: Python<'py>,
         key: &str,
         local_state: &Bound<'py, PyAny>,
+        joinable: bool,
     ) -> PyResult<Bound<'py, PyList>> {
         // A state this build cannot carry is this package's error (raised to
         // the caller as one), not Dynamo's internal one.
-        let state = self.types.state(local_state).map_err(|e| {
+        let mut read = self.types.read(local_state, joinable).map_err(|e| {
             to_py(
                 py,
                 &Error::InvalidArgument(format!("cannot send the state of '{key}': {e}")),
             )
         })?;
-        let gathered =
-            self.with_channel(py, key, |c| c.exchange::<frame::DynamoState>(key, &state))?;
-        let all = match gathered.per_rank().values() {
-            None => vec![local_state.clone(); self.world_size as usize],
-            Some(states) => states
-                .iter()
-                .enumerate()
-                .map(|(r, s)| {
-                    if r == self.rank as usize {
-                        Ok(local_state.clone())
-                    } else {
-                        self.types.local_state(py, s)
-                    }
-                })
-                .collect::<PyResult<Vec<_>>>()?,
-        };
-        PyList::new(py, all)
+        let outcome = self.with_channel(py, key, |c| {
+            let tree = *c.topology() == Topology::Tree;
+            // The tree yields the join only: keep what was sent, in case
+            // every rank's state is needed after all.
+            let sent = tree.then(|| read.state.clone());
+            let gathered =
+                c.exchange_in_place(key, &mut read.state, &ExchangeOptions::default())?;
+            if gathered.fast_path() {
+                return Ok(frame::Outcome::Same);
+            }
+            let needed = match &sent {
+                None => frame::needs_per_rank(gathered.merged(), joinable),
+                Some(_) => frame::needs_every_value(gathered.merged()),
+            };
+            if !needed {
+                return Ok(frame::Outcome::Joined(None));
+            }
+            let values = |g: &Gathered<'_, FrameState>| match g.per_rank() {
+                PerRank::Values(states) => Ok(frame::Outcome::Joined(Some(states.to_vec()))),
+                // A flat exchange's payloads decoded once already.
+                other => Err(Error::Unsupported(format!(
+                    "every rank's state of '{key}' is not available ({other:?})"
+                ))),
+            };
+            match &sent {
+                None => values(&gathered),
+                Some(sent) => {
+                    drop(gathered);
+                    let again = format!("{key} (every rank's state)");
+                    let every = ExchangeOptions::default().with_every_value(true);
+                    values(&c.exchange_with(&again, sent, &every)?)
+                }
+            }
+        })?;
+        self.types.all_states(
+            local_state,
+            &read,
+            &outcome,
+            joinable,
+            self.rank as usize,
+            self.world_size as usize,
+        )
     }
 
     /// A guard vote under `key`: returns whether every rank's guards hit

@@ -68,3 +68,12 @@ def test_the_bench_prints_a_saved_run_without_running_one(tmp_path):
                                 "7.00", "ms", "1.00", "ms", "7.00x", "9.00", "ms", "3.00", "ms",
                                 "3.00x", "100.0", "ms", "90.0", "ms"], out.stdout
     assert "step: 4.00" in out.stdout and "step + fold: 3.00" in out.stdout
+    # The same row as Markdown, for docs/performance.md.
+    row.update({"pytorch_fold_ms_p50": 1.0, "package_fold_ms_p50": 1.0})
+    saved.write_text(json.dumps(row) + "\n")
+    out = subprocess.run([sys.executable, str(BENCH), "--from", str(saved), "--markdown"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[2] == (
+        "| 2 | 6 | differ | 8.00 | 2.00 | **4.00×** | 4.00× | 9.00 | 3.00 | **3.00×**"
+        " | 1.00 | 1.00 | 100 | 90 |"), out.stdout

@@ -158,3 +158,50 @@ def test_a_rank_that_dies_of_an_exception_is_reported_lost_not_finished(tmp_path
     assert done["error"] == "peer_lost", done
     assert done["departures"] == [[1, "aborted"]], done
     assert "no more exchanges" not in done["message"]
+
+
+def test_the_package_keeps_dynamos_fold_where_the_join_would_differ(tmp_path):
+    # docs/python.md, "Which states Dynamo folds": each case's frame state and
+    # compiles on each rank are what PyTorch's own exchange gives that rank.
+    # The package twice: flat, and its tree exchange (which yields the join
+    # only; a frame that needs every rank's state is exchanged again, flat).
+    runs, done = {}, {}
+    for run, env in {
+        "pytorch": {"CCOL_MODE": "pytorch"},
+        "package": {"CCOL_MODE": "package"},
+        "tree": {"CCOL_MODE": "package", "CCOL_HIERARCHICAL_FROM": "2"},
+    }.items():
+        (tmp_path / run).mkdir()
+        ranks = run_ranks(tmp_path / run, 2, "fold_rule.py",
+                          env={**env, "CCOL_PG_BACKEND": "cpu:gloo"})
+        for r in ranks:
+            assert r.returncode == 0, (run, r.stderr[-3000:])
+        done[run] = [r.event("done") for r in ranks]
+        runs[run] = [{e["case"]: e for e in r.events if e["ev"] == "case"} for r in ranks]
+    assert runs["package"] == runs["pytorch"]
+    assert runs["tree"] == runs["pytorch"]
+    assert [d["topology"] for d in done["package"]] == ["flat", "flat"]
+    assert [d["topology"] for d in done["tree"]] == ["tree", "tree"]
+    # One exchange per compile, flat (the enable check is #0); over the
+    # tree, one more for each compile that needed every rank's state.
+    compiles = sum(len(c["compiles"]) for c in runs["package"][0].values())
+    assert done["package"][0]["next"] == 1 + compiles, done
+    assert done["tree"][0]["next"] > done["package"][0]["next"], done
+    last = {case: [r[case]["steps"][-1] for r in runs["package"]] for case in runs["package"][0]}
+    # The values that tell the fold from the join, on both ranks:
+    for rank in (0, 1):
+        # 3 == 3.0: rank 0's int stays, static.
+        assert last["int_vs_float"][rank]["L['s']"][0] == "3"
+        # NaN != NaN: dynamic.
+        assert last["nan"][rank]["L['s']"][0] == "dyn"
+        # 0.0 == -0.0: rank 0's 0.0 stays, static.
+        assert last["signed_zero"][rank]["L['s']"][0] == "0.0"
+        # Per rank and joined sources in one frame.
+        assert last["mixed_frame"][rank]["L['t']"][0] == "3"
+        assert last["mixed_frame"][rank]["L['s']"][0] == "dyn"
+        assert last["mixed_frame"][rank]["L['x']"][1] == "(dyn, 8)"
+        # The last rank's sizes overwrite.
+        assert last["automatic_dynamic_off"][rank]["L['x']"][1] == "(5)"
+        # The exclusion guard's bookkeeping: a second equal state clears the
+        # excluded sizes that the first one's transition recorded.
+        assert runs["package"][rank]["exclusion_guard"]["steps"][1]["L['x']"][3] == "None"

@@ -423,9 +423,11 @@ impl<'de> Deserialize<'de> for Scalar {
                     "nan" => f64::NAN,
                     "inf" => f64::INFINITY,
                     "-inf" => f64::NEG_INFINITY,
-                    other => return Err(D::Error::custom(format!(
+                    other => {
+                        return Err(D::Error::custom(format!(
                         "a float scalar is a number, \"nan\", \"inf\" or \"-inf\", not {other:?}"
-                    ))),
+                    )))
+                    }
                 })
             }
             PlainScalar::Tagged(TaggedScalar::BigInt(text)) => {

@@ -401,7 +401,9 @@ def _make_run_compiler_collective(original):
         )
         with dynamo_timed("compiler_collective", log_pt2_compile_event=True):
             try:
-                ds.all_states = st.channel.exchange_local_state(_frame_key(tx), ds.local_state)
+                ds.all_states = st.channel.exchange_local_state(
+                    _frame_key(tx), ds.local_state, _joinable()
+                )
             except Error as e:
                 st.pending = e
                 raise
@@ -411,6 +413,19 @@ def _make_run_compiler_collective(original):
 
     run_compiler_collective.__wrapped__ = original
     return run_compiler_collective
+
+
+def _joinable() -> bool:
+    """Whether Dynamo's fold of every rank's state equals one fold of their
+    join under this thread's settings (read where Dynamo reads them: in the
+    compiling thread): automatic dynamic shapes on (off, the fold
+    overwrites) and the exclusion guard off (on, the fold's
+    ``excluded_sizes`` depend on the order and number of states). The rule:
+    docs/python.md, "Which states Dynamo folds"."""
+    config = torch._dynamo.config
+    return bool(config.automatic_dynamic_shapes) and not getattr(
+        config, "automatic_dynamic_exclusion_guard", False
+    )
 
 
 def _collectives_on() -> bool:
@@ -718,8 +733,10 @@ def is_enabled() -> bool:
 
 
 def channel_info() -> Optional[dict]:
-    """The channel's rank, world size, deadline (seconds), store and next
-    exchange number, or None when not enabled."""
+    """The channel's rank, world size, deadline (seconds), store, next
+    exchange number and exchange (``"flat"``, or ``"tree"`` from
+    ``CCOL_HIERARCHICAL_FROM`` ranks, default 64), or None when not
+    enabled."""
     st = _state
     if st is None:
         return None
@@ -730,6 +747,7 @@ def channel_info() -> Optional[dict]:
         "timeout_s": c.timeout_s,
         "store": c.store,
         "next_exchange": c.next_exchange,
+        "topology": c.topology,
         "guard_votes": st.guard_votes,
     }
 

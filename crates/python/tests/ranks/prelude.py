@@ -22,7 +22,9 @@ def emit(**kv):
     print("EVENT " + json.dumps(kv), flush=True)
 
 
-dist.init_process_group("gloo", init_method=f"file://{STORE}", rank=RANK, world_size=WORLD,
+# CCOL_PG_BACKEND=cpu:gloo for PyTorch's own exchange on torch 2.15 (its
+# compile group lists the default group's devices by name).
+dist.init_process_group(os.environ.get("CCOL_PG_BACKEND", "gloo"), init_method=f"file://{STORE}", rank=RANK, world_size=WORLD,
                         timeout=datetime.timedelta(seconds=120))
 import compiler_collectives  # noqa: E402
 import compiler_collectives.torch as cct  # noqa: E402
