@@ -137,24 +137,77 @@ class FoldTimer:
         return process_automatic_dynamic
 
 
-def worker(rank: int, world: int, store: str, sources: int, compiles: int, states: str) -> None:
+def join_job(rank: int, world: int, store: str):
+    """A rank's start: torch's CPU Gloo group over the FileStore `store`;
+    returns ``OutputGraph.run_compiler_collective`` unpatched and patched.
+    PyTorch's exchange runs patched; the package checks (and replaces) the
+    unpatched method, so each mode gets its own."""
     import datetime
-    import time
 
-    import torch
     import torch.distributed as dist
-
     import torch._dynamo.output_graph as og
-    import torch._dynamo.pgo as pgo
-    import torch._dynamo.variables.builder as builder
 
-    # PyTorch's exchange runs patched; the package checks (and replaces) the
-    # unpatched method, so each mode gets its own.
     original = og.OutputGraph.__dict__["run_compiler_collective"]
     patch_pytorch_exchange()
     patched = og.OutputGraph.__dict__["run_compiler_collective"]
     dist.init_process_group("cpu:gloo", init_method=f"file://{store}", rank=rank,
                             world_size=world, timeout=datetime.timedelta(minutes=10))
+    return original, patched
+
+
+def use_exchange(mode: str, original, patched) -> None:
+    """Before one compile: ``package`` enables the package on the unpatched
+    method (a deadline that covers waiting for the slowest tracer: 2000
+    sources on 4 ranks of a 2-core machine trace for a minute),
+    ``pytorch`` turns PyTorch's patched exchange on, ``off`` neither."""
+    import torch
+    import torch._dynamo.output_graph as og
+
+    import compiler_collectives.torch as cct
+
+    torch._dynamo.reset()
+    if mode == "package":
+        og.OutputGraph.run_compiler_collective = original
+        cct.enable(timeout=600)
+    elif mode == "pytorch":
+        og.OutputGraph.run_compiler_collective = patched
+        torch._dynamo.config.enable_compiler_collectives = True
+
+
+def run_ranks(script: str, world: int, args: list) -> list:
+    """Runs `script` ``--worker RANK WORLD STORE *args`` in `world`
+    processes and returns each rank's last stdout line, parsed as JSON."""
+    with tempfile.TemporaryDirectory(prefix="ccol-bench-") as d:
+        env = dict(os.environ)
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        env["OMP_NUM_THREADS"] = "1"
+        procs = [
+            subprocess.Popen(
+                [sys.executable, script, "--worker", str(r), str(world), f"{d}/store",
+                 *[str(a) for a in args]],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+            )
+            for r in range(world)
+        ]
+        ranks = []
+        for r, p in enumerate(procs):
+            out, err = p.communicate(timeout=3600)
+            if p.returncode != 0:
+                raise SystemExit(f"rank {r} failed (exit {p.returncode}):\n{err[-4000:]}")
+            ranks.append(json.loads(out.strip().splitlines()[-1]))
+    return ranks
+
+
+def worker(rank: int, world: int, store: str, sources: int, compiles: int, states: str) -> None:
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    import torch._dynamo.pgo as pgo
+    import torch._dynamo.variables.builder as builder
+
+    original, patched = join_job(rank, world, store)
     import compiler_collectives.torch as cct
     from torch._dynamo.utils import compilation_time_metrics
 
@@ -206,16 +259,9 @@ def worker(rank: int, world: int, store: str, sources: int, compiles: int, state
            for m in MODES}
     for k in range(compiles):
         for mode in MODES:
-            torch._dynamo.reset()
+            use_exchange(mode, original, patched)
             if mode == "package":
-                og.OutputGraph.run_compiler_collective = original
-                # The deadline covers waiting for the slowest tracer: 2000
-                # sources on 4 ranks of a 2-core machine trace for a minute.
-                cct.enable(timeout=600)
                 cct._state.channel = TimedChannel(cct._state.channel)
-            else:
-                og.OutputGraph.run_compiler_collective = patched
-                torch._dynamo.config.enable_compiler_collectives = True
             scope = {}
             code = f"def f({', '.join(names)}):\n    out = 0\n{body}\n    return out\n"
             exec(compile(code, f"<bench-{mode}-{k}>", "exec"), scope)  # noqa: S102
@@ -339,24 +385,7 @@ def summarize(world: int, sources: int, compiles: int, states: str, ranks: list)
 
 
 def run_world(world: int, sources: int, compiles: int, states: str) -> dict:
-    with tempfile.TemporaryDirectory(prefix="ccol-bench-") as d:
-        env = dict(os.environ)
-        env.setdefault("GLOO_SOCKET_IFNAME", "lo")
-        env["OMP_NUM_THREADS"] = "1"
-        procs = [
-            subprocess.Popen(
-                [sys.executable, __file__, "--worker", str(r), str(world), f"{d}/store",
-                 str(sources), str(compiles), states],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-            )
-            for r in range(world)
-        ]
-        ranks = []
-        for r, p in enumerate(procs):
-            out, err = p.communicate(timeout=3600)
-            if p.returncode != 0:
-                raise SystemExit(f"rank {r} failed (exit {p.returncode}):\n{err[-4000:]}")
-            ranks.append(json.loads(out.strip().splitlines()[-1]))
+    ranks = run_ranks(__file__, world, [sources, compiles, states])
     return summarize(world, sources, compiles, states, ranks)
 
 

@@ -77,3 +77,24 @@ def test_the_bench_prints_a_saved_run_without_running_one(tmp_path):
     assert out.stdout.splitlines()[2] == (
         "| 2 | 6 | differ | 8.00 | 2.00 | **4.00×** | 4.00× | 9.00 | 3.00 | **3.00×**"
         " | 1.00 | 1.00 | 100 | 90 |"), out.stdout
+
+
+def test_the_enable_cost_bench_times_the_rendezvous_and_agreeing_compiles():
+    bench = BENCH.parent / "torch_enable_cost.py"
+    out = subprocess.run(
+        [sys.executable, str(bench), "--ranks", "2", "--repeats", "2", "--compile-ranks", "2",
+         "--sources", "4", "--compiles", "1", "--json"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-4000:]
+    enable, compile_ = [json.loads(line) for line in out.stdout.splitlines()]
+    assert (enable["what"], enable["ranks"], len(enable["enable_ms"])) == ("enable", 2, 2)
+    assert all(v > 0 for v in enable["enable_ms"]), enable
+    assert enable["enable_ms_p50"] == pytest.approx(sum(enable["enable_ms"]) / 2)
+    assert (compile_["what"], compile_["ranks"], compile_["sources"]) == ("compile", 2, 4)
+    # Collectives off run no step; both exchanges run one.
+    assert compile_["off_step_ms_p50"] == 0
+    assert compile_["pytorch_step_ms_p50"] > 0 and compile_["package_step_ms_p50"] > 0
+    for side in ("pytorch", "package"):
+        assert compile_[f"{side}_extra_ms_p50"] == pytest.approx(
+            compile_[f"{side}_wall_ms"][0] - compile_["off_wall_ms"][0]), side
