@@ -98,3 +98,20 @@ def test_the_enable_cost_bench_times_the_rendezvous_and_agreeing_compiles():
     for side in ("pytorch", "package"):
         assert compile_[f"{side}_extra_ms_p50"] == pytest.approx(
             compile_[f"{side}_wall_ms"][0] - compile_["off_wall_ms"][0]), side
+
+
+def test_the_alloc_bench_counts_what_one_exchange_builds():
+    bench = BENCH.parent / "torch_exchange_alloc.py"
+    out = subprocess.run(
+        [sys.executable, str(bench), "--ranks", "2", "--sources", "30", "--calls", "3", "--json"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-4000:]
+    differ, same = [json.loads(line) for line in out.stdout.splitlines()]
+    # Differing states: Dynamo gets the join, one state, holding 10 new
+    # entries (the sources whose dim 0 differs) and the copied dict.
+    assert (differ["states"], differ["states_handed"]) == ("differ", 1), differ
+    assert differ["blocks_p50"] >= 10 and differ["held_kib_p50"] > 1, differ
+    # The same state on every rank: the rank's own LocalState, nothing built.
+    assert (same["states"], same["states_handed"]) == ("same", 1), same
+    assert same["blocks_p50"] < differ["blocks_p50"], (same, differ)
