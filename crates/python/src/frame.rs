@@ -57,8 +57,12 @@
 //! for a whole-frame per-rank frame that every rank sent alike, and
 //! `[local_state]` for a joined one.
 //!
-//! The entry's `excluded_sizes` / `excluded_scalar` are not carried (case
-//! 2 above: they are written by the fold, which then runs on this rank).
+//! The entry's `excluded_sizes` / `excluded_scalar` travel only from a rank
+//! where the frame is not joinable (cases 1–2), as reserved sources: there
+//! another rank's entry may become this rank's frame state as it is (the
+//! first case) or be read (the second). In a joined frame Dynamo's fold
+//! writes them on each rank, and reads them only with the exclusion guard
+//! on.
 
 use compiler_collectives_core::decisions::lattice::{Atom, Dims, Scalar, SizeEntry, Stride};
 use compiler_collectives_core::decisions::shapes::FrameState;
@@ -76,6 +80,19 @@ pub(crate) const MARKER: &str = "";
 const AMBIGUOUS_BIT: i64 = 1;
 /// The marker's bit for a rank whose settings forbid the join (cases 1–2).
 const NOT_JOINABLE_BIT: i64 = 2;
+
+/// The prefix of the reserved sources that carry an entry's
+/// `excluded_sizes` / `excluded_scalar` (as its size and scalar) in a frame
+/// that is not joinable on the sending rank: Dynamo's fold there hands
+/// another rank's entry object to the frame state as it is
+/// (`automatic_dynamic_shapes` off), or reads them (the exclusion guard),
+/// so they must arrive as that rank recorded them.
+const EXCLUDED_PREFIX: char = '\u{1}';
+
+/// Whether `name` is one of this module's reserved sources, not Dynamo's.
+fn reserved(name: &str) -> bool {
+    name == MARKER || name.starts_with(EXCLUDED_PREFIX)
+}
 
 /// What the join's marker says: whether some rank had the bit.
 fn marked(joined: &FrameState, bit: i64) -> bool {
@@ -169,6 +186,7 @@ impl TorchTypes {
             .cast::<PyDict>()
             .map_err(|_| PyTypeError::new_err("LocalState.automatic_dynamic is not a dict"))?;
         let mut own = Vec::with_capacity(entries.len());
+        let mut excluded = Vec::new();
         let (mut ambiguous, mut has_nan) = (false, false);
         for (name, obj) in entries.iter() {
             let name: String = name.extract()?;
@@ -196,12 +214,18 @@ impl TorchTypes {
                 size,
                 stride,
             };
+            if !joinable {
+                if let Some(e) = self.excluded(&obj, &name)? {
+                    excluded.push((format!("{EXCLUDED_PREFIX}{name}"), e));
+                }
+            }
             own.push((name, entry, obj.unbind()));
         }
         own.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         let mut state: FrameState = own
             .iter()
             .map(|(n, e, _)| (n.as_str(), e.clone()))
+            .chain(excluded.iter().map(|(n, e)| (n.as_str(), e.clone())))
             .collect();
         let marker =
             if ambiguous { AMBIGUOUS_BIT } else { 0 } | if joinable { 0 } else { NOT_JOINABLE_BIT };
@@ -213,6 +237,56 @@ impl TorchTypes {
             own,
             has_nan,
         })
+    }
+
+    /// An entry's `excluded_sizes` / `excluded_scalar` (torch 2.12 on) as a
+    /// reserved entry's size and scalar (`None` = `Unset`), or `None` when
+    /// both are `None`.
+    fn excluded(&self, obj: &Bound<'_, PyAny>, source: &str) -> PyResult<Option<SizeEntry>> {
+        let (Ok(sizes), Ok(scalar)) = (
+            obj.getattr("excluded_sizes"),
+            obj.getattr("excluded_scalar"),
+        ) else {
+            return Ok(None);
+        };
+        if sizes.is_none() && scalar.is_none() {
+            return Ok(None);
+        }
+        let size = if sizes.is_none() {
+            Dims::Unset
+        } else {
+            let items = sizes
+                .cast::<PyTuple>()
+                .map_err(|_| bad(source, "excluded_sizes", &sizes))?;
+            let mut atoms = Vec::with_capacity(items.len());
+            for item in items.iter() {
+                atoms.push(if item.is_none() {
+                    Atom::Unset
+                } else {
+                    Atom::Static(
+                        item.extract::<u64>()
+                            .map_err(|_| bad(source, "excluded_sizes", &sizes))?,
+                    )
+                });
+            }
+            Dims::Known(atoms)
+        };
+        let scalar = if scalar.is_none() {
+            Atom::Unset
+        } else {
+            Atom::Static(
+                scalar
+                    .extract::<i128>()
+                    .ok()
+                    .and_then(Scalar::int)
+                    .ok_or_else(|| bad(source, "excluded_scalar", &scalar))?,
+            )
+        };
+        Ok(Some(SizeEntry {
+            scalar,
+            size,
+            stride: Dims::Unset,
+        }))
     }
 
     fn scalar(&self, py: Python<'_>, v: &Bound<'_, PyAny>, source: &str) -> PyResult<Atom<Scalar>> {
@@ -321,7 +395,7 @@ impl TorchTypes {
                 let per_rank: Vec<&str> = read
                     .state
                     .iter()
-                    .filter(|(name, e)| *name != MARKER && per_rank_scalar(e))
+                    .filter(|(name, e)| !reserved(name) && per_rank_scalar(e))
                     .map(|(name, _)| name)
                     .collect();
                 let is_per_rank = |name: &str| per_rank.binary_search(&name).is_ok();
@@ -364,7 +438,7 @@ impl TorchTypes {
         for (name, joined) in read.state.iter() {
             while own.next_if(|(n, _, _)| n.as_str() < name).is_some() {}
             let mine = own.next_if(|(n, _, _)| n == name);
-            if name == MARKER || skip(name) || mine.is_some_and(|(_, e, _)| *e == joined) {
+            if reserved(name) || skip(name) || mine.is_some_and(|(_, e, _)| *e == joined) {
                 continue;
             }
             dict.set_item(name, self.entry_obj(py, &joined)?)?;
@@ -374,7 +448,8 @@ impl TorchTypes {
         self.local_state.bind(py).call((), Some(&kwargs))
     }
 
-    /// A `LocalState` holding `state`'s sources where `keep` holds.
+    /// A `LocalState` holding `state`'s sources where `keep` holds, with
+    /// the excluded sizes and scalar the sending rank recorded.
     fn state_of<'py>(
         &self,
         py: Python<'py>,
@@ -383,9 +458,37 @@ impl TorchTypes {
     ) -> PyResult<Bound<'py, PyAny>> {
         let dict = PyDict::new(py);
         for (name, entry) in state.iter() {
-            if name != MARKER && keep(name) {
-                dict.set_item(name, self.entry_obj(py, &entry)?)?;
+            if reserved(name) || !keep(name) {
+                continue;
             }
+            let obj = self.entry_obj(py, &entry)?;
+            if let Some(excluded) = state.entry(&format!("{EXCLUDED_PREFIX}{name}")) {
+                let int = |v: i128| -> PyResult<Bound<'py, PyAny>> {
+                    Ok(v.into_pyobject(py)?.into_any())
+                };
+                let sizes = match &excluded.size {
+                    Dims::Known(atoms) => PyTuple::new(
+                        py,
+                        atoms
+                            .iter()
+                            .map(|a| match a {
+                                Atom::Static(v) => int(i128::from(*v)),
+                                _ => Ok(py.None().into_bound(py)),
+                            })
+                            .collect::<PyResult<Vec<_>>>()?,
+                    )?
+                    .into_any(),
+                    _ => py.None().into_bound(py),
+                };
+                let scalar = match excluded.scalar {
+                    Atom::Static(Scalar::Int(v)) => int(i128::from(v))?,
+                    Atom::Static(Scalar::BigInt(v)) => int(v)?,
+                    _ => py.None().into_bound(py),
+                };
+                obj.setattr("excluded_sizes", sizes)?;
+                obj.setattr("excluded_scalar", scalar)?;
+            }
+            dict.set_item(name, obj)?;
         }
         let kwargs = PyDict::new(py);
         kwargs.set_item("automatic_dynamic", dict)?;

@@ -205,3 +205,6 @@ def test_the_package_keeps_dynamos_fold_where_the_join_would_differ(tmp_path):
         # The exclusion guard's bookkeeping: a second equal state clears the
         # excluded sizes that the first one's transition recorded.
         assert runs["package"][rank]["exclusion_guard"]["steps"][1]["L['x']"][3] == "None"
+    # Rank 1's entry, with the excluded sizes its mark_dynamic recorded,
+    # overwrites rank 0's (found by a new user's attack: they did not travel).
+    assert last["marked_entry_overwrites"][0]["L['x']"][3] == "(4, 8)"

@@ -30,7 +30,14 @@ def mine(per_rank):
     return per_rank[RANK]
 
 
-#: name -> (Dynamo settings, the function, each step's arguments on this rank)
+def marked(x, strict):
+    """x with dim 0 marked dynamic (`strict`) or maybe dynamic."""
+    (torch._dynamo.mark_dynamic if strict else torch._dynamo.maybe_mark_dynamic)(x, 0)
+    return x
+
+
+#: name -> (Dynamo settings, the function, each step's arguments on this rank,
+#: or a function returning them)
 CASES = {
     # 3 == 3.0 in Python: the fold keeps rank 0's 3; the join would be dynamic.
     "int_vs_float": ({}, lambda x, s: x * s, [(torch.ones(4), mine([3, 3.0]))]),
@@ -48,6 +55,14 @@ CASES = {
         (torch.ones(mine([4, 6])),),
         (torch.ones(mine([5, 5])),),
     ]),
+    # Both off and on, one rank marking dim 0 dynamic (which records
+    # excluded sizes in the entry it sends), the other maybe-dynamic: the
+    # last rank's entry becomes every rank's, excluded sizes included.
+    "marked_entry_overwrites": (
+        {"automatic_dynamic_shapes": False, "automatic_dynamic_exclusion_guard": True},
+        lambda x: x * 2,
+        [lambda: (marked(torch.ones(4, 8), RANK == 1),)],
+    ),
     # The exclusion guard on: the fold's excluded_sizes depend on how many
     # states it folds (a second equal one clears them).
     "exclusion_guard": ({"automatic_dynamic_exclusion_guard": True}, lambda x: x * 2, [
@@ -104,7 +119,7 @@ for case, (settings, fn, steps) in CASES.items():
     with torch._dynamo.config.patch(**settings):
         compiled = torch.compile(fn, backend=backend)
         for args in steps:
-            compiled(*args)
+            compiled(*(args() if callable(args) else args))
             after.append(entries(fn, settings.get("automatic_dynamic_exclusion_guard", False)))
     emit(ev="case", case=case, steps=after, compiles=list(compiles))
     torch._dynamo.reset()
