@@ -167,6 +167,26 @@ def test_bad_deadlines_are_refused(world_of_one, monkeypatch, timeout, env, matc
     assert not cct.is_enabled()
 
 
+@pytest.mark.parametrize("value", ["junk", "1", "0", "-4", "2.5", "4294967296"])
+def test_a_bad_hierarchical_from_is_refused_naming_it(world_of_one, monkeypatch, value):
+    monkeypatch.setenv("CCOL_HIERARCHICAL_FROM", value)
+    with pytest.raises(compiler_collectives.InvalidArgument,
+                       match=f"CCOL_HIERARCHICAL_FROM=\"{value}\": expected a world size from 2"):
+        cct.enable(timeout=10)
+    assert not cct.is_enabled()
+
+
+def test_a_good_hierarchical_from_is_accepted(world_of_one, monkeypatch):
+    # A world of one rank stays flat (the tree starts at 2 at the lowest);
+    # test_ranks' fold-rule test runs 2 ranks over the tree.
+    for value in ("2", " 64 "):
+        monkeypatch.setenv("CCOL_HIERARCHICAL_FROM", value)
+        cct.enable(timeout=10)
+        assert cct.channel_info()["topology"] == "flat"
+        cct.disable()
+    monkeypatch.delenv("CCOL_HIERARCHICAL_FROM")
+
+
 def test_deadline_sources_in_order(world_of_one, monkeypatch):
     monkeypatch.setenv("CCOL_TIMEOUT_S", "42")
     assert cct._timeout_seconds(None) == 42.0
