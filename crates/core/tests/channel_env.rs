@@ -1,5 +1,6 @@
 //! A channel reads no environment variable; `ChannelOptions::from_env` is
-//! the one place `CCOL_TIMEOUT_S` and `CCOL_TRACE_DIR` are read. One test:
+//! the one place `CCOL_TIMEOUT_S`, `CCOL_TRACE_DIR` and
+//! `CCOL_HIERARCHICAL_FROM` are read. One test:
 //! it sets process-wide variables.
 
 use compiler_collectives_core::{Channel, ChannelOptions, Error, InProcessGroup};
@@ -43,11 +44,28 @@ fn only_from_env_reads_the_environment() {
         Channel::new(std::sync::Arc::new(t)).is_ok(),
         "a channel ignores the bad variable"
     );
-    // Empty counts as unset, for both.
     std::env::set_var("CCOL_TIMEOUT_S", "");
+    // The tree's threshold: a world size from 2, else a typed error naming it.
+    std::env::set_var("CCOL_HIERARCHICAL_FROM", " 8 ");
+    assert_eq!(ChannelOptions::from_env().unwrap().hierarchical_from, 8);
+    for bad in ["1", "x", "-3", "4294967296"] {
+        std::env::set_var("CCOL_HIERARCHICAL_FROM", bad);
+        let err = ChannelOptions::from_env().unwrap_err();
+        assert!(
+            matches!(&err, Error::InvalidArgument(m) if m.contains("CCOL_HIERARCHICAL_FROM") && m.contains(bad)),
+            "{err}"
+        );
+    }
+    // Empty counts as unset, for all three.
     std::env::set_var("CCOL_TRACE_DIR", "");
+    std::env::set_var("CCOL_HIERARCHICAL_FROM", "");
     let empty = ChannelOptions::from_env().unwrap();
     assert_eq!((empty.timeout, empty.trace_dir), (None, None));
+    assert_eq!(
+        empty.hierarchical_from,
+        ChannelOptions::default().hierarchical_from
+    );
     std::env::remove_var("CCOL_TIMEOUT_S");
     std::env::remove_var("CCOL_TRACE_DIR");
+    std::env::remove_var("CCOL_HIERARCHICAL_FROM");
 }

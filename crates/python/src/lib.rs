@@ -25,6 +25,7 @@ mod store;
 use compiler_collectives_core::decisions::shapes::FrameState;
 use compiler_collectives_core::decisions::votes::AnyVote;
 use compiler_collectives_core::protocol::envelope::WIRE_VERSION;
+use compiler_collectives_core::protocol::hierarchical_from_env;
 use compiler_collectives_core::protocol::tree::DEFAULT_HIERARCHICAL_FROM;
 use compiler_collectives_core::{
     Channel, ChannelOptions, Error, ExchangeOptions, FirstFailure, Gathered, PerRank, Topology,
@@ -201,31 +202,6 @@ impl CompileChannel {
     }
 }
 
-/// The environment variable that sets the smallest world size whose
-/// exchanges use the tree (`ChannelOptions::hierarchical_from`); unset:
-/// core's default.
-const HIERARCHICAL_FROM_ENV: &str = "CCOL_HIERARCHICAL_FROM";
-
-/// [`HIERARCHICAL_FROM_ENV`]'s value, or core's default.
-///
-/// # Errors
-/// `InvalidArgument` when it is set to anything but an integer from 2.
-fn hierarchical_from() -> compiler_collectives_core::Result<u32> {
-    match std::env::var(HIERARCHICAL_FROM_ENV) {
-        Err(_) => Ok(DEFAULT_HIERARCHICAL_FROM),
-        Ok(text) => text
-            .trim()
-            .parse::<u32>()
-            .ok()
-            .filter(|n| *n >= 2)
-            .ok_or_else(|| {
-                Error::InvalidArgument(format!(
-                    "{HIERARCHICAL_FROM_ENV}={text:?}: expected a world size from 2"
-                ))
-            }),
-    }
-}
-
 #[pymethods]
 impl CompileChannel {
     #[new]
@@ -244,7 +220,11 @@ impl CompileChannel {
         sigint: bool,
     ) -> PyResult<Self> {
         let timeout = seconds("timeout_s", timeout_s)?;
-        let hierarchical_from = hierarchical_from().map_err(|e| to_py(py, &e))?;
+        // Core's reader of CCOL_HIERARCHICAL_FROM (ChannelOptions::from_env
+        // reads the same); unset, core's default.
+        let hierarchical_from = hierarchical_from_env()
+            .map_err(|e| to_py(py, &e))?
+            .unwrap_or(DEFAULT_HIERARCHICAL_FROM);
         if sigint {
             if let Err(why) = interrupt::install() {
                 tracing::warn!("Ctrl-C will not interrupt exchanges: {why}");

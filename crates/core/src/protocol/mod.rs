@@ -46,6 +46,6 @@ pub use channel::Channel;
 pub use gathered::{Gathered, PerRank};
 pub use join::{decode_payload, encode_payload, encode_payload_into, Join};
 pub use options::{
-    parse_timeout_secs, timeout_from_env, ChannelOptions, ExchangeOptions, FlatReason, Topology,
-    DEFAULT_TIMEOUT, SLOT_ROUND_BYTES, TIMEOUT_ENV,
+    hierarchical_from_env, parse_timeout_secs, timeout_from_env, ChannelOptions, ExchangeOptions,
+    FlatReason, Topology, DEFAULT_TIMEOUT, HIERARCHICAL_FROM_ENV, SLOT_ROUND_BYTES, TIMEOUT_ENV,
 };

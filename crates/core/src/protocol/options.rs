@@ -55,6 +55,36 @@ pub fn timeout_from_env() -> Result<Option<Duration>> {
     }
 }
 
+/// Name of the environment variable that sets
+/// [`ChannelOptions::hierarchical_from`] (a world size, from 2).
+pub const HIERARCHICAL_FROM_ENV: &str = "CCOL_HIERARCHICAL_FROM";
+
+/// Reads `CCOL_HIERARCHICAL_FROM`, if set; an empty value counts as unset.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] naming the variable when it is set to
+/// anything but an integer from 2 (surrounding spaces allowed).
+pub fn hierarchical_from_env() -> Result<Option<u32>> {
+    match std::env::var(HIERARCHICAL_FROM_ENV) {
+        Ok(v) if v.is_empty() => Ok(None),
+        Ok(v) => v
+            .trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|n| *n >= 2)
+            .map(Some)
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "{HIERARCHICAL_FROM_ENV}={v:?}: expected a world size from 2"
+                ))
+            }),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => Err(Error::InvalidArgument(format!(
+            "{HIERARCHICAL_FROM_ENV} is not valid UTF-8"
+        ))),
+    }
+}
+
 /// Most bytes the flat exchange's first round brings one rank, over all
 /// ranks' slots (64 KiB; see [`ChannelOptions::slot_bytes`]).
 pub const SLOT_ROUND_BYTES: usize = 64 << 10;
@@ -121,17 +151,22 @@ impl ChannelOptions {
     /// The defaults with what the environment sets — the one place the
     /// library reads `CCOL_*` for a channel: `CCOL_TIMEOUT_S` (seconds) as
     /// [`timeout`](Self::timeout), `CCOL_TRACE_DIR` as
-    /// [`trace_dir`](Self::trace_dir). Unset or empty variables leave the
-    /// defaults; later `with_…` calls replace what it read.
+    /// [`trace_dir`](Self::trace_dir), `CCOL_HIERARCHICAL_FROM` as
+    /// [`hierarchical_from`](Self::hierarchical_from). Unset or empty
+    /// variables leave the defaults; later `with_…` calls replace what it
+    /// read.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] naming `CCOL_TIMEOUT_S` when it is set but
-    /// not a finite, positive number of seconds.
+    /// not a finite, positive number of seconds, or `CCOL_HIERARCHICAL_FROM`
+    /// when it is set but not an integer from 2.
     pub fn from_env() -> Result<Self> {
+        let defaults = ChannelOptions::default();
         Ok(ChannelOptions {
             timeout: timeout_from_env()?,
             trace_dir: crate::protocol::trace::trace_dir_from_env(),
-            ..ChannelOptions::default()
+            hierarchical_from: hierarchical_from_env()?.unwrap_or(defaults.hierarchical_from),
+            ..defaults
         })
     }
 }
