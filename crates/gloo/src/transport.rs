@@ -11,7 +11,13 @@
 //!   and every slot);
 //!   receivers wait for the headers (the ranks whose header has not come are
 //!   the missing ranks), check the announced lengths against `max_bytes`,
-//!   then receive the bytes that did not come inline;
+//!   then receive the bytes that did not come inline. The receives of
+//!   collective `k + 1`'s headers are posted as soon as collective `k` ends
+//!   (for collective 0, at connect): Gloo's TCP pair holds a send until its
+//!   receiver has posted the matching receive and told the sender so, so a
+//!   receive posted only on arrival costs every late rank a round trip
+//!   through each peer's event loop (three wake-ups, not one, on a loaded
+//!   machine); posted ahead, a sender's header goes out at once;
 //! - `send`/`recv` use one slot pair per message, counted per (peer, tag);
 //! - `shutdown` records in the store that this rank left
 //!   ([`left_key`](departures::left_key)), posts a header with the shutdown
@@ -94,11 +100,23 @@ impl Default for GlooOptions {
     }
 }
 
+/// Where the header messages of collectives arrive: one place of
+/// `16 + inline` bytes per rank, with a standing receive on a never-used
+/// slot of every pair.
+#[derive(Debug)]
+struct Inbox {
+    buf: Buffer,
+    /// Rank `p`'s element: the header receive of the next collective is
+    /// already posted on `p`'s pair (at the end of the one before; see the
+    /// module docs). False where posting it failed: the next collective
+    /// posts it again and accounts for the pair's error.
+    posted: Vec<bool>,
+}
+
 #[derive(Debug, Default)]
 struct State {
-    /// Where headers arrive (one 16-byte place per rank), with a standing
-    /// receive on a never-used slot of every pair; `None` after an error.
-    inbox: Option<Buffer>,
+    /// `None` after an error.
+    inbox: Option<Inbox>,
     op: u64,
     /// The collective that failed, if one did: this rank completed only
     /// the ones before it (what its departure record says).
@@ -154,6 +172,28 @@ enum Fail {
     Gloo(GlooError, Vec<u32>),
 }
 
+impl Inbox {
+    /// Clears every peer's header and posts the header receive of
+    /// collective `k` on every peer's pair (see the module docs). Called
+    /// when no header receive is in flight (only the standing ones, which
+    /// never write); a pair on which posting fails is left for collective
+    /// `k` to post on again and account for.
+    fn post_next(&mut self, rank: u32, k: u64, place: usize) {
+        let peers = (0u32..).take(self.posted.len()).filter(|&p| p != rank);
+        for p in peers.clone() {
+            let at = p as usize * place;
+            self.buf.bytes_mut()[at..at + HEADER].fill(0);
+        }
+        for p in peers {
+            let ok = self
+                .buf
+                .recv(p, header_slot(k), p as usize * place, place)
+                .is_ok();
+            self.posted[p as usize] = ok;
+        }
+    }
+}
+
 impl GlooTransport {
     /// Joins a process group of `world_size` ranks as `rank`, rendezvousing
     /// through `store` under `options.prefix`.
@@ -205,10 +245,15 @@ impl GlooTransport {
         })?;
         let failed: Failure = Arc::default();
         let place = HEADER + inline_capacity(world_size);
-        let inbox = Buffer::new(&ctx, vec![0u8; world_size as usize * place])?;
+        let buf = Buffer::new(&ctx, vec![0u8; world_size as usize * place])?;
         for p in (0..world_size).filter(|&p| p != rank) {
-            inbox.recv(p, SENTINEL_SLOT, p as usize * place, 1)?;
+            buf.recv(p, SENTINEL_SLOT, p as usize * place, 1)?;
         }
+        let mut inbox = Inbox {
+            buf,
+            posted: vec![false; world_size as usize],
+        };
+        inbox.post_next(rank, 0, place);
         Ok(GlooTransport {
             rank,
             world: world_size,
@@ -331,19 +376,18 @@ impl GlooTransport {
             }
             Err(f) => {
                 // Gloo may still write into it: keep it for ever.
-                inbox.leak();
+                inbox.buf.leak();
                 st.failed_op.get_or_insert(k);
                 Err(self.fail(&mut st, f, start.elapsed()))
             }
         }
     }
 
-    fn collective_inner(
-        &self,
-        inbox: &mut Buffer,
-        round: &Round<'_>,
-    ) -> Result<Vec<Vec<u8>>, Fail> {
+    fn collective_inner(&self, inbox: &mut Inbox, round: &Round<'_>) -> Result<Vec<Vec<u8>>, Fail> {
         let Round { k, op } = *round;
+        // Every collective receives from every peer: the receives posted
+        // ahead (`Inbox::posted`) are for all of them.
+        debug_assert_eq!(op.recv_from.len() + 1, self.world as usize);
         let Collective {
             data,
             send_to,
@@ -405,28 +449,31 @@ impl GlooTransport {
         }
         // Receive every header message into the inbox, one place of
         // `16 + inline` bytes per rank (Gloo takes a shorter message into a
-        // longer receive). The inbox also holds a standing receive on every
-        // pair, so a pair that breaks wakes this wait even after its header
-        // has arrived. Only the headers need clearing: a place's magic says
-        // whether its message came.
-        for &p in recv_from {
+        // longer receive): posted when the previous collective ended, except
+        // on a pair where that failed, posted now. The inbox also holds a
+        // standing receive on every pair, so a pair that breaks wakes this
+        // wait even after its header has arrived. Only the headers need
+        // clearing: a place's magic says whether its message came.
+        let late: Vec<u32> = recv_from
+            .iter()
+            .copied()
+            .filter(|&p| !inbox.posted[p as usize] && !broken.contains(&p))
+            .collect();
+        for &p in &late {
             let at = p as usize * place;
-            inbox.bytes_mut()[at..at + HEADER].fill(0);
+            inbox.buf.bytes_mut()[at..at + HEADER].fill(0);
         }
-        for &p in recv_from {
-            if broken.contains(&p) {
-                continue;
-            }
-            if let Err(e) = inbox.recv(p, hslot, p as usize * place, place) {
+        for &p in &late {
+            if let Err(e) = inbox.buf.recv(p, hslot, p as usize * place, place) {
                 broke(p, e, &mut broken, &mut io_error)?;
             }
         }
         if let Some(e) = io_error {
-            return Err(self.account_headers(&mut pool, inbox, round, e, broken));
+            return Err(self.account_headers(&mut pool, &inbox.buf, round, e, broken));
         }
         for _ in recv_from {
-            if let Err(e) = self.watchdog.wait_recv(inbox, deadline) {
-                return Err(self.account_headers(&mut pool, inbox, round, e, Vec::new()));
+            if let Err(e) = self.watchdog.wait_recv(&inbox.buf, deadline) {
+                return Err(self.account_headers(&mut pool, &inbox.buf, round, e, Vec::new()));
             }
         }
         // Every header is here: check them.
@@ -435,7 +482,7 @@ impl GlooTransport {
         let mut failed = Vec::new();
         for &p in recv_from {
             let at = p as usize * place;
-            match parse_header(&inbox.bytes()[at..at + HEADER]) {
+            match parse_header(&inbox.buf.bytes()[at..at + HEADER]) {
                 Some((FLAG_SHUTDOWN, _)) => shut.push((p, PeerLoss::Shutdown)),
                 Some((FLAG_ABORT, _)) => shut.push((p, PeerLoss::Aborted)),
                 Some((FLAG_FAILED, _)) => failed.push((p, PeerLoss::Aborted)),
@@ -494,9 +541,12 @@ impl GlooTransport {
             let len = lens[p as usize];
             if len <= inline {
                 let at = p as usize * place + HEADER;
-                out[p as usize] = inbox.bytes()[at..at + len].to_vec();
+                out[p as usize] = inbox.buf.bytes()[at..at + len].to_vec();
             }
         }
+        // The inline bytes are copied out: the places are free for the next
+        // collective's headers.
+        inbox.post_next(self.rank, k + 1, place);
         for (p, b) in incoming {
             // The transfer into this memory has completed; moving the Vec
             // keeps its heap allocation where Gloo wrote it.
