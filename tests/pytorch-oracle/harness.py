@@ -107,12 +107,34 @@ def _nat_list(v, field):
     return v
 
 
+class _NegativeZero(int):
+    """The JSON number `-0`: the int 0, or -0.0 as a float's value."""
+
+
+def _float(v, where):
+    """A float input's value: a JSON number, or "nan", "inf", "-inf"."""
+    import math
+
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        raise Malformed(f"{where}: expected a number, or \"nan\", \"inf\" or \"-inf\"")
+    if isinstance(v, str):
+        if v not in ("nan", "inf", "-inf"):
+            raise Malformed(f"{where}: expected a number, or \"nan\", \"inf\" or \"-inf\"")
+        return v
+    if isinstance(v, _NegativeZero):
+        return -0.0
+    if isinstance(v, float) and not math.isfinite(v):
+        raise Malformed(f"{where}: write a non-finite float as \"nan\", \"inf\" or \"-inf\"")
+    return v
+
+
 def load_scenario(path: str) -> dict:
     """Reads and checks a scenario file (the subset of ccol's validation the
     harness relies on; ccol itself is the strict validator)."""
     try:
         with open(path, "rb") as f:
-            raw = json.loads(f.read())
+            # `-0` keeps its sign as a float's value (ccol's reader does too).
+            raw = json.loads(f.read(), parse_int=lambda t: _NegativeZero() if t == "-0" else int(t))
     except (OSError, ValueError) as e:
         raise Malformed(f"{path}: {e}") from e
     if not isinstance(raw, dict):
@@ -145,10 +167,15 @@ def load_scenario(path: str) -> dict:
         "overrides": opts.get("overrides", {}) or {},
         "artifact_cache": opts.get("artifact_cache", "warm_cache" in raw),
         "cache_hit_agreement": opts.get("cache_hit_agreement", True),
+        "automatic_dynamic_shapes": opts.get("automatic_dynamic_shapes", True),
+        "automatic_dynamic_exclusion_guard": opts.get("automatic_dynamic_exclusion_guard", False),
     }
     for k in opts:
         if k not in options:
             raise Malformed(f"{path}: unknown field `options.{k}`")
+    for k in ("automatic_dynamic_shapes", "automatic_dynamic_exclusion_guard"):
+        if not isinstance(options[k], bool):
+            raise Malformed(f"{path}: field `options.{k}`: expected a boolean")
     sources = set()
     norm_steps = []
     for s, step in enumerate(steps):
@@ -167,8 +194,16 @@ def load_scenario(path: str) -> dict:
                 if inp is None:
                     norm[src] = None
                     continue
-                if not isinstance(inp, dict) or not set(inp) <= {"size", "stride", "int"}:
-                    raise Malformed(f"{path}: field `{field}`: expected size/stride or int")
+                if not isinstance(inp, dict) or not set(inp) <= {"size", "stride", "int", "float", "bool"}:
+                    raise Malformed(f"{path}: field `{field}`: expected size/stride, int, float or bool")
+                if set(inp) == {"float"}:
+                    norm[src] = {"float": _float(inp["float"], f"{path}: field `{field}.float`")}
+                    continue
+                if set(inp) == {"bool"}:
+                    if not isinstance(inp["bool"], bool):
+                        raise Malformed(f"{path}: field `{field}.bool`: expected true or false")
+                    norm[src] = {"bool": inp["bool"]}
+                    continue
                 if "size" in inp and "int" not in inp:
                     size = _nat_list(inp["size"], field + ".size")
                     stride = inp.get("stride")
@@ -403,7 +438,12 @@ class Worker:
                 continue
             name = src.local_name
             ev = node.meta.get("example_value")
-            if isinstance(ev, torch.Tensor):
+            if getattr(ga, "pass_arg_as_tensor", False):
+                # A float compiled symbolically: Dynamo passes it as a 0-dim
+                # float64 tensor (wrap_symfloat); a specialised float is a
+                # constant, not a placeholder.
+                dynamic[name] = "scalar"
+            elif isinstance(ev, torch.Tensor):
                 dims = [i for i, d in enumerate(ev.size()) if free_symbols(d)]
                 if dims:
                     dynamic[name] = dims
@@ -423,6 +463,13 @@ class Worker:
             lines += [
                 f"    if _ccol_isinstance({s}, _ccol_torch.Tensor):",
                 f"        _ccol_out = _ccol_out + {s}.sum()",
+                f"    elif _ccol_isinstance({s}, bool):",
+                f"        if {s}:",
+                "            _ccol_out = _ccol_out + 1",
+                "        else:",
+                "            _ccol_out = _ccol_out - 1",
+                f"    elif _ccol_isinstance({s}, float):",
+                f"        _ccol_out = _ccol_out * {s}",
                 f"    elif {s} is not None:",
                 f"        _ccol_out = _ccol_out + _ccol_torch.ones({s}).sum()",
             ]
@@ -439,6 +486,10 @@ class Worker:
             return None
         if "int" in inp:
             return inp["int"]
+        if "bool" in inp:
+            return inp["bool"]
+        if "float" in inp:
+            return float(inp["float"])
         size = inp["size"]
         stride = inp["stride"]
         if stride is None:
@@ -460,6 +511,15 @@ class Worker:
         self.torch_calls = {}
         error = None
         try:
+            torch._dynamo.config.automatic_dynamic_shapes = sc["options"]["automatic_dynamic_shapes"]
+            guard = sc["options"]["automatic_dynamic_exclusion_guard"]
+            if hasattr(torch._dynamo.config, "automatic_dynamic_exclusion_guard"):
+                torch._dynamo.config.automatic_dynamic_exclusion_guard = guard
+            elif guard:
+                raise RuntimeError(
+                    f"harness: torch {torch.__version__} has no "
+                    "torch._dynamo.config.automatic_dynamic_exclusion_guard (2.12 on)"
+                )
             if package is not None:
                 # Our exchange: the package's channel, its deadline the
                 # harness's hang timeout. enable() turns the collectives

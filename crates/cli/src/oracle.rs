@@ -651,8 +651,10 @@ fn items_json(sources: &Sources, merged: &FrameState) -> Value {
                             dynamic_sizes,
                             dynamic_strides,
                         } => json!({"sizes": dynamic_sizes, "strides": dynamic_strides}),
-                        SourceDecision::Int { dynamic } => json!({ "scalar": dynamic }),
-                        SourceDecision::None => Value::Null,
+                        SourceDecision::Int { dynamic } | SourceDecision::Float { dynamic } => {
+                            json!({ "scalar": dynamic })
+                        }
+                        SourceDecision::Bool | SourceDecision::None => Value::Null,
                     },
                     Item::Entry(_) => Value::Null,
                 };

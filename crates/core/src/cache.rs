@@ -26,7 +26,37 @@
 //! - after `recompile_limit` (8) compiles the function runs uncompiled;
 //! - guard votes (`guard_collectives`) are taken at every call that has
 //!   entries to check, as Dynamo's guard collective is: a frame's first call
-//!   compiles on every rank without a vote.
+//!   compiles on every rank without a vote;
+//! - a float is guarded by Python's `==` with its type (`EQUALS_MATCH`: `3`
+//!   misses an entry compiled for `3.0`, `-0.0` hits one compiled for
+//!   `0.0`; a NaN entry takes only a NaN, `FLOAT_IS_NAN`); a dynamic float
+//!   takes any float but a NaN (`not math.isnan`, Dynamo's implicit guard);
+//!   a bool by identity (`BOOL_MATCH`; `1` misses an entry compiled for
+//!   `True`), never dynamic, never recorded in the state.
+//!
+//! # How the state is updated: Dynamo's fold
+//! After each compile's exchange the state becomes what Dynamo's
+//! `process_automatic_dynamic` computes (torch/_dynamo/pgo.py): the state
+//! folded with every rank's entries in rank order, `entry |= state`
+//! ([`SizeEntry::fold`], Python's `==` on scalars), or, with
+//! [`CacheOptions::automatic_dynamic_shapes`] off, overwritten by them (the
+//! last rank's entry wins, and nothing becomes dynamic from the state).
+//! Where no rank sent a float or bool scalar the fold is the join of the
+//! states, computed as such; otherwise the cache folds every rank's state
+//! from the exchange ([`crate::protocol::Gathered::per_rank`]). The
+//! hierarchical exchange (from `DEFAULT_HIERARCHICAL_FROM` ranks, automatic
+//! dynamic on) moves joins only: there the cache joins (docs/semantics.md,
+//! The reference compile cache). What each rank sends is its state folded
+//! with this call's entries, so that folding those gives the fold of the
+//! entries themselves.
+//!
+//! With [`CacheOptions::automatic_dynamic_exclusion_guard`] (Dynamo's
+//! `automatic_dynamic_exclusion_guard`) and compiler collectives off, an
+//! entry made where a size or int turned dynamic rejects the inputs equal to
+//! the values it turned dynamic from (`excluded_sizes` / `excluded_scalar`,
+//! recorded by `FrameStateSizeEntry.__ior__`; the guard is built by
+//! `ShapeEnv.produce_guards`), so they fall through to the older entry. With
+//! collectives on Dynamo builds no such guard, and neither does the cache.
 //!
 //! # Which local rules make a rank miss alone
 //! With collectives on and guard votes off, only compiles exchange, so every
@@ -48,7 +78,7 @@
 //! ([`CacheOptions::cache_hit_agreement`], default on) keeps a disk hit only
 //! if every rank hit.
 
-use crate::decisions::lattice::{canonical_strides, Stride};
+use crate::decisions::lattice::{canonical_strides, Atom, Dims, Scalar, SizeEntry, Stride};
 use crate::decisions::shapes::{
     decide, overrides_text, FrameState, Observation, Override, SourceDecision,
 };
@@ -56,6 +86,7 @@ use crate::decisions::votes::AnyVote;
 use crate::error::{Error, Result};
 use crate::protocol::join::Join;
 use crate::protocol::Channel;
+use crate::protocol::PerRank;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// The most dimensions [`CompileCache::mark_dynamic`] takes (the scenario
@@ -88,6 +119,17 @@ pub struct CacheOptions {
     /// With a persistent artifact store ([`crate::persistence::artifacts`]): keep a disk
     /// hit only if every rank hit, else every rank compiles. Default on.
     pub cache_hit_agreement: bool,
+    /// Dynamo's `automatic_dynamic_shapes`: a size, int or float seen with
+    /// two values becomes dynamic. Off, the state is overwritten by each
+    /// rank's entries in rank order instead of folded, and only this rank's
+    /// own mark-dynamic hints make a dim dynamic. Every rank must hold the
+    /// same. Default on.
+    pub automatic_dynamic_shapes: bool,
+    /// Dynamo's `automatic_dynamic_exclusion_guard`: with compiler
+    /// collectives off, an entry made where a size or int turned dynamic
+    /// rejects the inputs equal to the values it turned dynamic from (see
+    /// the module docs). Every rank must hold the same. Default off.
+    pub automatic_dynamic_exclusion_guard: bool,
 }
 
 impl Default for CacheOptions {
@@ -100,22 +142,32 @@ impl Default for CacheOptions {
             duck_sizing: false,
             overrides: BTreeMap::new(),
             cache_hit_agreement: true,
+            automatic_dynamic_shapes: true,
+            automatic_dynamic_exclusion_guard: false,
         }
     }
 }
 
 impl CacheOptions {
     /// Canonical text of the options every rank must share (sent as the
-    /// exchange configuration).
+    /// exchange configuration). The two Dynamo settings are named only when
+    /// they differ from their defaults.
     pub fn config_text(&self) -> String {
-        format!(
+        let mut text = format!(
             "votes={} limit={} spec01={} duck={} overrides={{{}}}",
             u8::from(self.guard_collectives),
             self.recompile_limit,
             u8::from(self.specialize_zero_one),
             u8::from(self.duck_sizing),
             overrides_text(&self.overrides)
-        )
+        );
+        if !self.automatic_dynamic_shapes {
+            text.push_str(" automatic_dynamic=0");
+        }
+        if self.automatic_dynamic_exclusion_guard {
+            text.push_str(" exclusion_guard=1");
+        }
+        text
     }
 }
 
@@ -131,6 +183,33 @@ pub enum DimGuard {
     Free,
 }
 
+/// The guard on one float.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FloatGuard {
+    /// Must be a float `==` this one (IEEE 754 bits): Python's `==`, so
+    /// `-0.0` matches `0.0`; a NaN matches any NaN.
+    Static(u64),
+    /// Any float but a NaN (a float compiled symbolically).
+    Free,
+}
+
+impl FloatGuard {
+    /// Whether the float `v` passes.
+    pub fn matches(&self, v: f64) -> bool {
+        match *self {
+            FloatGuard::Static(bits) => {
+                let want = f64::from_bits(bits);
+                if want.is_nan() {
+                    v.is_nan()
+                } else {
+                    v == want
+                }
+            }
+            FloatGuard::Free => !v.is_nan(),
+        }
+    }
+}
+
 /// The guard on one source.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SourceGuard {
@@ -138,6 +217,10 @@ pub enum SourceGuard {
     None,
     /// Must be an int.
     Int(DimGuard),
+    /// Must be a float.
+    Float(FloatGuard),
+    /// Must be this bool.
+    Bool(bool),
     /// Must be a tensor of this many dimensions, with these sizes and
     /// canonical strides (`None` = free).
     Tensor {
@@ -165,6 +248,35 @@ pub struct CompiledFrame {
     pub dynamic_strides: BTreeMap<String, Vec<usize>>,
     /// Whether the exchange of this compile took the digest fast path.
     pub fast_path: Option<bool>,
+    /// The exclusion guard ([`CacheOptions::automatic_dynamic_exclusion_guard`]):
+    /// the entry rejects inputs that equal every one of these values. Empty
+    /// when there is none.
+    pub exclusions: Vec<Exclusion>,
+}
+
+/// One value an entry's exclusion guard names: a dynamic size dim or int
+/// and the value it turned dynamic from.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Exclusion {
+    /// The source.
+    pub source: String,
+    /// The size dim, or `None` for an int.
+    pub dim: Option<usize>,
+    /// The value it turned dynamic from.
+    pub value: i128,
+}
+
+impl Exclusion {
+    /// Whether the input holds this value here.
+    fn holds(&self, inputs: &Inputs) -> bool {
+        match (inputs.get(&self.source), self.dim) {
+            (Some(Observation::Int(v)), None) => i128::from(*v) == self.value,
+            (Some(Observation::Tensor { sizes, .. }), Some(d)) => {
+                sizes.get(d).is_some_and(|v| i128::from(*v) == self.value)
+            }
+            _ => false,
+        }
+    }
 }
 
 impl CompiledFrame {
@@ -193,6 +305,10 @@ impl CompiledFrame {
             let ok = match (guard, obs) {
                 (SourceGuard::None, Observation::None) => true,
                 (SourceGuard::Int(g), Observation::Int(v)) => dim_ok(g, i128::from(*v)),
+                (SourceGuard::Float(g), Observation::Float(bits)) => {
+                    g.matches(f64::from_bits(*bits))
+                }
+                (SourceGuard::Bool(b), Observation::Bool(v)) => b == v,
                 (SourceGuard::Tensor { sizes, strides }, Observation::Tensor { sizes: s, .. }) => {
                     if sizes.len() != s.len() {
                         false
@@ -212,7 +328,8 @@ impl CompiledFrame {
                 return false;
             }
         }
-        true
+        // The exclusion guard rejects only when every pair holds.
+        self.exclusions.is_empty() || !self.exclusions.iter().all(|e| e.holds(inputs))
     }
 }
 
@@ -234,6 +351,9 @@ pub struct CompileCache<A> {
     options: CacheOptions,
     state: FrameState,
     hints: FrameState,
+    /// Per source, the values of the last transition to dynamic (Dynamo's
+    /// `excluded_sizes` / `excluded_scalar`); kept for the exclusion guard.
+    excluded: BTreeMap<String, Excluded>,
     frames: Vec<CompiledFrame>,
     artifacts: Vec<A>,
     compile_calls: Vec<u64>,
@@ -249,6 +369,7 @@ impl<A> CompileCache<A> {
             options,
             state: FrameState::new(),
             hints: FrameState::new(),
+            excluded: BTreeMap::new(),
             frames: Vec::new(),
             artifacts: Vec::new(),
             compile_calls: Vec::new(),
@@ -413,30 +534,55 @@ impl<A> CompileCache<A> {
             return Ok(Outcome::Uncompiled);
         }
         // Preflight: this call's inputs, everything static, plus hints.
-        let mut local = FrameState::from_inputs(inputs);
+        let observed = FrameState::from_inputs(inputs);
+        let mut local = observed.clone();
         local.join(&self.hints);
-        // The persisted state (a loaded profile, earlier compiles) is sent too,
-        // so every rank ends with persisted ⊔ every rank's observations even
-        // when ranks loaded different profiles (docs/protocol.md, One exchange per frame compile).
-        local.join(&self.state);
+        let automatic = self.options.automatic_dynamic_shapes;
+        if automatic {
+            // The persisted state (a loaded profile, earlier compiles) is sent
+            // too, so every rank ends with persisted ⊔ every rank's observations
+            // even when ranks loaded different profiles (docs/protocol.md, One
+            // exchange per frame compile). Folded, not joined, so that folding
+            // what the ranks send gives the fold of their entries (module docs).
+            local = fold_states(&self.state, [&local], true);
+        }
         let mut fast_path = None;
-        let merged = if self.options.collectives {
-            match channel.as_deref_mut() {
-                Some(ch) => {
-                    let g = ch.exchange_with(
-                        &self.key,
-                        &local,
-                        &crate::ExchangeOptions::default().with_config(&config),
-                    )?;
-                    fast_path = Some(g.fast_path());
-                    g.into_merged()
+        let before = self.state.clone();
+        match (self.options.collectives, channel.as_deref_mut()) {
+            (true, Some(ch)) => {
+                let n = ch.world_size() as usize;
+                let g = ch.exchange_with(
+                    &self.key,
+                    &local,
+                    &crate::ExchangeOptions::default()
+                        .with_config(&config)
+                        // Overwriting needs every rank's state, in rank order.
+                        .with_every_value(!automatic),
+                )?;
+                fast_path = Some(g.fast_path());
+                let folded =
+                    match g.per_rank() {
+                        PerRank::Values(states)
+                            if !automatic || states.iter().any(has_python_scalar) =>
+                        {
+                            Some(fold_states(&self.state, states.iter(), automatic))
+                        }
+                        PerRank::Same if !automatic || has_python_scalar(&local) => Some(
+                            fold_states(&self.state, std::iter::repeat_n(&local, n), automatic),
+                        ),
+                        _ => None,
+                    };
+                match folded {
+                    Some(state) => self.state = state,
+                    None => self.state.join(g.merged()),
                 }
-                None => local,
             }
-        } else {
-            local
-        };
-        self.state.join(&merged);
+            _ => self.state = fold_states(&self.state, [&local], automatic),
+        }
+        if self.options.automatic_dynamic_exclusion_guard && automatic && !self.options.collectives
+        {
+            self.record_exclusions(&before, &observed);
+        }
         let mut frame = self.build_frame(inputs);
         frame.fast_path = fast_path;
         let artifact = compile(&frame, channel)?;
@@ -444,6 +590,78 @@ impl<A> CompileCache<A> {
         self.artifacts.push(artifact);
         self.compile_calls.push(call_no);
         Ok(Outcome::Compiled(self.frames.len() - 1))
+    }
+
+    /// Dynamo's `excluded_sizes` / `excluded_scalar` bookkeeping
+    /// (`FrameStateSizeEntry.__ior__`, torch/_dynamo/pgo.py) for one
+    /// compile without collectives: `before` is the state before it,
+    /// `observed` this call's entries.
+    fn record_exclusions(&mut self, before: &FrameState, observed: &FrameState) {
+        for (source, seen) in observed.iter() {
+            let old = before.get(source);
+            let new = self.state.get(source);
+            let ex = self.excluded.entry(source.to_owned()).or_default();
+            if let Dims::Known(atoms) = &old.size {
+                if new.size != old.size {
+                    ex.sizes = Some(atoms.iter().map(|a| a.value().copied()).collect());
+                } else {
+                    ex.sizes = None;
+                }
+            }
+            match (&old.scalar, &seen.scalar) {
+                (Atom::Static(Scalar::Int(a)), Atom::Static(Scalar::Int(b))) if a != b => {
+                    ex.scalar = Some(*a);
+                }
+                (Atom::Dynamic, _) => ex.scalar = None,
+                _ => {}
+            }
+        }
+    }
+
+    /// The exclusion guard of an entry for `inputs`: the pairs of every
+    /// realised size symbol and dynamic int with a recorded exclusion, unless
+    /// the inputs hold every value (Dynamo then builds no guard).
+    fn exclusions(&self, frame: &CompiledFrame, inputs: &Inputs) -> Vec<Exclusion> {
+        let o = &self.options;
+        if !(o.automatic_dynamic_exclusion_guard && o.automatic_dynamic_shapes && !o.collectives) {
+            return Vec::new();
+        }
+        let mut pairs = Vec::new();
+        for (source, guard) in &frame.guards {
+            let Some(ex) = self.excluded.get(source) else {
+                continue;
+            };
+            match guard {
+                SourceGuard::Tensor { sizes, .. } => {
+                    let Some(values) = ex.sizes.as_ref().filter(|v| v.len() == sizes.len()) else {
+                        continue;
+                    };
+                    for (d, (g, v)) in sizes.iter().zip(values).enumerate() {
+                        if let (DimGuard::Symbol(_), Some(v)) = (g, v) {
+                            pairs.push(Exclusion {
+                                source: source.clone(),
+                                dim: Some(d),
+                                value: i128::from(*v),
+                            });
+                        }
+                    }
+                }
+                SourceGuard::Int(DimGuard::Free) => {
+                    if let Some(v) = ex.scalar {
+                        pairs.push(Exclusion {
+                            source: source.clone(),
+                            dim: None,
+                            value: i128::from(v),
+                        });
+                    }
+                }
+                _ => {}
+            }
+        }
+        if pairs.iter().all(|e| e.holds(inputs)) {
+            return Vec::new();
+        }
+        pairs
     }
 
     fn build_frame(&self, inputs: &Inputs) -> CompiledFrame {
@@ -456,14 +674,33 @@ impl<A> CompileCache<A> {
             dynamic_scalars: BTreeSet::new(),
             dynamic_strides: BTreeMap::new(),
             fast_path: None,
+            exclusions: Vec::new(),
         };
         let mut next_symbol: u32 = 0;
         let mut size_symbols: HashMap<u64, u32> = HashMap::new();
         let zero_one = |v: i128| o.specialize_zero_one && (v == 0 || v == 1);
         for (source, obs) in inputs {
-            let entry = self.state.get(source);
+            // Without automatic dynamic only this rank's own hints make a size
+            // or int dynamic (Dynamo gates those on the setting and reads
+            // `mark_dynamic` off the tensor itself); a float reads the state
+            // either way (`wrap_symfloat`), which, overwritten rather than
+            // folded, then never holds a dynamic scalar.
+            let entry = if o.automatic_dynamic_shapes || matches!(obs, Observation::Float(_)) {
+                self.state.get(source)
+            } else {
+                self.hints.get(source)
+            };
             let decision = decide(&entry, obs, o.overrides.get(source).copied());
             let guard = match (&decision, obs) {
+                (SourceDecision::Float { dynamic }, Observation::Float(bits)) => {
+                    if *dynamic {
+                        frame.dynamic_scalars.insert(source.clone());
+                        SourceGuard::Float(FloatGuard::Free)
+                    } else {
+                        SourceGuard::Float(FloatGuard::Static(*bits))
+                    }
+                }
+                (SourceDecision::Bool, Observation::Bool(b)) => SourceGuard::Bool(*b),
                 (SourceDecision::Int { dynamic }, Observation::Int(v)) => {
                     if *dynamic {
                         frame.dynamic_scalars.insert(source.clone());
@@ -525,6 +762,47 @@ impl<A> CompileCache<A> {
             frame.guards.insert(source.clone(), guard);
             frame.decisions.insert(source.clone(), decision);
         }
+        frame.exclusions = self.exclusions(&frame, inputs);
         frame
     }
+}
+
+/// Dynamo's `excluded_sizes` / `excluded_scalar` of one source.
+#[derive(Clone, Debug, Default)]
+struct Excluded {
+    sizes: Option<Vec<Option<u64>>>,
+    scalar: Option<i64>,
+}
+
+/// Whether a state holds a float or bool scalar, where Python's `==` (the
+/// fold) and the join part ways ([`Scalar::is_python_ambiguous`]).
+fn has_python_scalar(state: &FrameState) -> bool {
+    state
+        .iter()
+        .any(|(_, e)| e.scalar.value().is_some_and(Scalar::is_python_ambiguous))
+}
+
+/// `base` with each of `states` folded in, in order: per source,
+/// [`SizeEntry::fold`] (`automatic`), or the state's entry replacing the
+/// one there (automatic dynamic off: Dynamo's `update_automatic_dynamic`
+/// overwrites).
+fn fold_states<'a>(
+    base: &FrameState,
+    states: impl IntoIterator<Item = &'a FrameState>,
+    automatic: bool,
+) -> FrameState {
+    let mut out = base.clone();
+    for state in states {
+        for (source, entry) in state.iter() {
+            let new = if automatic {
+                let mut e: SizeEntry = out.get(source);
+                e.fold(&entry);
+                e
+            } else {
+                entry
+            };
+            out.insert(source, &new);
+        }
+    }
+    out
 }

@@ -17,7 +17,7 @@
 //! `md:x/ndim/dim` (mark dynamic).
 
 use compiler_collectives_core::cache::{
-    CacheOptions, CompileCache, CompiledFrame, DimGuard, Inputs, Outcome, SourceGuard,
+    CacheOptions, CompileCache, CompiledFrame, DimGuard, FloatGuard, Inputs, Outcome, SourceGuard,
 };
 use compiler_collectives_core::decisions::shapes::{
     FrameState, Observation, Override, SourceDecision,
@@ -54,6 +54,8 @@ fn cache(opts: &str) -> CompileCache<u32> {
             Some(("duck", v)) => o.duck_sizing = v == "1",
             Some(("spec01", v)) => o.specialize_zero_one = v == "1",
             Some(("limit", v)) => o.recompile_limit = v.parse().expect("limit"),
+            Some(("auto", v)) => o.automatic_dynamic_shapes = v == "1",
+            Some(("excl", v)) => o.automatic_dynamic_exclusion_guard = v == "1",
             Some(("fs", src)) => {
                 o.overrides.insert(src.to_string(), Override::ForceStatic);
             }
@@ -105,6 +107,11 @@ fn show_guards(frame: &CompiledFrame) -> String {
             let g = match g {
                 SourceGuard::None => "none".to_string(),
                 SourceGuard::Int(d) => show_dim(d),
+                SourceGuard::Float(FloatGuard::Static(bits)) => {
+                    format!("{:?}f", f64::from_bits(*bits))
+                }
+                SourceGuard::Float(FloatGuard::Free) => "anyf".to_string(),
+                SourceGuard::Bool(b) => b.to_string(),
                 SourceGuard::Tensor { sizes, strides } => {
                     let sizes: Vec<String> = sizes.iter().map(show_dim).collect();
                     let strides: Vec<String> = strides
@@ -569,4 +576,57 @@ fn mark_dynamic_refuses_a_dim_outside_the_tensor() {
             "{e}"
         );
     }
+}
+
+#[test]
+fn floats_and_bools_are_guarded_as_dynamo_guards_them() {
+    // Measured on torch 2.13 (tests/pytorch-oracle): a float is guarded by
+    // its type and Python's ==, a dynamic float takes any float but a NaN,
+    // a NaN or an infinity stays specialised, a bool is never recorded.
+    check_table(
+        r"
+        s=f(2.5); s=f(2.5) => C0 s=2.5f | H0
+        s=f(2.5); s=f(3.5); s=f(4.5) => C0 s=2.5f | C1 s=anyf | H1
+        s=f(2.5); s=f(3.5); s=f(nan); s=f(inf); s=f(-inf) => C0 s=2.5f | C1 s=anyf | C2 s=NaNf | H1 | H1
+        s=f(0.0); s=f(-0.0) => C0 s=0.0f | H0
+        s=f(nan); s=f(nan) => C0 s=NaNf | H0
+        s=f(inf); s=f(3.5) => C0 s=inff | C1 s=anyf
+        # 3 and 3.0: equal in Python, so the entry stays static, but the
+        # guard also checks the type
+        s=i(3); s=f(3.0); s=i(3) => C0 s=3 | C1 s=3.0f | H0
+        s=f(3.0); s=i(3) => C0 s=3.0f | C1 s=3
+        s=b(true); s=b(false); s=b(true); s=i(1) => C0 s=true | C1 s=false | H0 | C2 s=1
+        s=i(1); s=b(true); s=i(2) => C0 s=1 | C1 s=true | C2 s=any
+        ",
+    );
+}
+
+#[test]
+fn without_automatic_dynamic_every_change_recompiles_static() {
+    check_table(
+        r"
+        [auto=0] x=t(5,10); x=t(6,10); x=t(7,10); x=t(5,10) => C0 x=(5,10)/(S(1),1) | C1 x=(6,10)/(S(1),1) | C2 x=(7,10)/(S(1),1) | H0
+        [auto=0] n=i(3); n=i(4); s=f(2.5) n=i(4); s=f(3.5) n=i(4) => C0 n=3 | C1 n=4 | C2 n=4 s=2.5f | C3 n=4 s=3.5f
+        # this rank's own hint still makes its dim dynamic
+        [auto=0 md:x/2/1] x=t(5,10); x=t(5,11); x=t(6,11) => C0 x=(5,s0)/(S(1),1) | H0 | C1 x=(6,s0)/(S(1),1)
+        ",
+    );
+}
+
+#[test]
+fn the_exclusion_guard_sends_excluded_values_to_the_older_entry() {
+    // The entry where x turned dynamic rejects x = 5 (its excluded size);
+    // the static entry takes it. A second transition clears the first one's
+    // exclusion (Dynamo's __ior__ re-derives excluded_sizes), and pairs of
+    // several sources reject only together.
+    check_table(
+        r"
+        [excl=1] x=t(5,10); x=t(6,10); x=t(5,10); x=t(7,10) => C0 x=(5,10)/(S(1),1) | C1 x=(s0,10)/(S(1),1) | H0 | H1
+        [excl=0] x=t(5,10); x=t(6,10); x=t(5,10) => C0 x=(5,10)/(S(1),1) | C1 x=(s0,10)/(S(1),1) | H1
+        [excl=1] n=i(3); n=i(4); n=i(3); n=i(5) => C0 n=3 | C1 n=any | H0 | H1
+        [excl=1] x=t(5,8); x=t(6,8); x=t(5,9); x=t(5,8); x=t(6,9) => C0 x=(5,8)/(S(1),1) | C1 x=(s0,8)/(S(1),1) | C2 x=(s0,s1)/(S(1),1) | H0 | H2
+        [excl=1] x=t(5) n=i(3); x=t(6) n=i(4); x=t(5) n=i(3); x=t(5) n=i(4) => C0 n=3 x=(5,)/(1,) | C1 n=any x=(s0,)/(1,) | H0 | H1
+        [excl=1 auto=0] x=t(5); x=t(6); x=t(5) => C0 x=(5,)/(1,) | C1 x=(6,)/(1,) | H0
+        ",
+    );
 }

@@ -581,6 +581,10 @@ fn show_decision(d: &SourceDecision) -> String {
             )
         }
         SourceDecision::Int { dynamic } => format!("int:{}", if *dynamic { 'D' } else { 'S' }),
+        SourceDecision::Float { dynamic } => {
+            format!("float:{}", if *dynamic { 'D' } else { 'S' })
+        }
+        SourceDecision::Bool => "bool".to_string(),
         SourceDecision::None => "none".to_string(),
     }
 }
@@ -637,6 +641,19 @@ fn decisions() {
         ("Dyn (Dyn,10) (S(1),1)", "t(5,10,2)", "", "size:DSS stride:SSS"),
         ("Dyn () ()", "t()", "", "size: stride:"),
         ("Dyn () ()", "t()", "fd", "size: stride:"),
+        // a float: dynamic iff scalar Dynamic and the value finite (Dynamo
+        // specialises NaN and infinities, wrap_symfloat)
+        ("2.5 Dyn Dyn", "f(2.5)", "", "float:S"),
+        ("Dyn Dyn Dyn", "f(2.5)", "", "float:D"),
+        ("Dyn Dyn Dyn", "f(-0.0)", "", "float:D"),
+        ("Dyn Dyn Dyn", "f(nan)", "", "float:S"),
+        ("Dyn Dyn Dyn", "f(inf)", "", "float:S"),
+        ("Dyn Dyn Dyn", "f(-inf)", "fd", "float:S"),
+        ("? ? ?", "f(2.5)", "fd", "float:D"),
+        ("Dyn Dyn Dyn", "f(2.5)", "fs", "float:S"),
+        // a bool is a constant
+        ("Dyn Dyn Dyn", "b(true)", "", "bool"),
+        ("Dyn Dyn Dyn", "b(false)", "fd", "bool"),
     ];
     for &(e, obs, ov, expect) in cases {
         check_decide(e, obs, ov, expect);
@@ -931,5 +948,56 @@ proptest! {
         if let Some(min) = strides.iter().take(c.len()).min() {
             prop_assert!(c.contains(&Stride::Int(*min)));
         }
+    }
+}
+
+/// Folds the entries of `list` (observations) in order with
+/// `SizeEntry::fold` (Dynamo's `|=`, Python's `==` on scalars).
+fn check_fold(list: &str, expect: &str) {
+    let mut it = list.split_whitespace().map(observed);
+    let mut acc = it.next().expect("one observation at least");
+    for e in it {
+        acc.fold(&e);
+    }
+    assert_eq!(show(&acc), expect, "fold of {list}");
+}
+
+#[test]
+fn fold_compares_scalars_as_python() {
+    // Python calls these equal: the first value stays.
+    check_fold("i(3) f(3.0)", "3 Dyn Dyn");
+    check_fold("f(3.0) i(3)", "3.0 Dyn Dyn");
+    check_fold("f(0.0) f(-0.0)", "0.0 Dyn Dyn");
+    check_fold("f(-0.0) f(0.0)", "-0.0 Dyn Dyn");
+    check_fold("f(2.5) f(2.5) f(2.5)", "2.5 Dyn Dyn");
+    check_fold("f(inf) f(inf)", "inf Dyn Dyn");
+    // NaN equals nothing, itself included.
+    check_fold("f(nan)", "NaN Dyn Dyn");
+    check_fold("f(nan) f(nan)", "Dyn Dyn Dyn");
+    // Unequal values: dynamic, as the join.
+    check_fold("f(2.5) f(3.5)", "Dyn Dyn Dyn");
+    check_fold("i(3) f(3.5)", "Dyn Dyn Dyn");
+    check_fold("i(3) i(3) i(4)", "Dyn Dyn Dyn");
+    // Sizes and strides join; a bool records nothing.
+    check_fold("t(5,10) t(6,10)", "Dyn (Dyn,10) (S(1),1)");
+    check_fold("b(true) i(1)", "1 Dyn Dyn");
+}
+
+#[test]
+fn python_eq_of_scalars() {
+    #[rustfmt::skip]
+    let cases: &[(&str, &str, bool)] = &[
+        ("3", "3.0", true), ("3", "3.5", false), ("True", "1", true), ("True", "1.0", true),
+        ("False", "0.0", true), ("False", "-0.0", true), ("True", "False", false),
+        ("0.0", "-0.0", true), ("NaN", "NaN", false), ("inf", "inf", true), ("inf", "-inf", false),
+        // 2^60 + 1 is not the float 2^60 (Python compares exactly).
+        ("1152921504606846977", "1152921504606846976.0", false),
+        ("1152921504606846976", "1152921504606846976.0", true),
+        ("1267650600228229401496703205376", "1.2676506002282294e30", true),
+        ("170141183460469231731687303715884105", "1.7014118346046923e35", false),
+    ];
+    for &(a, b, eq) in cases {
+        assert_eq!(int(a).python_eq(&int(b)), eq, "{a} == {b}");
+        assert_eq!(int(b).python_eq(&int(a)), eq, "{b} == {a}");
     }
 }

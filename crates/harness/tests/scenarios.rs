@@ -3,6 +3,7 @@
 //! data-driven checks that malformed scenario files are rejected with the
 //! right field named.
 
+use compiler_collectives_core::decisions::shapes::Observation;
 use compiler_collectives_harness::scenario::{
     check_expectation, run_in_process, Mode, Scenario, ScenarioLimits, RUNNER_TIMEOUT,
 };
@@ -208,6 +209,69 @@ fn malformed_files_name_the_field() {
     check(r#"{"name": "t", "world_size": 2, "mark_dynamic": {"0": {"x": [0, 2]}}, "steps": [[{"x": {"size": [4, 2]}}, {}]]}"#, "mark_dynamic.0.x[1]");
     check(r#"{"name": "t", "world_size": 2, "mark_dynamic": {"5": {"x": [0]}}, "steps": [[{"x": {"size": [4]}}, {}]]}"#, "mark_dynamic.5");
     check(r#"{"name": "t", "world_size": 1, "mark_dynamic": {"0": {"x": 0}}, "steps": [[{"x": {"size": [4]}}]]}"#, "mark_dynamic.0.x");
+    // Floats and bools: a non-finite float is the text "nan", "inf" or
+    // "-inf"; anything else is refused where it stands.
+    check(r#"{"name": "t", "world_size": 1, "steps": [[{"s": {"float": "NaN"}}]]}"#, "steps[0][0].s.float");
+    check(r#"{"name": "t", "world_size": 1, "steps": [[{"s": {"float": "infinity"}}]]}"#, "steps[0][0].s.float");
+    check(r#"{"name": "t", "world_size": 1, "steps": [[{"s": {"float": "2.5"}}]]}"#, "steps[0][0].s.float");
+    check(r#"{"name": "t", "world_size": 1, "steps": [[{"s": {"float": true}}]]}"#, "steps[0][0].s.float");
+    check(r#"{"name": "t", "world_size": 1, "steps": [[{"s": {"float": null}}]]}"#, "steps[0][0].s");
+    check(r#"{"name": "t", "world_size": 1, "steps": [[{"s": {"float": 9007199254740993}}]]}"#, "steps[0][0].s.float");
+    check(r#"{"name": "t", "world_size": 1, "steps": [[{"s": {"float": 1e999}}]]}"#, "steps[0][0].s.float");
+    check(r#"{"name": "t", "world_size": 1, "steps": [[{"s": {"bool": 1}}]]}"#, "steps[0][0].s.bool");
+    check(r#"{"name": "t", "world_size": 1, "steps": [[{"s": {"bool": "true"}}]]}"#, "steps[0][0].s.bool");
+    check(r#"{"name": "t", "world_size": 1, "steps": [[{"s": {"int": 3, "float": 3.0}}]]}"#, "steps[0][0].s");
+    check(r#"{"name": "t", "world_size": 1, "steps": [[{"s": {"float": 3.0, "bool": true}}]]}"#, "steps[0][0].s");
+    check(r#"{"name": "t", "world_size": 1, "steps": [[{"s": {"size": [3], "bool": true}}]]}"#, "steps[0][0].s");
+    check(r#"{"name": "t", "world_size": 1, "steps": [[{"s": {"float": 3.0, "stride": [1]}}]]}"#, "steps[0][0].s.stride");
+    check(r#"{"name": "t", "world_size": 1, "steps": [[{"s": {"floats": 3.0}}]]}"#, "steps[0][0].s.floats");
+    // The two Dynamo settings are booleans; a misspelt option is unknown.
+    check(r#"{"name": "t", "world_size": 1, "options": {"automatic_dynamic_shapes": 0}, "steps": []}"#, "options.automatic_dynamic_shapes");
+    check(r#"{"name": "t", "world_size": 1, "options": {"automatic_dynamic_exclusion_guard": "on"}, "steps": []}"#, "options.automatic_dynamic_exclusion_guard");
+    check(r#"{"name": "t", "world_size": 1, "options": {"exclusion_guard": true}, "steps": []}"#, "options.exclusion_guard");
+}
+
+#[test]
+fn floats_and_bools_read_as_written() {
+    let s = check_ok(
+        r#"{"name": "t", "world_size": 1, "steps": [[{"a": {"float": 2.5}, "b": {"float": -0.0},
+            "c": {"float": "nan"}, "d": {"float": "inf"}, "e": {"float": "-inf"},
+            "f": {"float": 3}, "g": {"float": 0.1}, "h": {"bool": true}, "i": {"bool": false},
+            "j": {"float": -9007199254740992}, "k": {"float": -0}}]]}"#,
+    );
+    let got: Vec<String> = s.steps[0][0]
+        .values()
+        .map(|o| match o {
+            Observation::Float(bits) => format!("{:?}", f64::from_bits(*bits)),
+            other => format!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            "2.5",
+            "-0.0",
+            "NaN",
+            "inf",
+            "-inf",
+            "3.0",
+            "0.1",
+            "Bool(true)",
+            "Bool(false)",
+            "-9007199254740992.0",
+            "-0.0"
+        ]
+    );
+    // -0.0 (and -0) keep the sign bit, 0.1 its exact bits.
+    assert_eq!(s.steps[0][0]["b"], Observation::Float((-0.0f64).to_bits()));
+    assert_eq!(s.steps[0][0]["g"], Observation::float(0.1));
+    let o = &s.options;
+    assert!(o.automatic_dynamic_shapes && !o.automatic_dynamic_exclusion_guard);
+    let s = check_ok(
+        r#"{"name": "t", "world_size": 1, "options": {"automatic_dynamic_shapes": false,
+            "automatic_dynamic_exclusion_guard": true}, "steps": []}"#,
+    );
+    assert!(!s.options.automatic_dynamic_shapes && s.options.automatic_dynamic_exclusion_guard);
 }
 
 #[test]

@@ -283,6 +283,41 @@ impl Scalar {
         matches!(self, Scalar::Float(_) | Scalar::Bool(_))
     }
 
+    /// Python's `==` between two scalars: ints, bools and big ints compare
+    /// as integers (`True == 1`), an integer and a float compare exactly
+    /// (`3 == 3.0`, `2**60 + 1 != float(2**60)`), floats by value (`0.0 ==
+    /// -0.0`; a NaN equals nothing, itself included). Dynamo's
+    /// `FrameStateSizeEntry._merge_atom` (torch/_dynamo/pgo.py) compares
+    /// atoms this way; [`SizeEntry::fold`] uses it.
+    pub fn python_eq(&self, other: &Scalar) -> bool {
+        fn integer(s: &Scalar) -> Option<i128> {
+            match *s {
+                Scalar::Int(v) => Some(i128::from(v)),
+                Scalar::Bool(b) => Some(i128::from(b)),
+                Scalar::BigInt(v) => Some(v),
+                Scalar::Float(_) => None,
+            }
+        }
+        // An integral float of magnitude below 2^126 (the big-int bound) as
+        // the integer it equals; any other float equals no integer.
+        fn integral(f: f64) -> Option<i128> {
+            const BOUND: f64 = 85_070_591_730_234_615_865_843_651_857_942_052_864.0; // 2^126
+            if f.is_finite() && f.trunc() == f && f.abs() < BOUND {
+                // Integral and in range: the conversion is exact.
+                #[allow(clippy::cast_possible_truncation)]
+                Some(f as i128)
+            } else {
+                None
+            }
+        }
+        match (integer(self), integer(other), self.as_f64(), other.as_f64()) {
+            (Some(a), Some(b), _, _) => a == b,
+            (_, _, Some(x), Some(y)) => x == y,
+            (Some(a), None, _, Some(y)) | (None, Some(a), Some(y), _) => integral(y) == Some(a),
+            _ => false,
+        }
+    }
+
     fn zigzag(v: i128) -> u128 {
         // Callers pass |v| < 2^126, so neither side overflows.
         (v.unsigned_abs() << 1) - u128::from(v < 0)
@@ -602,6 +637,26 @@ impl SizeEntry {
             size: self.size.join(&other.size),
             stride: self.stride.join(&other.stride),
         }
+    }
+
+    /// `self |= other` as Dynamo's fold does it
+    /// (`FrameStateSizeEntry.__ior__`, torch/_dynamo/pgo.py): sizes and
+    /// strides join as in [`SizeEntry::join`]; the scalar keeps `self`'s
+    /// value when Python's `==` calls the two equal ([`Scalar::python_eq`]:
+    /// `3` folded with `3.0` stays `3`, `0.0` with `-0.0` stays `0.0`) and
+    /// becomes dynamic when it does not (a NaN folded with a NaN). Not
+    /// commutative on such scalars (rank order matters), and equal to
+    /// [`SizeEntry::join`] on every entry whose scalars are ints, or floats
+    /// that are neither zero nor NaN, of one type.
+    pub fn fold(&mut self, other: &SizeEntry) {
+        self.scalar = match (&self.scalar, &other.scalar) {
+            (Atom::Unset, y) => y.clone(),
+            (x, Atom::Unset) => x.clone(),
+            (Atom::Static(a), Atom::Static(b)) if a.python_eq(b) => Atom::Static(*a),
+            _ => Atom::Dynamic,
+        };
+        self.size = self.size.join(&other.size);
+        self.stride = self.stride.join(&other.stride);
     }
 
     /// Whether size dimension `i` is dynamic (docs/semantics.md).

@@ -7,7 +7,7 @@
 //! differently on two ranks becomes dynamic where it differed.
 
 use crate::decisions::frame_wire::Table;
-use crate::decisions::lattice::SizeEntry;
+use crate::decisions::lattice::{Scalar, SizeEntry};
 use crate::error::DecodeError;
 use crate::protocol::join::{Join, Sealed};
 use serde::de::Error as _;
@@ -27,6 +27,17 @@ pub enum Observation {
     },
     /// An int input.
     Int(i64),
+    /// A float input, by its IEEE 754 bits ([`Observation::float`]; as
+    /// [`Scalar::Float`]). Dynamo records it as an int is recorded
+    /// (`FrameStateSizeEntry.make_scalar` in `wrap_symfloat`,
+    /// torch/_dynamo/variables/builder.py) and compiles it symbolically when
+    /// its entry is dynamic, except a NaN or an infinity, which it always
+    /// specialises ([`decide`]).
+    Float(u64),
+    /// A bool input. Dynamo records no frame-state entry for a bool (it is a
+    /// constant guarded by identity, `BOOL_MATCH`), so it contributes ⊥ and
+    /// is always compiled static.
+    Bool(bool),
     /// The source was passed as `None` (absent on this rank).
     None,
 }
@@ -48,13 +59,26 @@ impl Observation {
         }
     }
 
-    /// The size entry recorded for this observation (`None` contributes ⊥).
+    /// A float input.
+    pub fn float(value: f64) -> Self {
+        Observation::Float(value.to_bits())
+    }
+
+    /// The size entry recorded for this observation (`None` and a bool
+    /// contribute ⊥).
     pub fn entry(&self) -> SizeEntry {
         match self {
             Observation::Tensor { sizes, strides } => SizeEntry::tensor(sizes, strides.as_deref()),
             Observation::Int(v) => SizeEntry::int(*v),
-            Observation::None => SizeEntry::unset(),
+            Observation::Float(bits) => SizeEntry::scalar(Scalar::Float(*bits)),
+            Observation::Bool(_) | Observation::None => SizeEntry::unset(),
         }
+    }
+
+    /// Whether Dynamo records an entry for this observation (a tensor, an
+    /// int or a float; not `None`, not a bool).
+    pub fn is_recorded(&self) -> bool {
+        !matches!(self, Observation::None | Observation::Bool(_))
     }
 
     /// The strides of a tensor, contiguous ones filled in.
@@ -352,9 +376,10 @@ impl FrameState {
     }
 
     /// Records `obs` for `source` (joins it into what is there).
-    /// `Observation::None` records nothing.
+    /// `Observation::None` and a bool record nothing
+    /// ([`Observation::is_recorded`]).
     pub fn record(&mut self, source: &str, obs: &Observation) {
-        if matches!(obs, Observation::None) {
+        if !obs.is_recorded() {
             return;
         }
         self.record_entry(source, &obs.entry());
@@ -473,6 +498,13 @@ pub enum SourceDecision {
         /// `true` = symbolic.
         dynamic: bool,
     },
+    /// A float: whether it is compiled symbolically.
+    Float {
+        /// `true` = symbolic.
+        dynamic: bool,
+    },
+    /// A bool: always a constant.
+    Bool,
     /// The source is `None` on this rank.
     None,
 }
@@ -483,10 +515,24 @@ pub enum SourceDecision {
 /// - size dim `i` is dynamic iff the size tuple is `Dynamic` or its atom `i` is;
 /// - stride dim `i` is dynamic only if every size atom is concrete and the
 ///   stride tuple (or its atom `i`) is `Dynamic`;
-/// - an int is dynamic iff `scalar` is `Dynamic`.
+/// - an int is dynamic iff `scalar` is `Dynamic`;
+/// - a float is dynamic iff `scalar` is `Dynamic` and the value is finite:
+///   Dynamo specialises a NaN or an infinity whatever its entry says
+///   (`wrap_symfloat`, torch/_dynamo/variables/builder.py), and
+///   `force_dynamic` does not change that;
+/// - a bool is a constant.
 pub fn decide(entry: &SizeEntry, obs: &Observation, ov: Option<Override>) -> SourceDecision {
     match obs {
         Observation::None => SourceDecision::None,
+        Observation::Bool(_) => SourceDecision::Bool,
+        Observation::Float(bits) => SourceDecision::Float {
+            dynamic: f64::from_bits(*bits).is_finite()
+                && match ov {
+                    Some(Override::ForceStatic) => false,
+                    Some(Override::ForceDynamic) => true,
+                    None => entry.is_scalar_dynamic(),
+                },
+        },
         Observation::Int(_) => SourceDecision::Int {
             dynamic: match ov {
                 Some(Override::ForceStatic) => false,

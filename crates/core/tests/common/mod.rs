@@ -25,6 +25,13 @@ pub(crate) fn observation(s: &str) -> Observation {
     if let Some(v) = s.strip_prefix("i(").and_then(|t| t.strip_suffix(')')) {
         return Observation::Int(v.parse().unwrap_or_else(|_| panic!("bad int {s:?}")));
     }
+    // f(2.5), f(-0.0), f(nan), f(inf): a float; b(true): a bool.
+    if let Some(v) = s.strip_prefix("f(").and_then(|t| t.strip_suffix(')')) {
+        return Observation::float(v.parse().unwrap_or_else(|_| panic!("bad float {s:?}")));
+    }
+    if let Some(v) = s.strip_prefix("b(").and_then(|t| t.strip_suffix(')')) {
+        return Observation::Bool(v.parse().unwrap_or_else(|_| panic!("bad bool {s:?}")));
+    }
     let t = s
         .strip_prefix('t')
         .unwrap_or_else(|| panic!("bad observation {s:?}"));

@@ -116,6 +116,8 @@ struct RawOptions {
     overrides: BTreeMap<String, Override>,
     artifact_cache: Option<bool>,
     cache_hit_agreement: Option<bool>,
+    automatic_dynamic_shapes: Option<bool>,
+    automatic_dynamic_exclusion_guard: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -124,6 +126,58 @@ struct RawInput {
     size: Option<Vec<u64>>,
     stride: Option<Vec<u64>>,
     int: Option<i64>,
+    float: Option<RawFloat>,
+    bool: Option<bool>,
+}
+
+/// A float input's value: a JSON number (`-0.0` keeps its sign), or the
+/// text `"nan"`, `"inf"` or `"-inf"` (JSON has no such numbers).
+struct RawFloat(f64);
+
+impl<'de> Deserialize<'de> for RawFloat {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl serde::de::Visitor<'_> for Visit {
+            type Value = RawFloat;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a number, or \"nan\", \"inf\" or \"-inf\"")
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<RawFloat, E> {
+                Ok(RawFloat(v))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<RawFloat, E> {
+                exact(i128::from(v))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<RawFloat, E> {
+                exact(i128::from(v))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<RawFloat, E> {
+                match v {
+                    "nan" => Ok(RawFloat(f64::NAN)),
+                    "inf" => Ok(RawFloat(f64::INFINITY)),
+                    "-inf" => Ok(RawFloat(f64::NEG_INFINITY)),
+                    other => Err(E::custom(format!(
+                        "{other:?} is not a float: write a number, or \"nan\", \"inf\" or \"-inf\""
+                    ))),
+                }
+            }
+        }
+        /// An integer written as a float's value: only one a float holds exactly.
+        fn exact<E: serde::de::Error>(v: i128) -> Result<RawFloat, E> {
+            // Below 2^53 in magnitude every integer is a float exactly.
+            const EXACT: i128 = 1 << 53;
+            if v.abs() <= EXACT {
+                // Exact: |v| ≤ 2^53.
+                #[allow(clippy::cast_precision_loss)]
+                Ok(RawFloat(v as f64))
+            } else {
+                Err(E::custom(format!(
+                    "{v} is not exactly a float (beyond ±2^53): write the float's value"
+                )))
+            }
+        }
+        d.deserialize_any(Visit)
+    }
 }
 
 fn is_identifier(s: &str) -> bool {
@@ -250,6 +304,12 @@ impl Scenario {
         options.specialize_zero_one = o.specialize_zero_one.unwrap_or(options.specialize_zero_one);
         options.duck_sizing = o.duck_sizing.unwrap_or(options.duck_sizing);
         options.cache_hit_agreement = o.cache_hit_agreement.unwrap_or(options.cache_hit_agreement);
+        options.automatic_dynamic_shapes = o
+            .automatic_dynamic_shapes
+            .unwrap_or(options.automatic_dynamic_shapes);
+        options.automatic_dynamic_exclusion_guard = o
+            .automatic_dynamic_exclusion_guard
+            .unwrap_or(options.automatic_dynamic_exclusion_guard);
         for source in o.overrides.keys() {
             if !is_identifier(source) {
                 return Err(fail(
@@ -286,6 +346,29 @@ impl Scenario {
                     }
                     sources.insert(source.clone());
                     let Some(input) = input else { continue };
+                    let kinds = [
+                        input.size.is_some(),
+                        input.int.is_some(),
+                        input.float.is_some(),
+                        input.bool.is_some(),
+                    ];
+                    let given = kinds.iter().filter(|&&k| k).count();
+                    if given > 1 || (given == 0 && input.stride.is_some()) {
+                        return Err(fail(
+                            field,
+                            "give exactly one of `size` (a tensor), `int`, `float` or `bool`"
+                                .into(),
+                        ));
+                    }
+                    if input.stride.is_some() && input.size.is_none() {
+                        return Err(fail(
+                            format!("{field}.stride"),
+                            "only a tensor (`size`) has a stride".into(),
+                        ));
+                    }
+                    if input.float.is_some() || input.bool.is_some() {
+                        continue;
+                    }
                     match (&input.size, &input.stride, input.int) {
                         (Some(size), stride, None) => {
                             if size.len() > limits.max_ndim {
@@ -327,12 +410,11 @@ impl Scenario {
                                 "give either `size` (a tensor) or `int`, not both".into(),
                             ))
                         }
-                        (None, _, None) => {
-                            return Err(fail(
-                                field,
-                                "give `size` (a tensor) or `int`, or null for None".into(),
-                            ))
-                        }
+                        (None, _, None) => return Err(fail(
+                            field,
+                            "give `size` (a tensor), `int`, `float` or `bool`, or null for None"
+                                .into(),
+                        )),
                     }
                 }
             }
@@ -365,6 +447,11 @@ impl Scenario {
                                     strides: stride,
                                 },
                                 Some(RawInput { int: Some(v), .. }) => Observation::Int(v),
+                                Some(RawInput {
+                                    float: Some(RawFloat(v)),
+                                    ..
+                                }) => Observation::float(v),
+                                Some(RawInput { bool: Some(b), .. }) => Observation::Bool(b),
                                 Some(_) => Observation::None,
                             };
                             full.insert(source, obs);
