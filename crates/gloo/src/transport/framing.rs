@@ -36,24 +36,35 @@ pub(super) const FLAG_ABORT: u32 = 2;
 /// held up by the same cause, not as missing.
 pub(super) const FLAG_FAILED: u32 = 3;
 pub(super) const HEADER: usize = 16;
-/// Bytes a collective carries inside its header message (see
+/// The least a collective carries inside its header message (see
 /// [`inline_capacity`]): 4 KiB, core's default slot of the one-round
 /// exchange, plus room for a small transport-level envelope.
 const INLINE_BYTES: usize = 4096 + 64;
+/// The most a collective carries inside its header message: 64 KiB, so that
+/// the envelopes of core's second round (a frame state of 2000 sources is
+/// about 32 KB) also come in one message, into a receive posted ahead.
+const INLINE_MAX_BYTES: usize = 64 * 1024;
+/// What the inbox may take for inline bytes, all peers together, before a
+/// world's inline capacity shrinks below [`INLINE_MAX_BYTES`]: 1 MiB (64 KiB
+/// up to 16 ranks, 16 KiB at 64).
+const INBOX_BUDGET: usize = 1 << 20;
 /// Largest world whose inbox reserves [`INLINE_BYTES`] per peer (the inbox is
 /// `world × (16 + inline)` bytes; beyond this, headers only).
 const INLINE_MAX_WORLD: u32 = 1024;
 
 /// Bytes of data a collective on a world of `world` ranks sends inside its
-/// header message: [`INLINE_BYTES`] up to [`INLINE_MAX_WORLD`] ranks, else
-/// none. Every rank computes the same from the world size, so sender and
-/// receiver agree without a flag.
+/// header message: [`INBOX_BUDGET`] shared by the ranks, within
+/// [`INLINE_BYTES`]..=[`INLINE_MAX_BYTES`], up to [`INLINE_MAX_WORLD`]
+/// ranks, else none. Every rank computes the same from the world size, so
+/// sender and receiver agree without a flag (ranks of one job run one
+/// build: the wire version check of the channel's first exchange, whose
+/// messages are small, refuses a mix).
 pub(super) fn inline_capacity(world: u32) -> usize {
-    if world <= INLINE_MAX_WORLD {
-        INLINE_BYTES
-    } else {
-        0
+    if world > INLINE_MAX_WORLD {
+        return 0;
     }
+    let share = INBOX_BUDGET / (world.max(1) as usize);
+    share.clamp(INLINE_BYTES, INLINE_MAX_BYTES)
 }
 const P2P_BIT: u64 = 1 << 63;
 /// A slot nobody sends to: the inbox keeps a receive posted on it on every
@@ -102,4 +113,32 @@ pub(super) fn parse_header(b: &[u8]) -> Option<(u32, u64)> {
     let mut l = [0u8; 8];
     l.copy_from_slice(&b[8..16]);
     Some((u32::from_le_bytes(f), u64::from_le_bytes(l)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::inline_capacity;
+
+    #[test]
+    fn inline_capacity_shares_the_inbox_budget_within_its_bounds() {
+        let got: Vec<(u32, usize)> = [1, 2, 16, 17, 32, 64, 252, 253, 1024, 1025]
+            .into_iter()
+            .map(|w| (w, inline_capacity(w)))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (1, 65_536),
+                (2, 65_536),
+                (16, 65_536),
+                (17, 61_680),
+                (32, 32_768),
+                (64, 16_384),
+                (252, 4_161),
+                (253, 4_160),
+                (1024, 4_160),
+                (1025, 0),
+            ]
+        );
+    }
 }

@@ -46,11 +46,12 @@ fn all_gather_varlen(ctx: &Ctx) -> Result<(), String> {
 
 behaviour!(ALL_GATHER_SIZES_MIXED = all_gather_sizes_mixed, min_world: 1, timed: false, needs: []);
 /// Buffer sizes on both sides of the limits engines treat specially (Gloo
-/// sends up to 4160 bytes inside its header message; the exchange's slot is
-/// 4096), ranks of one collective mixing them: each size in turn, every rank
-/// a different one of them in each round.
+/// sends up to 64 KiB inside its header message up to 16 ranks, less in
+/// larger worlds, down to 4160 bytes; the exchange's slot is 4096), ranks of
+/// one collective mixing them: each size in turn, every rank a different one
+/// of them in each round.
 fn all_gather_sizes_mixed(ctx: &Ctx) -> Result<(), String> {
-    const SIZES: [usize; 7] = [0, 1, 4095, 4096, 4160, 4161, 70_000];
+    const SIZES: [usize; 9] = [0, 1, 4095, 4096, 4160, 4161, 65_536, 65_537, 70_000];
     let fill = |rank: u32, round: usize, len: usize| -> Vec<u8> {
         (0..len)
             .map(|i| {
