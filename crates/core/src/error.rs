@@ -241,6 +241,50 @@ pub struct RankGroup {
     pub what: String,
 }
 
+/// The job-wide ranks of a channel's members, index = the channel's rank:
+/// a channel among some of a job's ranks (the replicas of one pipeline
+/// stage, say) names ranks in its errors by their number in the job, not
+/// in the channel ([`Error::in_global_ranks`], applied by the channel to
+/// every error it returns when
+/// [`ChannelOptions::rank_map`](crate::ChannelOptions::rank_map) is set).
+///
+/// Strictly ascending, so that lists of ranks stay ascending once mapped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RankMap(std::sync::Arc<[u32]>);
+
+impl RankMap {
+    /// The map of a channel whose rank `r` is job rank `global[r]`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `global` is empty or not strictly
+    /// ascending (a rank listed twice, or out of order).
+    pub fn new(global: Vec<u32>) -> Result<Self> {
+        if global.is_empty() {
+            return Err(Error::InvalidArgument(
+                "a rank map needs at least one rank".into(),
+            ));
+        }
+        if let Some(w) = global.windows(2).find(|w| w[0] >= w[1]) {
+            return Err(Error::InvalidArgument(format!(
+                "a rank map must list job ranks strictly ascending: {} then {}",
+                w[0], w[1]
+            )));
+        }
+        Ok(RankMap(global.into()))
+    }
+
+    /// The job rank of channel rank `r` (`r` itself beyond the map, which a
+    /// channel of the map's size never names).
+    pub fn global(&self, r: u32) -> u32 {
+        self.0.get(r as usize).copied().unwrap_or(r)
+    }
+
+    /// Every member's job rank, index = channel rank.
+    pub fn ranks(&self) -> &[u32] {
+        &self.0
+    }
+}
+
 /// Formats groups as `ranks [0,1,3] at #42 'a'; rank [2] at #42 'b'`.
 /// `verb` is `[for one rank, for several]`, e.g. `[" speaks ", " speak "]`.
 fn fmt_groups(f: &mut fmt::Formatter<'_>, groups: &[RankGroup], verb: [&str; 2]) -> fmt::Result {
@@ -643,6 +687,66 @@ impl Error {
         match self {
             Error::Timeout { during, .. } | Error::PeerLost { during, .. } => during.as_deref(),
             _ => None,
+        }
+    }
+
+    /// The same error naming every rank by its job rank through `map`
+    /// (ranks, missing ranks, departures, groups, the sender of bytes that
+    /// do not decode); lists stay ascending, as `map` is. Kinds, messages
+    /// of engines and everything else are unchanged: the text is formatted
+    /// from the mapped fields, never rewritten.
+    #[must_use]
+    pub fn in_global_ranks(self, map: &RankMap) -> Self {
+        let list = |v: Vec<u32>| -> Vec<u32> { v.into_iter().map(|r| map.global(r)).collect() };
+        let left = |v: Vec<(u32, PeerLoss)>| -> Vec<(u32, PeerLoss)> {
+            v.into_iter().map(|(r, how)| (map.global(r), how)).collect()
+        };
+        let groups = |v: Vec<RankGroup>| -> Vec<RankGroup> {
+            v.into_iter()
+                .map(|g| RankGroup {
+                    ranks: list(g.ranks),
+                    what: g.what,
+                })
+                .collect()
+        };
+        match self {
+            Error::Timeout {
+                missing_ranks,
+                left: l,
+                waited,
+                waiting_for,
+                during,
+            } => Error::Timeout {
+                missing_ranks: list(missing_ranks),
+                left: left(l),
+                waited,
+                waiting_for,
+                during,
+            },
+            Error::PeerLost {
+                ranks,
+                reason,
+                left: l,
+                detail,
+                during,
+            } => Error::PeerLost {
+                ranks: list(ranks),
+                reason,
+                left: left(l),
+                detail,
+                during,
+            },
+            Error::Desync { groups: g } => Error::Desync { groups: groups(g) },
+            Error::VersionMismatch { groups: g } => Error::VersionMismatch { groups: groups(g) },
+            Error::Disagreement { what, groups: g } => Error::Disagreement {
+                what,
+                groups: groups(g),
+            },
+            Error::Decode { rank, reason } => Error::Decode {
+                rank: rank.map(|r| map.global(r)),
+                reason,
+            },
+            other => other,
         }
     }
 

@@ -66,7 +66,7 @@ pub mod transport;
 
 pub use error::{
     counted, group_ranks, with_sources, DecodeError, Error, ErrorKind, ExchangeInfo, FirstFailure,
-    PeerLoss, Poison, RankGroup, RankList, Result,
+    PeerLoss, Poison, RankGroup, RankList, RankMap, Result,
 };
 pub use launch::runenv::RunEnv;
 pub use protocol::channel::{

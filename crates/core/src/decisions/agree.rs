@@ -165,9 +165,7 @@ impl MustAgree {
             values: v,
             names: shown,
         })));
-        let err = Error::Disagreement { what, groups };
-        channel.fail(&err);
-        Err(err)
+        Err(channel.fail(Error::Disagreement { what, groups }))
     }
 }
 

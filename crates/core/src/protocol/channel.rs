@@ -85,6 +85,8 @@ pub struct Channel {
     /// This rank's slot: the header, then its envelope (kept between
     /// exchanges so that encoding allocates nothing once it is large enough).
     buf: Vec<u8>,
+    /// [`ChannelOptions::rank_map`].
+    rank_map: Option<crate::RankMap>,
 }
 
 impl Channel {
@@ -112,11 +114,20 @@ impl Channel {
                 options.slot_bytes
             )));
         }
+        let world = transport.world_size();
+        if let Some(map) = &options.rank_map {
+            if map.ranks().len() != world as usize {
+                return Err(Error::InvalidArgument(format!(
+                    "the rank map lists {} job ranks for a channel of {world}",
+                    map.ranks().len()
+                )));
+            }
+        }
+        let global = |r: u32| options.rank_map.as_ref().map_or(r, |m| m.global(r));
         let trace = crate::protocol::trace::TraceFile::for_channel(
             options.trace_dir.as_deref(),
-            transport.rank(),
+            global(transport.rank()),
         )?;
-        let world = transport.world_size();
         let from = options.hierarchical_from;
         let topology = if world <= 1 {
             Topology::Flat(FlatReason::OneRank)
@@ -145,6 +156,7 @@ impl Channel {
                 .min(options.slot_bytes)
                 .max(MIN_SLOT_BYTES),
             buf: Vec::new(),
+            rank_map: options.rank_map,
         })
     }
 
@@ -370,6 +382,10 @@ impl Channel {
                     key: key.to_owned(),
                     last_completed: self.last_completed,
                 });
+                let e = match &self.rank_map {
+                    Some(map) => e.in_global_ranks(map),
+                    None => e,
+                };
                 if e.is_fatal() {
                     self.failed = Some(Poison::of(&e));
                 }
@@ -413,11 +429,18 @@ impl Channel {
 
     /// Marks the channel unusable after a fatal error that a decision kind
     /// found in the gathered values of a completed exchange (every rank holds
-    /// the same values, so every rank finds the same error).
-    pub(crate) fn fail(&mut self, error: &Error) {
+    /// the same values, so every rank finds the same error); returns it as
+    /// the caller should report it (in job ranks under a
+    /// [`ChannelOptions::rank_map`]).
+    pub(crate) fn fail(&mut self, error: Error) -> Error {
+        let error = match &self.rank_map {
+            Some(map) => error.in_global_ranks(map),
+            None => error,
+        };
         if self.failed.is_none() {
-            self.failed = Some(Poison::of(error));
+            self.failed = Some(Poison::of(&error));
         }
+        error
     }
 
     /// Abandons the channel after an error: marks it unusable and tells the

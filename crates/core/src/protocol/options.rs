@@ -132,6 +132,15 @@ pub struct ChannelOptions {
     /// NCCL). [`Channel::with_options`](crate::Channel::with_options) checks
     /// the range.
     pub slot_bytes: usize,
+    /// The job-wide ranks of the channel's members, for a channel among some
+    /// of a job's ranks (`None`, the default: the channel's ranks are the
+    /// job's). Every error the channel returns names ranks by their job rank
+    /// ([`Error::in_global_ranks`](crate::Error::in_global_ranks)), and its
+    /// trace file is `rank-<job rank>.jsonl`. `with_rank_map(RankMap)` sets
+    /// `Some`; [`Channel::with_options`](crate::Channel::with_options) checks
+    /// that it has one rank per member.
+    #[setters(strip_option)]
+    pub rank_map: Option<crate::RankMap>,
 }
 
 impl Default for ChannelOptions {
@@ -143,6 +152,7 @@ impl Default for ChannelOptions {
             trace_dir: None,
             hierarchical_from: crate::protocol::tree::DEFAULT_HIERARCHICAL_FROM,
             slot_bytes: DEFAULT_SLOT_BYTES,
+            rank_map: None,
         }
     }
 }
