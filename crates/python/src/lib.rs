@@ -28,8 +28,8 @@ use compiler_collectives_core::protocol::envelope::WIRE_VERSION;
 use compiler_collectives_core::protocol::hierarchical_from_env;
 use compiler_collectives_core::protocol::tree::DEFAULT_HIERARCHICAL_FROM;
 use compiler_collectives_core::{
-    Channel, ChannelOptions, Error, ExchangeOptions, FirstFailure, Gathered, PerRank, Topology,
-    Transport,
+    Channel, ChannelOptions, Error, ExchangeOptions, FirstFailure, Gathered, PerRank, RankMap,
+    Topology, Transport,
 };
 use compiler_collectives_gloo::{GlooInterrupt, GlooOptions, GlooStore, GlooTransport};
 use pyo3::exceptions::PyValueError;
@@ -205,7 +205,7 @@ impl CompileChannel {
 #[pymethods]
 impl CompileChannel {
     #[new]
-    #[pyo3(signature = (store, rank, world_size, *, prefix, timeout_s, hostname, pgo, local_state_type, sigint=false))]
+    #[pyo3(signature = (store, rank, world_size, *, prefix, timeout_s, hostname, pgo, local_state_type, sigint=false, group_ranks=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -218,8 +218,15 @@ impl CompileChannel {
         pgo: &Bound<'_, PyAny>,
         local_state_type: &Bound<'_, PyAny>,
         sigint: bool,
+        group_ranks: Option<Vec<u32>>,
     ) -> PyResult<Self> {
         let timeout = seconds("timeout_s", timeout_s)?;
+        // A channel among some of the job's ranks: `rank` and `world_size`
+        // are in the group, errors name job ranks.
+        let rank_map = group_ranks
+            .map(RankMap::new)
+            .transpose()
+            .map_err(|e| to_py(py, &e))?;
         // Core's reader of CCOL_HIERARCHICAL_FROM (ChannelOptions::from_env
         // reads the same); unset, core's default.
         let hierarchical_from = hierarchical_from_env()
@@ -241,7 +248,13 @@ impl CompileChannel {
             let gloo = GlooStore::from_store(Arc::new(store), timeout)
                 .map_err(Error::from)?
                 .with_description(described.clone());
-            let transport = GlooTransport::connect(&gloo, rank, world_size, &options)?;
+            let transport =
+                GlooTransport::connect(&gloo, rank, world_size, &options).map_err(|e| {
+                    match &rank_map {
+                        Some(map) => e.in_global_ranks(map),
+                        None => e,
+                    }
+                })?;
             let interrupt = transport.interrupter();
             let transport: Arc<dyn Transport> = Arc::new(transport);
             // The deadline is the caller's (Python resolved `timeout`,
@@ -252,6 +265,9 @@ impl CompileChannel {
                 .with_hierarchical_from(hierarchical_from);
             if let Some(dir) = std::env::var_os("CCOL_TRACE_DIR").filter(|d| !d.is_empty()) {
                 options = options.with_trace_dir(dir);
+            }
+            if let Some(map) = rank_map {
+                options = options.with_rank_map(map);
             }
             Ok((Channel::with_options(transport, options)?, interrupt))
         });

@@ -187,6 +187,36 @@ def test_a_good_hierarchical_from_is_accepted(world_of_one, monkeypatch):
     monkeypatch.delenv("CCOL_HIERARCHICAL_FROM")
 
 
+@pytest.mark.parametrize(
+    "group, match",
+    [
+        ([1], r"ranks \[1\] are not all in a job of 1 ranks"),
+        ([0, 0], r"a rank is listed twice in \[0, 0\]"),
+        ([], "non-empty list of job ranks"),
+        ([True], "non-empty list of job ranks"),
+        (["0"], "non-empty list of job ranks"),
+        ("0", "group must be None"),
+        (3, "group must be None"),
+    ],
+)
+def test_a_bad_group_is_refused_and_nothing_changes(world_of_one, group, match):
+    with pytest.raises(compiler_collectives.InvalidArgument, match=match):
+        cct.enable(timeout=10, group=group)
+    assert not cct.is_enabled()
+
+
+def test_the_world_as_a_group_is_the_default(world_of_one):
+    # A world of one: [0], range(1) and the default group's ProcessGroup all
+    # name the same ranks as None.
+    import torch.distributed as dist
+
+    for group in (None, [0], range(1), dist.group.WORLD):
+        cct.enable(timeout=10, group=group)
+        info = cct.channel_info()
+        assert (info["rank"], info["world_size"], info["group"]) == (0, 1, [0]), group
+        cct.disable()
+
+
 def test_deadline_sources_in_order(world_of_one, monkeypatch):
     monkeypatch.setenv("CCOL_TIMEOUT_S", "42")
     assert cct._timeout_seconds(None) == 42.0

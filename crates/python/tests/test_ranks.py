@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from conftest import run_ranks
 
 
@@ -217,3 +219,51 @@ def test_the_package_keeps_dynamos_fold_where_the_join_would_differ(tmp_path):
     # overwrites rank 0's (found by a new user's attack: they did not travel).
     if guard:
         assert last["marked_entry_overwrites"][0]["L['x']"][3] == "(4, 8)"
+
+
+@pytest.mark.parametrize("form", ["stages", "mesh"])
+def test_each_pipeline_stage_agrees_within_its_own_group(tmp_path, form):
+    # Two stages of two replicas, each stage compiling its own module with
+    # shapes that differ between its replicas; every rank passes its stage
+    # (stages: stage A as a list of ranks, stage B as a torch ProcessGroup;
+    # mesh: (mesh, "dp") and a 1-D DeviceMesh). Within a stage the replicas
+    # take the same decisions; no torch collective runs and no error is
+    # raised.
+    ranks = run_ranks(tmp_path, 4, "pipeline_groups.py", env={"CCOL_TEST_GROUPS": form})
+    for r in ranks:
+        done = r.event("done")
+        assert r.returncode == 0 and done["error"] is None, (done, r.stderr[-3000:])
+        stage = [0, 1] if r.rank < 2 else [2, 3]
+        assert (done["group"], done["rank"], done["world"]) == (stage, r.rank % 2, 2), done
+        # Scenario 1 in each stage: one compile, dim 0 dynamic, on both replicas.
+        assert done["compiles"] == [[0]], done
+        # The stage's channel: the enable check and one compile exchange.
+        assert done["next"] == 2, done
+        assert done["calls"] == {}, "a torch collective ran during the steps"
+
+
+def test_stages_on_the_world_channel_desync(tmp_path):
+    # The same job with enable() on the world: the stages compile different
+    # frames at the same exchange, a Desync on every rank, naming both.
+    ranks = run_ranks(tmp_path, 4, "pipeline_groups.py", env={"CCOL_TEST_GROUPS": "world"})
+    for r in ranks:
+        done = r.event("done")
+        assert done["error"] == "desync", (done, r.stderr[-3000:])
+        assert done["group"] == [0, 1, 2, 3]
+        assert "ranks [0,1] at #1 'torch.frame __main__:stage_a:" in done["message"], done
+        assert "ranks [2,3] at #1 'torch.frame __main__:stage_b:" in done["message"], done
+
+
+def test_a_group_errors_name_job_ranks(tmp_path):
+    # Stage B's rank 3 never compiles: rank 2 (its stage's rank 0) times out
+    # naming job rank 3, not its rank in the stage (1), within the deadline
+    # (5 s) + 1 s; stage A is not held up.
+    ranks = run_ranks(tmp_path, 4, "pipeline_groups.py", env={"CCOL_TEST_GROUPS": "absent"})
+    done = ranks[2].event("done")
+    assert done["error"] == "timeout", (done, ranks[2].stderr[-3000:])
+    assert done["missing"] == [3], done
+    assert "waiting for rank [3]" in done["message"], done
+    assert 5.0 <= done["waited"] <= 6.0, done
+    for r in ranks[:2]:
+        a = r.event("done")
+        assert a["error"] is None and a["compiles"] == [[0]], (a, r.stderr[-3000:])

@@ -123,6 +123,8 @@ class _State:
         # channel aborts (peers see this rank lost), it does not say "no
         # more exchanges".
         self.crashed = False
+        # The job ranks of the channel's members, ascending (enable's group).
+        self.ranks: list[int] = []
 
 
 _state: Optional[_State] = None
@@ -561,17 +563,82 @@ def _sigint_interrupts() -> bool:
     return callable(signal.getsignal(signal.SIGINT))
 
 
-def _connect(channel_type, store, timeout_s: float, pgo, local_state_type):
+def _group_ranks(group) -> list[int]:
+    """The job ranks, ascending, of the ranks that compile the same program
+    as this one: ``group`` as ``enable`` takes it (see there). Raises
+    ``InvalidArgument`` for anything else, a rank out of the job or listed
+    twice, or a group without this rank."""
+    world = dist.get_world_size()
+    if group is None:
+        return list(range(world))
+    what = repr(group)
+    try:
+        from torch.distributed.device_mesh import DeviceMesh
+    except ImportError:  # a torch built without it
+        DeviceMesh = ()
+    if isinstance(group, dist.ProcessGroup):
+        ranks = dist.get_process_group_ranks(group)
+    elif DeviceMesh and isinstance(group, DeviceMesh):
+        if group.ndim != 1:
+            raise InvalidArgument(
+                f"group: a DeviceMesh of {group.ndim} dimensions; pass (mesh, dim_name) "
+                "for the dimension whose ranks compile the same program"
+            )
+        ranks = group.mesh.flatten().tolist()
+    elif (
+        isinstance(group, tuple) and len(group) == 2 and DeviceMesh
+        and isinstance(group[0], DeviceMesh) and isinstance(group[1], str)
+    ):
+        mesh, dim = group
+        if dim not in (mesh.mesh_dim_names or ()):
+            raise InvalidArgument(
+                f"group: the DeviceMesh has no dimension {dim!r} "
+                f"(its dimensions: {list(mesh.mesh_dim_names or ())})"
+            )
+        ranks = dist.get_process_group_ranks(mesh.get_group(dim))
+    elif isinstance(group, (list, tuple, range)):
+        ranks = list(group)
+    else:
+        raise InvalidArgument(
+            "group must be None (the world), a torch ProcessGroup, a 1-D DeviceMesh, "
+            f"(DeviceMesh, dim_name) or a list of job ranks, not {what}"
+        )
+    if not ranks or not all(isinstance(r, int) and not isinstance(r, bool) for r in ranks):
+        raise InvalidArgument(f"group: expected a non-empty list of job ranks (ints), got {what}")
+    out = sorted(ranks)
+    if any(a == b for a, b in zip(out, out[1:])):
+        raise InvalidArgument(f"group: a rank is listed twice in {out}")
+    if out[0] < 0 or out[-1] >= world:
+        raise InvalidArgument(f"group: ranks {out} are not all in a job of {world} ranks")
+    me = dist.get_rank()
+    if me not in out:
+        raise InvalidArgument(
+            f"rank {me} is not in the group it passed to enable() ({out}); every rank passes "
+            "the group of ranks that compile the same program as itself"
+        )
+    return out
+
+
+def _connect(channel_type, store, timeout_s: float, pgo, local_state_type, ranks: list[int]):
+    """The channel among `ranks` (job ranks, ascending), rendezvoused
+    through `store` under a prefix derived from them: each group of a job
+    gets its own channel, and its errors name job ranks."""
+    prefix = f"ccol/torch/{_generation}"
+    subgroup = len(ranks) != dist.get_world_size()
+    if subgroup:
+        digest = hashlib.sha256(",".join(map(str, ranks)).encode()).hexdigest()[:16]
+        prefix += f"/group-{len(ranks)}-{digest}"
     return channel_type(
         store,
-        dist.get_rank(),
-        dist.get_world_size(),
-        prefix=f"ccol/torch/{_generation}",
+        ranks.index(dist.get_rank()),
+        len(ranks),
+        prefix=prefix,
         timeout_s=timeout_s,
         hostname=_hostname(),
         pgo=pgo,
         local_state_type=local_state_type,
         sigint=_sigint_interrupts(),
+        group_ranks=ranks if subgroup else None,
     )
 
 
@@ -580,11 +647,12 @@ def enable(
     timeout: Union[None, float, int, datetime.timedelta] = None,
     guard_votes: bool = False,
     allow_untested_torch: bool = False,
+    group=None,
 ) -> None:
     """Puts Dynamo's compiler collectives (and, with ``guard_votes``, its
     guard collectives) on this package's channel. Call it on every rank,
     after ``torch.distributed.init_process_group`` and before the first
-    compiled call; ranks must pass the same ``guard_votes``.
+    compiled call; ranks of a group must pass the same ``guard_votes``.
 
     Args:
         timeout: the deadline of the rendezvous and of every exchange, in
@@ -600,6 +668,16 @@ def enable(
             nearest tested version, whose behaviour is then followed. It
             still refuses when something required is missing or cannot be
             called as this module calls it. Ranks must pass the same value.
+        group: the ranks that compile the same program as this one, which
+            take the same compile decisions: ``None`` (the default: every
+            rank of the job), a torch ``ProcessGroup`` (its members, from
+            ``dist.get_process_group_ranks``), a 1-D ``DeviceMesh``,
+            ``(mesh, dim_name)`` (the members of this rank's group along that
+            dimension), or a list of job ranks. In a job with several such
+            groups (each pipeline stage's replicas), every rank passes its
+            own: each group gets its own channel, rendezvoused through the
+            default group's store under a key derived from its sorted ranks,
+            with no torch collective, and its errors name job ranks.
 
     Turns ``torch._dynamo.config.enable_compiler_collectives`` on
     (``disable`` restores it). Costs one rendezvous through the default
@@ -617,8 +695,9 @@ def enable(
         Unsupported: ``torch._functorch.config._sync_decision_cross_ranks``
             or ``_sync_cache_decision_cross_ranks`` is on (nothing is
             changed).
-        InvalidArgument: no default process group, already enabled, or a bad
-            timeout.
+        InvalidArgument: no default process group, already enabled, a bad
+            timeout, or a bad ``group`` (not one of the forms above, a rank
+            out of the job or listed twice, or a group without this rank).
         Timeout: a rank did not come to the rendezvous within the deadline
             (the message names it).
         Disagreement: ranks differ in what must be equal (names the ranks
@@ -653,14 +732,16 @@ def enable(
 
     from ._native import CompileChannel
 
+    ranks = _group_ranks(group)
     store = dist.distributed_c10d._get_default_store()
     _generation += 1
     try:
-        channel = _connect(CompileChannel, store, timeout_s, pgo, LocalState)
+        channel = _connect(CompileChannel, store, timeout_s, pgo, LocalState, ranks)
     except Error as e:
         _report(e)
         raise
     st = _State(channel, guard_votes)
+    st.ranks = ranks
 
     previous_flag = torch._dynamo.config.enable_compiler_collectives
     torch._dynamo.config.enable_compiler_collectives = True
@@ -733,8 +814,9 @@ def is_enabled() -> bool:
 
 
 def channel_info() -> Optional[dict]:
-    """The channel's rank, world size, deadline (seconds), store, next
-    exchange number and exchange (``"flat"``, or ``"tree"`` from
+    """The channel's rank and world size (in its group), its members' job
+    ranks (``group``, ascending), deadline (seconds), store, next exchange
+    number and exchange (``"flat"``, or ``"tree"`` from
     ``CCOL_HIERARCHICAL_FROM`` ranks, default 64), or None when not
     enabled."""
     st = _state
@@ -744,6 +826,7 @@ def channel_info() -> Optional[dict]:
     return {
         "rank": c.rank,
         "world_size": c.world_size,
+        "group": list(st.ranks),
         "timeout_s": c.timeout_s,
         "store": c.store,
         "next_exchange": c.next_exchange,
