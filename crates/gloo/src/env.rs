@@ -20,7 +20,9 @@
 //!   Default: over the job's TCPStore, the local address of the connection
 //!   to it (the address the store's network reaches this host at; not the
 //!   host name, which every network namespace shares); otherwise
-//!   `127.0.0.1` when every rank is on this node, else the host name.
+//!   [`advertised_hostname`]: `127.0.0.1` when every rank is on this node,
+//!   else the local address of the route to `MASTER_ADDR`, else the host
+//!   name.
 //! - `CCOL_TIMEOUT_S`: the rendezvous deadline (default 300 s).
 //!
 //! After connecting, ranks pass a barrier and rank 0 deletes a default
@@ -112,8 +114,7 @@ impl EnvConfig {
         let hostname = match (var("CCOL_GLOO_HOSTNAME"), &store) {
             (Some(h), _) => Some(h),
             (None, StoreSpec::Tcp { .. }) => None,
-            (None, _) if env.single_node() => Some("127.0.0.1".into()),
-            (None, _) => Some(hostname().unwrap_or_else(|| "127.0.0.1".into())),
+            (None, _) => Some(advertised_hostname(&env)),
         };
         Ok(EnvConfig {
             rank: env.rank,
@@ -127,6 +128,32 @@ impl EnvConfig {
 
 fn env_error(e: Error) -> GlooError {
     GlooError::Env(runenv::error_text(e))
+}
+
+/// The address peers connect to for this rank, where no connection to the
+/// job's TCPStore says it: `CCOL_GLOO_HOSTNAME`; else `127.0.0.1` when every
+/// rank is on this node ([`RunEnv::single_node`]) or `MASTER_ADDR` is a
+/// loopback name; else the local address of the route to `MASTER_ADDR`
+/// (a UDP socket's connect picks the route; no packet is sent); else the
+/// host name; else `127.0.0.1`. The Python package's channel takes this.
+pub fn advertised_hostname(env: &RunEnv) -> String {
+    if let Some(h) = var("CCOL_GLOO_HOSTNAME") {
+        return h;
+    }
+    let loopback = ["", "localhost", "127.0.0.1", "::1"].contains(&env.master_addr.as_str());
+    if env.single_node() || loopback {
+        return "127.0.0.1".into();
+    }
+    route_to(&env.master_addr, env.master_port.unwrap_or(29500))
+        .or_else(hostname)
+        .unwrap_or_else(|| "127.0.0.1".into())
+}
+
+/// The local address of the route to `host:port`, if there is one.
+fn route_to(host: &str, port: u16) -> Option<String> {
+    let socket = std::net::UdpSocket::bind(("0.0.0.0", 0)).ok()?;
+    socket.connect((host, port)).ok()?;
+    Some(socket.local_addr().ok()?.ip().to_string())
 }
 
 fn hostname() -> Option<String> {
@@ -232,5 +259,53 @@ impl EnvConfig {
         let transport = GlooTransport::connect(&store, self.rank, self.world_size, &options)?;
         transport.barrier(Deadline::after(timeout))?;
         Ok(transport)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{advertised_hostname, hostname};
+    use compiler_collectives_core::RunEnv;
+
+    fn job(vars: &[(&str, &str)]) -> RunEnv {
+        RunEnv::from_vars(|name| {
+            vars.iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| (*v).to_owned())
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn the_advertised_address_follows_where_the_ranks_are() {
+        // The variable, when set, wins every case below; CI leaves it unset.
+        let set = std::env::var("CCOL_GLOO_HOSTNAME")
+            .ok()
+            .filter(|v| !v.is_empty());
+        let expect = |want: &str| set.clone().unwrap_or_else(|| want.to_owned());
+        let one_node = job(&[
+            ("RANK", "1"),
+            ("WORLD_SIZE", "4"),
+            ("MASTER_ADDR", "10.1.2.3"),
+        ]);
+        assert_eq!(advertised_hostname(&one_node), expect("127.0.0.1"));
+        let two_nodes = [
+            ("RANK", "1"),
+            ("WORLD_SIZE", "4"),
+            ("LOCAL_WORLD_SIZE", "2"),
+        ];
+        let loopback = job(&[two_nodes.as_slice(), &[("MASTER_ADDR", "localhost")]].concat());
+        assert_eq!(advertised_hostname(&loopback), expect("127.0.0.1"));
+        // The route to a master on the loopback network leaves from 127.0.0.1.
+        let routed = job(&[two_nodes.as_slice(), &[("MASTER_ADDR", "127.0.0.2")]].concat());
+        assert_eq!(advertised_hostname(&routed), expect("127.0.0.1"));
+        // No route to a name that does not resolve: the host name.
+        let unknown = job(&[
+            two_nodes.as_slice(),
+            &[("MASTER_ADDR", "no-such-host.invalid")],
+        ]
+        .concat());
+        let name = hostname().unwrap_or_else(|| "127.0.0.1".into());
+        assert_eq!(advertised_hostname(&unknown), expect(&name));
     }
 }

@@ -51,7 +51,7 @@ mod store;
 mod sys;
 mod transport;
 
-pub use env::{from_env, store_from_env, EnvConfig, StoreSpec, STORE_ENV};
+pub use env::{advertised_hostname, from_env, store_from_env, EnvConfig, StoreSpec, STORE_ENV};
 pub use store::{GlooStore, StoreKind};
 pub use transport::{GlooInterrupt, GlooOptions, GlooTransport};
 

@@ -29,9 +29,11 @@ use compiler_collectives_core::protocol::hierarchical_from_env;
 use compiler_collectives_core::protocol::tree::DEFAULT_HIERARCHICAL_FROM;
 use compiler_collectives_core::{
     Channel, ChannelOptions, Error, ExchangeOptions, FirstFailure, Gathered, PerRank, RankMap,
-    Topology, Transport,
+    RunEnv, Topology, Transport,
 };
-use compiler_collectives_gloo::{GlooInterrupt, GlooOptions, GlooStore, GlooTransport};
+use compiler_collectives_gloo::{
+    advertised_hostname, GlooInterrupt, GlooOptions, GlooStore, GlooTransport,
+};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
@@ -205,7 +207,7 @@ impl CompileChannel {
 #[pymethods]
 impl CompileChannel {
     #[new]
-    #[pyo3(signature = (store, rank, world_size, *, prefix, timeout_s, hostname, pgo, local_state_type, sigint=false, group_ranks=None))]
+    #[pyo3(signature = (store, rank, world_size, *, prefix, timeout_s, pgo, local_state_type, sigint=false, group_ranks=None, job_rank=None, job_world_size=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -214,12 +216,23 @@ impl CompileChannel {
         world_size: u32,
         prefix: &str,
         timeout_s: f64,
-        hostname: &str,
         pgo: &Bound<'_, PyAny>,
         local_state_type: &Bound<'_, PyAny>,
         sigint: bool,
         group_ranks: Option<Vec<u32>>,
+        job_rank: Option<u32>,
+        job_world_size: Option<u32>,
     ) -> PyResult<Self> {
+        // Where peers reach this rank: core's reading of torchrun's
+        // variables, with torch's own rank and world size (a job started
+        // without torchrun sets neither variable), then Gloo's rule.
+        let job = RunEnv::from_vars(|name| match name {
+            "RANK" => Some(job_rank.unwrap_or(rank).to_string()),
+            "WORLD_SIZE" => Some(job_world_size.unwrap_or(world_size).to_string()),
+            other => std::env::var(other).ok(),
+        })
+        .map_err(|e| to_py(py, &e))?;
+        let hostname = advertised_hostname(&job);
         let timeout = seconds("timeout_s", timeout_s)?;
         // A channel among some of the job's ranks: `rank` and `world_size`
         // are in the group, errors name job ranks.
@@ -241,7 +254,7 @@ impl CompileChannel {
         let store = store::PyStore::new(py, store)?;
         let described = store.describe().to_owned();
         let options = GlooOptions::default()
-            .with_hostname(hostname)
+            .with_hostname(hostname.as_str())
             .with_connect_timeout(timeout)
             .with_prefix(prefix);
         let made = py.detach(|| {

@@ -50,7 +50,6 @@ import json
 import logging
 import math
 import os
-import socket
 import sys
 import time
 import traceback
@@ -247,26 +246,6 @@ def _timeout_seconds(timeout: Union[None, float, int, datetime.timedelta]) -> fl
         except InvalidArgument as e:
             raise InvalidArgument(f"{what}: {e}") from None
     return value
-
-
-def _hostname() -> str:
-    """The address peers connect to for this rank's Gloo pairs."""
-    explicit = os.environ.get("CCOL_GLOO_HOSTNAME")
-    if explicit:
-        return explicit
-    world, local = os.environ.get("WORLD_SIZE"), os.environ.get("LOCAL_WORLD_SIZE")
-    master = os.environ.get("MASTER_ADDR", "")
-    if (world is None or world == local) or master in ("", "localhost", "127.0.0.1", "::1"):
-        return "127.0.0.1"
-    # Several nodes: the local address of the route to MASTER_ADDR (no packet
-    # is sent; a UDP connect only picks the route).
-    try:
-        port = int(os.environ.get("MASTER_PORT", "29500"))
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect((master, port))
-            return s.getsockname()[0]
-    except (OSError, ValueError):
-        return socket.gethostname()
 
 
 #: Settings that shape automatic-dynamic, recompile and graph decisions: must
@@ -634,11 +613,12 @@ def _connect(channel_type, store, timeout_s: float, pgo, local_state_type, ranks
         len(ranks),
         prefix=prefix,
         timeout_s=timeout_s,
-        hostname=_hostname(),
         pgo=pgo,
         local_state_type=local_state_type,
         sigint=_sigint_interrupts(),
         group_ranks=ranks if subgroup else None,
+        job_rank=dist.get_rank(),
+        job_world_size=dist.get_world_size(),
     )
 
 
