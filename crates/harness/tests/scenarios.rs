@@ -218,6 +218,12 @@ fn malformed_files_name_the_field() {
     check(r#"{"name": "t", "world_size": 1, "steps": [[{"s": {"float": null}}]]}"#, "steps[0][0].s");
     check(r#"{"name": "t", "world_size": 1, "steps": [[{"s": {"float": 9007199254740993}}]]}"#, "steps[0][0].s.float");
     check(r#"{"name": "t", "world_size": 1, "steps": [[{"s": {"float": 1e999}}]]}"#, "steps[0][0].s.float");
+    // Integers beyond 64 bits are checked as written, not as the float they
+    // would round to (18446744073709551617 is not 2^64).
+    check(r#"{"name": "t", "world_size": 1, "steps": [[{"s": {"float": 18446744073709551617}}]]}"#, "steps[0][0].s.float");
+    check(r#"{"name": "t", "world_size": 1, "steps": [[{"s": {"float": -9223372036854775809}}]]}"#, "steps[0][0].s.float");
+    check(r#"{"name": "t", "world_size": 1, "steps": [[{"s": {"float": 1000000000000000000000000000001}}]]}"#, "steps[0][0].s.float");
+    check(r#"{"name": "t", "world_size": 1, "steps": [[{"s": {"float": [1.5]}}]]}"#, "steps[0][0].s.float");
     check(r#"{"name": "t", "world_size": 1, "steps": [[{"s": {"bool": 1}}]]}"#, "steps[0][0].s.bool");
     check(r#"{"name": "t", "world_size": 1, "steps": [[{"s": {"bool": "true"}}]]}"#, "steps[0][0].s.bool");
     check(r#"{"name": "t", "world_size": 1, "steps": [[{"s": {"int": 3, "float": 3.0}}]]}"#, "steps[0][0].s");
@@ -237,7 +243,8 @@ fn floats_and_bools_read_as_written() {
         r#"{"name": "t", "world_size": 1, "steps": [[{"a": {"float": 2.5}, "b": {"float": -0.0},
             "c": {"float": "nan"}, "d": {"float": "inf"}, "e": {"float": "-inf"},
             "f": {"float": 3}, "g": {"float": 0.1}, "h": {"bool": true}, "i": {"bool": false},
-            "j": {"float": -9007199254740992}, "k": {"float": -0}}]]}"#,
+            "j": {"float": -9007199254740992}, "k": {"float": -0}, "l": {"float": 1e20},
+            "m": {"float": 5e-324}}]]}"#,
     );
     let got: Vec<String> = s.steps[0][0]
         .values()
@@ -259,7 +266,9 @@ fn floats_and_bools_read_as_written() {
             "Bool(true)",
             "Bool(false)",
             "-9007199254740992.0",
-            "-0.0"
+            "-0.0",
+            "1e20",
+            "5e-324"
         ]
     );
     // -0.0 (and -0) keep the sign bit, 0.1 its exact bits.

@@ -135,48 +135,56 @@ struct RawInput {
 struct RawFloat(f64);
 
 impl<'de> Deserialize<'de> for RawFloat {
+    /// From the value's JSON text, so that an integer literal beyond what
+    /// serde_json holds as an integer (64 bits) is checked as written, not
+    /// as the float serde_json would round it to.
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Visit;
-        impl serde::de::Visitor<'_> for Visit {
-            type Value = RawFloat;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a number, or \"nan\", \"inf\" or \"-inf\"")
-            }
-            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<RawFloat, E> {
-                Ok(RawFloat(v))
-            }
-            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<RawFloat, E> {
-                exact(i128::from(v))
-            }
-            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<RawFloat, E> {
-                exact(i128::from(v))
-            }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<RawFloat, E> {
-                match v {
-                    "nan" => Ok(RawFloat(f64::NAN)),
-                    "inf" => Ok(RawFloat(f64::INFINITY)),
-                    "-inf" => Ok(RawFloat(f64::NEG_INFINITY)),
-                    other => Err(E::custom(format!(
-                        "{other:?} is not a float: write a number, or \"nan\", \"inf\" or \"-inf\""
-                    ))),
-                }
-            }
+        use serde::de::Error as _;
+        let raw = <&serde_json::value::RawValue>::deserialize(d)?;
+        let text = raw.get().trim();
+        if text.starts_with('"') {
+            let v: String = serde_json::from_str(text).map_err(D::Error::custom)?;
+            return match v.as_str() {
+                "nan" => Ok(RawFloat(f64::NAN)),
+                "inf" => Ok(RawFloat(f64::INFINITY)),
+                "-inf" => Ok(RawFloat(f64::NEG_INFINITY)),
+                other => Err(D::Error::custom(format!(
+                    "{other:?} is not a float: write a number, or \"nan\", \"inf\" or \"-inf\""
+                ))),
+            };
         }
-        /// An integer written as a float's value: only one a float holds exactly.
-        fn exact<E: serde::de::Error>(v: i128) -> Result<RawFloat, E> {
-            // Below 2^53 in magnitude every integer is a float exactly.
-            const EXACT: i128 = 1 << 53;
-            if v.abs() <= EXACT {
+        let number = text.starts_with(|c: char| c == '-' || c.is_ascii_digit());
+        if !number {
+            return Err(D::Error::custom(format!(
+                "{text} is not a float: write a number, or \"nan\", \"inf\" or \"-inf\""
+            )));
+        }
+        if text.contains(['.', 'e', 'E']) {
+            // The text is a JSON number (serde_json checked it); Rust's
+            // parse rounds correctly, as serde_json's float_roundtrip does.
+            return match text.parse::<f64>() {
+                Ok(v) if v.is_finite() => Ok(RawFloat(v)),
+                _ => Err(D::Error::custom(format!(
+                    "{text} is out of a float's range"
+                ))),
+            };
+        }
+        if text == "-0" {
+            return Ok(RawFloat(-0.0));
+        }
+        // An integer written as a float's value: only one a float holds
+        // exactly. Below 2^53 in magnitude every integer is a float exactly.
+        const EXACT: i128 = 1 << 53;
+        match text.parse::<i128>() {
+            Ok(v) if v.abs() <= EXACT => {
                 // Exact: |v| ≤ 2^53.
                 #[allow(clippy::cast_precision_loss)]
                 Ok(RawFloat(v as f64))
-            } else {
-                Err(E::custom(format!(
-                    "{v} is not exactly a float (beyond ±2^53): write the float's value"
-                )))
             }
+            _ => Err(D::Error::custom(format!(
+                "{text} is not exactly a float (beyond ±2^53): write the float's value"
+            ))),
         }
-        d.deserialize_any(Visit)
     }
 }
 
