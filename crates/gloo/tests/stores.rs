@@ -437,3 +437,83 @@ fn calls_with_deadlines_reach_the_rust_store_under_the_same_keys() {
     );
     assert_eq!(hash.try_get_within("b", soon()).expect("read"), None);
 }
+
+/// A Rust store whose `wait` for a missing key takes at least a second
+/// whatever its deadline, as torch's FileStore does; `try_get` answers at
+/// once.
+#[derive(Debug)]
+struct SlowWaits(InProcessStore);
+
+impl Store for SlowWaits {
+    fn set(
+        &self,
+        k: &str,
+        v: &[u8],
+        d: compiler_collectives_core::Deadline,
+    ) -> compiler_collectives_core::Result<()> {
+        self.0.set(k, v, d)
+    }
+    fn get(
+        &self,
+        k: &str,
+        d: compiler_collectives_core::Deadline,
+    ) -> compiler_collectives_core::Result<Vec<u8>> {
+        self.0.get(k, d)
+    }
+    fn add(
+        &self,
+        k: &str,
+        n: i64,
+        d: compiler_collectives_core::Deadline,
+    ) -> compiler_collectives_core::Result<i64> {
+        self.0.add(k, n, d)
+    }
+    fn wait(
+        &self,
+        keys: &[&str],
+        d: compiler_collectives_core::Deadline,
+    ) -> compiler_collectives_core::Result<()> {
+        let start = Instant::now();
+        let r = self.0.wait(keys, d);
+        if r.is_err() {
+            std::thread::sleep(Duration::from_secs(1).saturating_sub(start.elapsed()));
+        }
+        r
+    }
+    fn delete(
+        &self,
+        k: &str,
+        d: compiler_collectives_core::Deadline,
+    ) -> compiler_collectives_core::Result<bool> {
+        self.0.delete(k, d)
+    }
+    fn try_get(
+        &self,
+        k: &str,
+        d: compiler_collectives_core::Deadline,
+    ) -> compiler_collectives_core::Result<Option<Vec<u8>>> {
+        self.0.try_get(k, d)
+    }
+}
+
+#[test]
+fn a_rendezvous_timeout_over_slow_waits_comes_at_its_deadline() {
+    // Rank 0 alone of 4: naming the three missing ranks must not cost a
+    // slow wait each (it took the deadline + 3 s).
+    let store = GlooStore::from_store(
+        Arc::new(SlowWaits(InProcessStore::new())),
+        Duration::from_secs(1),
+    )
+    .expect("store");
+    let opts = GlooOptions::default().with_connect_timeout(Duration::from_secs(1));
+    let start = Instant::now();
+    let err = GlooTransport::connect(&store, 0, 4, &opts).expect_err("ranks 1-3 never come");
+    let took = start.elapsed();
+    match &err {
+        compiler_collectives_core::Error::Timeout { missing_ranks, .. } => {
+            assert_eq!(missing_ranks, &[1, 2, 3], "{err}");
+        }
+        other => panic!("expected a timeout, got {other}"),
+    }
+    assert!(took < Duration::from_millis(2000), "took {took:?}: {err}");
+}
