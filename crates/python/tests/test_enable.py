@@ -205,6 +205,16 @@ def test_a_bad_group_is_refused_and_nothing_changes(world_of_one, group, match):
     assert not cct.is_enabled()
 
 
+def test_a_group_this_rank_is_not_in_is_refused_naming_it(world_of_one):
+    # What dist.new_group gives a rank outside the group.
+    import torch.distributed as dist
+
+    with pytest.raises(compiler_collectives.InvalidArgument,
+                       match="rank 0 is not a member of the ProcessGroup"):
+        cct.enable(timeout=10, group=dist.GroupMember.NON_GROUP_MEMBER)
+    assert not cct.is_enabled()
+
+
 def test_the_world_as_a_group_is_the_default(world_of_one):
     # A world of one: [0], range(1) and the default group's ProcessGroup all
     # name the same ranks as None.

@@ -555,6 +555,12 @@ def _group_ranks(group) -> list[int]:
         from torch.distributed.device_mesh import DeviceMesh
     except ImportError:  # a torch built without it
         DeviceMesh = ()
+    if group is getattr(dist.GroupMember, "NON_GROUP_MEMBER", object()):
+        raise InvalidArgument(
+            f"rank {dist.get_rank()} is not a member of the ProcessGroup it passed to enable() "
+            "(torch gives non-members GroupMember.NON_GROUP_MEMBER); every rank passes the "
+            "group of ranks that compile the same program as itself"
+        )
     if isinstance(group, dist.ProcessGroup):
         ranks = dist.get_process_group_ranks(group)
     elif DeviceMesh and isinstance(group, DeviceMesh):
