@@ -382,10 +382,7 @@ impl Channel {
                     key: key.to_owned(),
                     last_completed: self.last_completed,
                 });
-                let e = match &self.rank_map {
-                    Some(map) => e.in_global_ranks(map),
-                    None => e,
-                };
+                let e = self.in_job_ranks(e);
                 if e.is_fatal() {
                     self.failed = Some(Poison::of(&e));
                 }
@@ -433,14 +430,20 @@ impl Channel {
     /// the caller should report it (in job ranks under a
     /// [`ChannelOptions::rank_map`]).
     pub(crate) fn fail(&mut self, error: Error) -> Error {
-        let error = match &self.rank_map {
-            Some(map) => error.in_global_ranks(map),
-            None => error,
-        };
+        let error = self.in_job_ranks(error);
         if self.failed.is_none() {
             self.failed = Some(Poison::of(&error));
         }
         error
+    }
+
+    /// `error` naming job ranks under a [`ChannelOptions::rank_map`], as it
+    /// is otherwise.
+    fn in_job_ranks(&self, error: Error) -> Error {
+        match &self.rank_map {
+            Some(map) => error.in_global_ranks(map),
+            None => error,
+        }
     }
 
     /// Abandons the channel after an error: marks it unusable and tells the
