@@ -9,13 +9,14 @@ use compiler_collectives_core::decisions::autotune::{
     autotune, autotune_ops, median_nanos, Choice, Measure, Op, Strategy as Tuning, Timings,
 };
 use compiler_collectives_core::decisions::shapes::Observation;
-use compiler_collectives_core::decisions::votes::{AllVote, AnyVote, Max, Min};
+use compiler_collectives_core::decisions::votes::{AllVote, AnyVote, Max, MaxEach, Min, TextLists};
 use compiler_collectives_core::persistence::artifacts::{
     ArtifactOrigin, ArtifactStore, DiskArtifacts,
 };
 use compiler_collectives_core::Join;
 use compiler_collectives_core::{
-    Channel, ChannelOptions, Error, InProcessGroup, RankGroup, Topology, Transport,
+    Channel, ChannelOptions, Error, ExchangeOptions, InProcessGroup, PerRank, RankGroup, Topology,
+    Transport,
 };
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
@@ -582,6 +583,65 @@ proptest! {
         check_laws(&AllVote(a.0), &AllVote(b.0), &AllVote(c.0));
         check_laws(&Max(a.1), &Max(b.1), &Max(c.1));
         check_laws(&Min(a.1), &Min(b.1), &Min(c.1));
+    }
+
+    #[test]
+    fn max_each_and_text_lists_join_laws(
+        a in proptest::collection::vec(any::<i64>(), 0..6),
+        b in proptest::collection::vec(any::<i64>(), 0..6),
+        c in proptest::collection::vec(any::<i64>(), 0..6),
+        s in proptest::collection::vec(proptest::collection::vec("[a-c]{0,2}", 0..3), 3),
+    ) {
+        check_laws(&MaxEach(a), &MaxEach(b), &MaxEach(c));
+        check_laws(
+            &TextLists::of(s[0].clone()),
+            &TextLists::of(s[1].clone()),
+            &TextLists::of(s[2].clone()),
+        );
+    }
+}
+
+#[test]
+fn max_each_is_the_maximum_at_each_position_and_text_lists_every_rank_s_list() {
+    let ranks = InProcessGroup::create(3).unwrap();
+    let handles: Vec<_> = ranks
+        .into_iter()
+        .map(|t| {
+            std::thread::spawn(move || {
+                let r = i64::from(t.rank());
+                let mut ch = Channel::new(std::sync::Arc::new(t)).unwrap();
+                // Rank 2 sends one size more: the others' lists end earlier.
+                let mut sizes = vec![10 - r, r * 4, 7];
+                if r == 2 {
+                    sizes.push(-3);
+                }
+                let maxed = ch
+                    .exchange("sizes", &MaxEach(sizes))
+                    .unwrap()
+                    .merged()
+                    .0
+                    .clone();
+                let names = TextLists::of(vec![format!("n{r}"), "shared".into()]);
+                let every = ExchangeOptions::default().with_every_value(true);
+                let g = ch.exchange_with("names", &names, &every).unwrap();
+                let lists: Vec<Vec<String>> = match g.per_rank() {
+                    PerRank::Values(v) => v.iter().map(|l| l.one().unwrap().to_vec()).collect(),
+                    other => panic!("every value expected, got {other:?}"),
+                };
+                (maxed, lists, g.merged().0.len())
+            })
+        })
+        .collect();
+    for h in handles {
+        let (maxed, lists, distinct) = h.join().unwrap();
+        assert_eq!(maxed, vec![10, 8, 7, -3]);
+        assert_eq!(
+            lists,
+            (0..3)
+                .map(|r| vec![format!("n{r}"), "shared".to_string()])
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(distinct, 3);
     }
 }
 

@@ -14,6 +14,8 @@
 //! | [`AnyVote`] (`vote.any`) | or | guard votes of [`crate::cache::CompileCache`]: any miss ⇒ every rank recompiles |
 //! | [`AllVote`] (`vote.all`) | and | cache-hit agreement ([`crate::persistence::artifacts`]): keep a disk hit only if every rank hit |
 //! | [`Max`] / [`Min`] (`vote.max` / `vote.min`) | max / min | e.g. the largest batch any rank will see |
+//! | [`MaxEach`] (`vote.max_each`) | max per position | the partitioner's saved sizes (`compiler_collectives.torch`, PyTorch's `all_reduce(MAX)` of one size per rank) |
+//! | [`TextLists`] (`gather.text_lists`) | union | every rank's list of texts, read with `with_every_value` (the partitioner's saved names, autotuning winners) |
 //! | [`crate::decisions::shapes::FrameState`] (`shape.frame_state`) | size-entry lattice | automatic dynamic shapes |
 //! | [`crate::decisions::agree::AgreedValues`] (`agree.values`) | union per name | must-agree values ([`crate::decisions::agree::MustAgree`]) |
 //! | [`crate::decisions::autotune::Timings`] (`autotune.timings`) | max per candidate | best-choice and sharded autotuning |
@@ -89,6 +91,57 @@ impl Join for Min {
     const KIND: &'static str = "vote.min";
     fn join(&mut self, other: &Self) {
         self.0 = self.0.min(other.0);
+    }
+}
+
+/// The maximum over ranks at each position of a list: PyTorch's
+/// `all_reduce(op=MAX)` of a tensor of integers. A list shorter than
+/// another is joined as if it ended there (a missing position is ⊥), so
+/// ranks may send different lengths; the result is as long as the longest.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct MaxEach(pub Vec<i64>);
+
+impl Join for MaxEach {
+    const KIND: &'static str = "vote.max_each";
+    fn join(&mut self, other: &Self) {
+        for (mine, theirs) in self.0.iter_mut().zip(&other.0) {
+            *mine = (*mine).max(*theirs);
+        }
+        if other.0.len() > self.0.len() {
+            self.0.extend_from_slice(&other.0[self.0.len()..]);
+        }
+    }
+}
+
+/// The distinct lists of texts the ranks hold: an all_gather of a list of
+/// strings without pickling. Each rank sends a set of one list; the join is
+/// the union, so the merged value says whether every rank holds the same
+/// list (one element) — and which lists exist — without every value; an
+/// exchange `with_every_value(true)` gives each rank's list
+/// ([`Gathered::per_rank`], [`TextLists::one`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TextLists(pub std::collections::BTreeSet<Vec<String>>);
+
+impl TextLists {
+    /// This rank's contribution: the one list `texts`.
+    pub fn of(texts: Vec<String>) -> Self {
+        Self(std::collections::BTreeSet::from([texts]))
+    }
+
+    /// The list of a value sent by [`TextLists::of`]; `None` for a join of
+    /// several lists (or of none).
+    pub fn one(&self) -> Option<&[String]> {
+        match self.0.len() {
+            1 => self.0.iter().next().map(Vec::as_slice),
+            _ => None,
+        }
+    }
+}
+
+impl Join for TextLists {
+    const KIND: &'static str = "gather.text_lists";
+    fn join(&mut self, other: &Self) {
+        self.0.extend(other.0.iter().cloned());
     }
 }
 
