@@ -23,13 +23,13 @@ mod logs;
 mod store;
 
 use compiler_collectives_core::decisions::shapes::FrameState;
-use compiler_collectives_core::decisions::votes::AnyVote;
+use compiler_collectives_core::decisions::votes::{AnyVote, MaxEach, TextLists};
 use compiler_collectives_core::protocol::envelope::WIRE_VERSION;
 use compiler_collectives_core::protocol::hierarchical_from_env;
 use compiler_collectives_core::protocol::tree::DEFAULT_HIERARCHICAL_FROM;
 use compiler_collectives_core::{
-    Channel, ChannelOptions, Error, ExchangeOptions, FirstFailure, Gathered, PerRank, RankMap,
-    RunEnv, Topology, Transport,
+    Channel, ChannelOptions, DecodeError, Error, ErrorKind, ExchangeOptions, FirstFailure,
+    Gathered, PerRank, RankMap, RunEnv, Topology, Transport,
 };
 use compiler_collectives_gloo::{
     advertised_hostname, GlooInterrupt, GlooOptions, GlooStore, GlooTransport,
@@ -46,6 +46,26 @@ struct Context<'k> {
     seq: u64,
     key: &'k str,
     last_completed: Option<u64>,
+}
+
+/// The class of `compiler_collectives._errors` that core's error kind is
+/// raised as: one class per kind, chosen here by the kind itself (a kind
+/// added to core without a class here is raised as the base `Error`, and
+/// the test `error_classes_cover_every_kind` fails until it has one).
+fn error_class(kind: ErrorKind) -> &'static str {
+    match kind {
+        ErrorKind::Timeout => "Timeout",
+        ErrorKind::PeerLost => "PeerLost",
+        ErrorKind::Desync => "Desync",
+        ErrorKind::VersionMismatch => "VersionMismatch",
+        ErrorKind::Disagreement => "Disagreement",
+        ErrorKind::Decode => "DecodeError",
+        ErrorKind::Backend => "BackendError",
+        ErrorKind::InvalidArgument => "InvalidArgument",
+        ErrorKind::Unsupported => "Unsupported",
+        ErrorKind::ChannelUnusable => "ChannelUnusable",
+        _ => "Error",
+    }
 }
 
 /// Core's error as the package's exception (`compiler_collectives._errors`).
@@ -72,6 +92,7 @@ fn to_py_in(py: Python<'_>, e: &Error, context: Option<&Context<'_>>) -> PyErr {
             .map(|(r, how)| (*r, how.as_str().to_owned()))
             .collect();
         let value = module.getattr("_from_native")?.call1((
+            error_class(e.kind()),
             e.kind().as_str(),
             e.to_string(),
             e.missing_ranks().to_vec(),
@@ -431,6 +452,67 @@ impl CompileChannel {
         Ok(!any_miss)
     }
 
+    /// Every rank's list of texts under `key`, in rank order (an
+    /// all_gather of `list[str]`, no pickling): `texts` is this rank's.
+    /// With `config`, that text must be equal on every rank too, else every
+    /// rank raises `Disagreement` naming the ranks and their texts (fatal:
+    /// the channel is unusable afterwards). Cost: one all_gather of a
+    /// 4096-byte slot when the lists are equal or fit it, one more of the
+    /// lists otherwise. Errors as `exchange_local_state`.
+    #[pyo3(signature = (key, texts, config=None))]
+    fn gather_texts(
+        &self,
+        py: Python<'_>,
+        key: &str,
+        texts: Vec<String>,
+        config: Option<&str>,
+    ) -> PyResult<Vec<Vec<String>>> {
+        let mut options = ExchangeOptions::default().with_every_value(true);
+        if let Some(config) = config {
+            options = options.with_config(config);
+        }
+        let world = self.world_size as usize;
+        let local = TextLists::of(texts);
+        self.with_channel(py, key, |c| {
+            let gathered = c.exchange_with(key, &local, &options)?;
+            match gathered.per_rank() {
+                PerRank::Same => Ok(vec![local.one().unwrap_or_default().to_vec(); world]),
+                PerRank::Values(lists) => lists
+                    .iter()
+                    .zip(0u32..)
+                    .map(|(l, rank)| {
+                        l.one()
+                            .map(<[String]>::to_vec)
+                            .ok_or_else(|| Error::Decode {
+                                rank: Some(rank),
+                                reason: DecodeError::Invalid {
+                                    field: "list of texts",
+                                    detail: format!(
+                                        "{} lists under '{key}', where one was expected",
+                                        l.0.len()
+                                    ),
+                                },
+                            })
+                    })
+                    .collect(),
+                other => Err(Error::Unsupported(format!(
+                    "every rank's texts of '{key}' are not available ({other:?})"
+                ))),
+            }
+        })
+    }
+
+    /// The maximum over ranks at each position of `values` (PyTorch's
+    /// `all_reduce(op=MAX)` of a tensor of integers), under `key`. Cost: one
+    /// all_gather of a 4096-byte slot (a few bytes per value), one more
+    /// beyond it. Errors as `exchange_local_state`.
+    fn max_each(&self, py: Python<'_>, key: &str, values: Vec<i64>) -> PyResult<Vec<i64>> {
+        let local = MaxEach(values);
+        self.with_channel(py, key, |c| {
+            c.exchange(key, &local).map(|g| g.merged().0.clone())
+        })
+    }
+
     /// Checks that every rank passed the same `config` text under `key`;
     /// raises `Disagreement` naming the ranks and their values otherwise.
     fn agree(&self, py: Python<'_>, key: &str, config: &str) -> PyResult<()> {
@@ -528,6 +610,11 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("WIRE_VERSION", WIRE_VERSION)?;
     m.add("VERSION", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(use_gloo_adapter, m)?)?;
+    let classes: Vec<(&str, &str)> = ErrorKind::ALL
+        .iter()
+        .map(|k| (k.as_str(), error_class(*k)))
+        .collect();
+    m.add("ERROR_CLASSES", classes)?;
     Ok(())
 }
 

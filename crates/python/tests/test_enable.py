@@ -242,6 +242,8 @@ def test_guard_votes_must_be_a_bool(world_of_one):
 
 
 def test_errors_form_one_hierarchy_with_their_kinds():
+    from compiler_collectives._native import ERROR_CLASSES
+
     kinds = {
         "timeout": compiler_collectives.Timeout,
         "peer_lost": compiler_collectives.PeerLost,
@@ -254,8 +256,12 @@ def test_errors_form_one_hierarchy_with_their_kinds():
         "unsupported": compiler_collectives.Unsupported,
         "channel_unusable": compiler_collectives.ChannelUnusable,
     }
+    # The extension chooses the class from core's ErrorKind: every kind core
+    # has (ErrorKind::ALL) has its own class here, whose kind is its name.
+    assert dict(ERROR_CLASSES) == {k: cls.__name__ for k, cls in kinds.items()}
     for kind, cls in kinds.items():
-        e = _errors._from_native(kind, f"text of {kind}", [1, 3], 4, "k", 3, [(1, "shutdown")])
+        e = _errors._from_native(cls.__name__, kind, f"text of {kind}", [1, 3], 4, "k", 3,
+                                 [(1, "shutdown")])
         assert type(e) is cls and isinstance(e, compiler_collectives.Error)
         assert (e.kind, str(e), e.missing_ranks, e.exchange, e.key, e.last_completed) == (
             kind, f"text of {kind}", [1, 3], 4, "k", 3,
@@ -263,9 +269,14 @@ def test_errors_form_one_hierarchy_with_their_kinds():
         assert e.departures == [(1, "shutdown")]
         back = pickle.loads(pickle.dumps(e))
         assert type(back) is cls and back.missing_ranks == [1, 3] and str(back) == str(e)
-    # A kind this Python side does not know yet is still an Error.
-    assert type(_errors._from_native("new_kind", "t", [], None, None, None, [])) is (
-        compiler_collectives.Error
+    # A kind this Python side has no class for yet is still an Error, with its kind.
+    new = _errors._from_native("Error", "new_kind", "t", [], None, None, None, [])
+    assert type(new) is compiler_collectives.Error and new.kind == "new_kind"
+    mismatch = compiler_collectives.GraphMismatch("graphs differ", groups=[[0, 2], [1]])
+    assert isinstance(mismatch, compiler_collectives.Disagreement)
+    back = pickle.loads(pickle.dumps(mismatch))
+    assert (type(back), back.groups, str(back), back.kind) == (
+        compiler_collectives.GraphMismatch, [[0, 2], [1]], "graphs differ", "disagreement"
     )
     assert issubclass(compiler_collectives.Timeout, TimeoutError)
     assert issubclass(compiler_collectives.InvalidArgument, ValueError)

@@ -315,10 +315,18 @@ def test_settings_are_read_where_the_version_keeps_them(world_of_one):
     assert "torch.distributed.config.compile_on_one_rank" in dict(cct._settings("2.13.0"))
     assert "torch.compiler.config.compile_on_one_rank" in dict(cct._settings("2.15.0"))
     agreed = cct._must_agree(True, False, INSTALLED).splitlines()
-    assert agreed[:6] == [f"torch={torch.__version__}", f"torch_followed={INSTALLED}",
+    assert agreed[:8] == [f"torch={torch.__version__}", f"torch_followed={INSTALLED}",
                           f"compiler_collectives={compiler_collectives.__version__}",
                           f"wire={compiler_collectives.WIRE_VERSION}", "guard_votes=True",
-                          "allow_untested_torch=False"]
+                          "allow_untested_torch=False", "cache_agreement=False",
+                          "check_graphs=False"]
+    # The caches' settings are compared too (the cache vote's preconditions).
+    for path in ("torch._functorch.config.enable_autograd_cache",
+                 "torch._inductor.config.fx_graph_cache",
+                 "torch.compiler.config.force_disable_caches",
+                 "torch.compiler.config.cache_key_tag"):
+        assert [x for x in agreed if x.startswith(path + "=")] == [
+            f"{path}={dict(cct._settings(INSTALLED))[path]}"]
     for name in ("dynamic_sources", "unbacked_sources", "dynamic_values", "static_sources"):
         path = f"torch.compiler.config.{name}"
         line = [x for x in agreed if x.startswith(path + "=")]
@@ -337,29 +345,30 @@ def test_settings_are_read_where_the_version_keeps_them(world_of_one):
 
 @pytest.mark.parametrize("flag", ["_sync_decision_cross_ranks",
                                   "_sync_cache_decision_cross_ranks"])
-def test_a_functorch_cross_rank_sync_flag_is_refused_naming_it(world_of_one, flag):
+def test_a_functorch_cross_rank_sync_flag_is_served_by_the_channel(world_of_one, flag):
+    """functorch's sync flags, refused up to issue 31, are now served: with
+    either on, enable() succeeds and torch's functions that would run
+    collectives on a torch group are the package's while enabled."""
+    import torch._functorch._aot_autograd.autograd_cache as autograd_cache
     import torch._functorch.config as fc
+    import torch._functorch.partitioners as partitioners
 
     if not TABLE["versions"][INSTALLED][f"torch._functorch.config.{flag}"]:
-        # This torch has no such sync (it came in 2.15): nothing to refuse,
-        # and no such setting to turn on.
+        # This torch has no such sync (it came in 2.15): no such setting.
         assert not hasattr(fc, flag)
-        with pytest.raises(AttributeError):
-            fc.patch(flag, True).__enter__()
-        cct.enable(timeout=20)
-        cct.disable()
         return
-    before = replaced_objects()
-    # (monkeypatch.setattr on a config module deletes the setting on undo.)
-    with fc.patch(flag, True), pytest.raises(compiler_collectives.Unsupported) as e:
+    original = partitioners._sync_decision_cross_ranks
+    with fc.patch(flag, True):
         cct.enable(timeout=20)
-    assert getattr(fc, flag) is False
-    print(f"\nREFUSAL (functorch): {e.value}")
-    assert str(e.value).startswith(
-        f"compiler_collectives.torch does not support torch._functorch.config.{flag}=True: ")
-    assert e.value.kind == "unsupported"
-    assert replaced_objects() == before
-    assert not cct.is_enabled()
+        try:
+            assert partitioners._sync_decision_cross_ranks.__wrapped__ is original
+            if hasattr(autograd_cache, "sync_cache_decision_cross_ranks"):
+                # A group of one: every rank's hit is its own.
+                assert autograd_cache.sync_cache_decision_cross_ranks(True) is True
+                assert autograd_cache.sync_cache_decision_cross_ranks.__wrapped__
+        finally:
+            cct.disable()
+    assert partitioners._sync_decision_cross_ranks is original
 
 
 def test_no_torch_process_group_is_created_by_a_compile(world_of_one):
@@ -596,9 +605,10 @@ def test_an_untested_torch_in_a_2_rank_job(tmp_path):
 
 
 def test_no_torch_group_for_functorchs_sync_in_a_2_rank_job(tmp_path):
-    """With functorch's sync flags off (enable() refuses otherwise), a
-    compile whose joint graph holds a collective creates no torch process
-    group: neither Dynamo's pt2_compile_pg nor 2.15's pt2_compile_sync_pg.
+    """With functorch's partitioner sync on and the package enabled
+    (cache_agreement=True), a compile whose joint graph holds a collective
+    creates no torch process group: neither Dynamo's pt2_compile_pg nor
+    2.15's pt2_compile_sync_pg; the sync runs on the channel.
 
     The control, where torch has that group (2.15 on), creates it as
     functorch's sync does and counts it the same way. (Running the sync
@@ -620,6 +630,8 @@ def test_no_torch_group_for_functorchs_sync_in_a_2_rank_job(tmp_path):
         for g in done["grads"]:
             assert g == pytest.approx(grad), done
         assert (done["new_groups"], done["tags"]) == (0, []), done
+        # enable's check, the frame's exchange, the partitioner's three.
+        assert done["exchanges"] == 5, done
         if has_sync_pg:
             control = r.event("control")
             assert (control["new_groups"], control["tags"]) == (1, ["user:pt2_compile_sync_pg"]), control

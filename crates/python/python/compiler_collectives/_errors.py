@@ -17,6 +17,7 @@ __all__ = [
     "Desync",
     "VersionMismatch",
     "Disagreement",
+    "GraphMismatch",
     "DecodeError",
     "BackendError",
     "InvalidArgument",
@@ -131,6 +132,30 @@ class Disagreement(Error):
     kind = "disagreement"
 
 
+class GraphMismatch(Disagreement):
+    """The ranks of a group traced different graphs
+    (``enable(check_graphs=True)``), or Inductor's SPMD check found their
+    post-grad graphs differ (``spmd_mismatch="error"``). Raised on every rank
+    of the group, with the same message: the groups of ranks by graph and
+    the first op where they differ.
+
+    Attributes (besides :class:`Error`'s):
+        groups: the job ranks of each distinct graph, each group ascending,
+            in order of its first rank.
+    """
+
+    def __init__(self, message: str, *, groups: Sequence[Sequence[int]] = (), **fields) -> None:
+        super().__init__(message, **fields)
+        self.groups = [[int(r) for r in g] for g in groups]
+
+    def __reduce__(self):
+        return (_rebuild_graph_mismatch, (self.message, self.groups, self.key))
+
+
+def _rebuild_graph_mismatch(message, groups, key):
+    return GraphMismatch(message, groups=groups, key=key)
+
+
 class DecodeError(Error):
     """A rank's message could not be decoded."""
 
@@ -166,8 +191,8 @@ class IncompatibleTorch(Unsupported):
     functions are not the source, this package was written for."""
 
 
-_BY_KIND = {
-    cls.kind: cls
+_CLASSES = {
+    cls.__name__: cls
     for cls in (
         Timeout,
         PeerLost,
@@ -183,7 +208,14 @@ _BY_KIND = {
 }
 
 
-def _from_native(kind, message, missing_ranks, exchange, key, last_completed, departures):
-    """Builds the exception for a core error (called by the extension)."""
-    cls = _BY_KIND.get(kind, Error)
+def _from_native(class_name, kind, message, missing_ranks, exchange, key, last_completed,
+                 departures):
+    """Builds the exception for a core error (called by the extension, which
+    chooses ``class_name`` from core's error kind; ``kind`` is the kind's
+    name, which a kind without a class here keeps on the base ``Error``)."""
+    cls = _CLASSES.get(class_name)
+    if cls is None:
+        e = _rebuild(Error, message, missing_ranks, departures, exchange, key, last_completed)
+        e.kind = kind
+        return e
     return _rebuild(cls, message, missing_ranks, departures, exchange, key, last_completed)

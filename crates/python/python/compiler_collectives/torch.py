@@ -34,6 +34,12 @@ are in ``_compat.py``).
   eager fallback (``suppress_errors``) and never as a process abort (a
   failed guard vote votes "miss" and raises on the recompile that follows).
 
+- PT2's other compile-time agreements (``_cache_vote``, ``_partitioner``,
+  ``_autotune``, ``_graph_check``): AOTAutograd's cache-hit vote
+  (``cache_agreement=True``), the partitioner's decision sync, Inductor's
+  distributed autotuning, its SPMD check, and the graph check
+  (``check_graphs=True``): docs/python.md, "Every agreement".
+
 The channel is a Gloo process group of this package's own (Rust, CPU,
 TCP), rendezvoused through the default process group's store; no collective
 runs on a torch process group. Its deadline: ``timeout``, else
@@ -58,7 +64,7 @@ from typing import Callable, Optional, Union
 import torch
 import torch.distributed as dist
 
-from . import _compat
+from . import _autotune, _cache_vote, _compat, _graph_check, _partitioner
 from ._errors import ChannelUnusable, Error, IncompatibleTorch, InvalidArgument, Unsupported
 
 __all__ = ["enable", "disable", "is_enabled", "channel_info", "TORCH_VERSION", "TORCH_VERSIONS"]
@@ -109,10 +115,13 @@ class _Group:
 
 
 class _State:
-    def __init__(self, channel, guard_votes: bool) -> None:
+    def __init__(self, channel, guard_votes: bool, cache_agreement: bool = False,
+                 check_graphs: bool = False) -> None:
         self.channel = channel
         self.group = _Group(channel)
         self.guard_votes = guard_votes
+        self.cache_agreement = cache_agreement
+        self.check_graphs = check_graphs
         # The first error of an exchange that has not reached the caller yet
         # (a failed guard vote, or one Dynamo suppressed).
         self.pending: Optional[BaseException] = None
@@ -182,34 +191,90 @@ def _check_torch(allow_untested: bool = False) -> "_compat.Decision":
     return decision
 
 
-#: Settings ``enable`` refuses to run with (on every torch version): with
-#: either on, functorch's partitioner and AOTAutogradCache sync decisions
-#: across ranks with collectives of their own on a torch process group (the
-#: default group up to torch 2.14; from 2.15, a Gloo group tagged
-#: ``pt2_compile_sync_pg``), outside this package's channel and deadline.
-_REFUSED = [
-    "torch._functorch.config._sync_decision_cross_ranks",
-    "torch._functorch.config._sync_cache_decision_cross_ranks",
-]
+#: The table entries each agreement replaces or wraps: an agreement is
+#: installed when the followed torch version has every entry of its list.
+_AGREEMENT_ENTRIES = {
+    "cache_vote_before_2_15": [
+        "torch._functorch._aot_autograd.autograd_cache.AOTAutogradCache.try_load",
+        "torch._functorch._aot_autograd.autograd_cache.AOTAutogradCache._lookup",
+    ],
+    "cache_vote_2_15": [_cache_vote.SYNC_PATH],
+    "partitioner": [
+        "torch._functorch.partitioners._sync_decision_cross_ranks",
+        "torch._functorch.partitioners._canonical_node_names",
+        "torch._functorch.partitioners._size_of",
+    ],
+    "autotune": [
+        "torch._inductor.distributed_autotune.get_autotune_pg",
+        "torch._inductor.distributed_autotune._sync",
+        "torch._inductor.distributed_autotune.maybe_autotune_remote",
+        "torch._inductor.distributed_autotune._SerializedChoice",
+    ],
+    "graph_check": ["torch._dynamo.output_graph.OutputGraph.call_user_compiler"],
+    "spmd_check": [
+        "torch._inductor.fx_passes.spmd_check.spmd_check",
+        "torch._inductor.fx_passes.spmd_check._compute_hash",
+        "torch._inductor.fx_passes.spmd_check._build_diag_fingerprint",
+        "torch._inductor.fx_passes.spmd_check._build_mismatch_report",
+    ],
+}
 
 
-def _check_refused_settings() -> None:
-    on = []
-    for path in _REFUSED:
-        module, name = path.rsplit(".", 1)
-        try:
-            value = getattr(_resolve(module), name)
-        except (ImportError, AttributeError):
-            continue
-        if value:
-            on.append(f"{path}={value!r}")
-    if on:
+def _available(version: str) -> set:
+    """The agreements of ``_AGREEMENT_ENTRIES`` torch ``version`` (a table
+    version) has every entry of."""
+    known = _compat.load_table()["versions"][version]
+    return {name for name, paths in _AGREEMENT_ENTRIES.items() if all(known.get(p) for p in paths)}
+
+
+def _check_agreements(cache_agreement: bool, check_graphs: bool, available: set) -> None:
+    """What ``enable`` refuses about the agreements (nothing changed yet)."""
+    for name, value in (("cache_agreement", cache_agreement), ("check_graphs", check_graphs)):
+        if not isinstance(value, bool):
+            raise InvalidArgument(f"{name} must be a bool, not {value!r}")
+    if cache_agreement and not available & {"cache_vote_before_2_15", "cache_vote_2_15"}:
         raise Unsupported(
-            "compiler_collectives.torch does not support " + " and ".join(on)
-            + ": functorch's cross-rank sync then runs collectives of its own on a torch "
-            "process group (the default group up to torch 2.14, 'pt2_compile_sync_pg' from "
-            "2.15), outside this package's channel and deadline. Turn it off (the default). "
+            f"cache_agreement=True: torch {torch.__version__} lacks the AOTAutogradCache "
+            "functions it hooks into (see the version table). Nothing was changed."
+        )
+    if check_graphs and "graph_check" not in available:
+        raise Unsupported(
+            f"check_graphs=True: torch {torch.__version__} lacks "
+            "OutputGraph.call_user_compiler. Nothing was changed."
+        )
+    import torch._inductor.config as inductor_config
+
+    optimizations = getattr(inductor_config, "aten_distributed_optimizations", None)
+    if getattr(optimizations, "spmd_check", False) and not cache_agreement:
+        raise Unsupported(
+            "torch._inductor.config.aten_distributed_optimizations.spmd_check is on: its check "
+            "runs after AOTAutograd's cache lookup, which a rank that hit its cache never "
+            "passes, so the ranks that compile would wait on the others. Pass "
+            "cache_agreement=True (every rank then compiles, or none), or turn it off. "
             "Nothing was changed."
+        )
+
+
+def _warn_about_cache_skew(cache_agreement: bool) -> None:
+    """The partitioner's sync with AOTAutograd's cache on and no cache-hit
+    agreement: a rank that hits skips the sync, and the others' exchange
+    fails (a Desync or Timeout naming it, not a hang)."""
+    import torch._functorch.config as functorch_config
+
+    if not getattr(functorch_config, "_sync_decision_cross_ranks", False):
+        return
+    if cache_agreement or getattr(functorch_config, _cache_vote.TORCH_FLAG, False):
+        return
+    if getattr(torch.compiler.config, "force_disable_caches", False):
+        return
+    if functorch_config.enable_autograd_cache or getattr(
+        functorch_config, "enable_remote_autograd_cache", False
+    ):
+        log.warning(
+            "torch._functorch.config._sync_decision_cross_ranks is on with AOTAutograd's "
+            "cache and no cache-hit agreement: a rank whose cache hits skips the "
+            "partitioner's exchanges, and the others then fail with a Desync or Timeout "
+            "naming it. enable(cache_agreement=True) keeps the ranks together."
         )
 
 
@@ -278,6 +343,19 @@ _CONFIG = [
     ["torch.compiler.config.compile_on_one_rank", "torch.distributed.config.compile_on_one_rank"],
     ["torch._functorch.config._sync_decision_cross_ranks"],
     ["torch._functorch.config._sync_cache_decision_cross_ranks"],
+    # The caches and agreements (2.15's config states the cache vote's
+    # preconditions: every rank reaches try_load for the same compiles).
+    ["torch._functorch.config.enable_autograd_cache"],
+    ["torch._functorch.config.enable_remote_autograd_cache"],
+    ["torch._functorch.config.bundled_autograd_cache"],
+    ["torch._inductor.config.fx_graph_cache"],
+    ["torch._inductor.config.fx_graph_remote_cache"],
+    ["torch._inductor.config.autotune_remote_cache"],
+    ["torch._inductor.config.distributed_max_autotune_gemm"],
+    ["torch._inductor.config.aten_distributed_optimizations.spmd_check"],
+    ["torch._inductor.config.aten_distributed_optimizations.spmd_mismatch"],
+    ["torch.compiler.config.force_disable_caches"],
+    ["torch.compiler.config.cache_key_tag"],
 ]
 
 
@@ -300,7 +378,8 @@ def _settings(version: str) -> list:
     return out
 
 
-def _must_agree(guard_votes: bool, allow_untested: bool, version: str) -> str:
+def _must_agree(guard_votes: bool, allow_untested: bool, version: str,
+                cache_agreement: bool = False, check_graphs: bool = False) -> str:
     from ._native import VERSION, WIRE_VERSION
 
     fields = [
@@ -310,6 +389,8 @@ def _must_agree(guard_votes: bool, allow_untested: bool, version: str) -> str:
         f"wire={WIRE_VERSION}",
         f"guard_votes={guard_votes}",
         f"allow_untested_torch={allow_untested}",
+        f"cache_agreement={cache_agreement}",
+        f"check_graphs={check_graphs}",
     ]
     for path, value in _settings(version):
         fields.append(f"{path}={'<absent in torch ' + version + '>' if value is None else value}")
@@ -634,6 +715,8 @@ def enable(
     guard_votes: bool = False,
     allow_untested_torch: bool = False,
     group=None,
+    cache_agreement: bool = False,
+    check_graphs: bool = False,
 ) -> None:
     """Puts Dynamo's compiler collectives (and, with ``guard_votes``, its
     guard collectives) on this package's channel. Call it on every rank,
@@ -664,6 +747,18 @@ def enable(
             own: each group gets its own channel, rendezvoused through the
             default group's store under a key derived from its sorted ranks,
             with no torch collective, and its errors name job ranks.
+        cache_agreement: keep an AOTAutograd cache hit only if every rank
+            of the group hit (on 2.15 also turned on by torch's
+            ``_sync_cache_decision_cross_ranks``). Ranks must pass the same.
+        check_graphs: before each graph goes to the backend, the group
+            compares its fingerprint (ops, order, dtypes, shapes of
+            collective inputs); ranks that traced different graphs all raise
+            ``GraphMismatch``. Ranks must pass the same.
+
+    Every other compile-time agreement of PT2 — the partitioner's decision
+    sync, Inductor's distributed autotuning and its SPMD check — runs on the
+    channel too while enabled, when torch's own switch for it is on
+    (docs/python.md, "Every agreement").
 
     Turns ``torch._dynamo.config.enable_compiler_collectives`` on
     (``disable`` restores it). Costs one rendezvous through the default
@@ -678,9 +773,9 @@ def enable(
             (the message names the version and each entry that differs from
             the nearest tested one), and ``allow_untested_torch`` is off; or
             it is on and a required entry is missing (nothing is changed).
-        Unsupported: ``torch._functorch.config._sync_decision_cross_ranks``
-            or ``_sync_cache_decision_cross_ranks`` is on (nothing is
-            changed).
+        Unsupported: Inductor's ``aten_distributed_optimizations.spmd_check``
+            is on without ``cache_agreement``, or this torch lacks what an
+            agreement asked for hooks into (nothing is changed).
         InvalidArgument: no default process group, already enabled, a bad
             timeout, or a bad ``group`` (not one of the forms above, a rank
             out of the job or listed twice, or a group without this rank).
@@ -699,7 +794,8 @@ def enable(
             f"allow_untested_torch must be a bool, not {allow_untested_torch!r}"
         )
     decision = _check_torch(allow_untested_torch)
-    _check_refused_settings()
+    available = _available(decision.version)
+    _check_agreements(cache_agreement, check_graphs, available)
     if not isinstance(guard_votes, bool):
         raise InvalidArgument(f"guard_votes must be a bool, not {guard_votes!r}")
     timeout_s = _timeout_seconds(timeout)
@@ -726,7 +822,7 @@ def enable(
     except Error as e:
         _report(e)
         raise
-    st = _State(channel, guard_votes)
+    st = _State(channel, guard_votes, cache_agreement, check_graphs)
     st.ranks = ranks
 
     previous_flag = torch._dynamo.config.enable_compiler_collectives
@@ -736,7 +832,9 @@ def enable(
     )
     try:
         channel.agree(
-            ENABLE_KEY, _must_agree(guard_votes, allow_untested_torch, decision.version)
+            ENABLE_KEY,
+            _must_agree(guard_votes, allow_untested_torch, decision.version,
+                        cache_agreement, check_graphs),
         )
     except BaseException as e:
         for undo in reversed(st.restore):
@@ -753,6 +851,8 @@ def enable(
     cew = convert_frame.CatchErrorsWrapper
     _patch(st, cew, "__call__", _make_catch_errors_call(cew.__dict__["__call__"]))
     _patch(st, eval_frame, "guard_collectives_hook", _guard_vote)
+    _install_agreements(st, available)
+    _warn_about_cache_skew(cache_agreement)
     if guard_votes:
         previous_hook = set_guard_complete_hook(_guard_vote)
         st.restore.append(lambda: set_guard_complete_hook(previous_hook))
@@ -770,6 +870,23 @@ def enable(
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=_forget_in_child)
         _hooks_registered = True
+
+
+def _install_agreements(st: _State, available: set) -> None:
+    """Puts every agreement the followed torch has on the channel (each acts
+    only when its switch is on: docs/python.md, "Every agreement")."""
+    if "cache_vote_2_15" in available:
+        _cache_vote.install(st, _patch, has_torch_sync=True)
+    elif "cache_vote_before_2_15" in available:
+        _cache_vote.install(st, _patch, has_torch_sync=False)
+    if "partitioner" in available:
+        _partitioner.install(st, _patch)
+    if "autotune" in available:
+        _autotune.install(st, _patch)
+    if "spmd_check" in available:
+        _graph_check.install_spmd_check(st, _patch)
+    if st.check_graphs:
+        _graph_check.install_graph_check(st, _patch, _frame_key)
 
 
 def disable() -> None:
@@ -818,6 +935,8 @@ def channel_info() -> Optional[dict]:
         "next_exchange": c.next_exchange,
         "topology": c.topology,
         "guard_votes": st.guard_votes,
+        "cache_agreement": st.cache_agreement,
+        "check_graphs": st.check_graphs,
     }
 
 

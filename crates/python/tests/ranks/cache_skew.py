@@ -1,0 +1,53 @@
+"""The rank program of test_agreements.py's cache-skew cases.
+
+A training step compiled by Inductor on CPU whose joint graph holds a
+functional collective, with functorch's ``_sync_decision_cross_ranks`` on
+(the partitioner's decision sync). Each rank has its own Inductor cache
+directory (``TORCHINDUCTOR_CACHE_DIR``, set by the test), which an earlier
+run may have warmed: the test runs it once on both ranks, then wipes rank
+1's directory, so that rank 0 hits AOTAutograd's cache and rank 1 misses.
+
+CCOL_SKEW_MODE: "package" (``enable(cache_agreement=True)``) or "torch"
+(torch's own ``_sync_cache_decision_cross_ranks``, 2.15, without the
+package). Events: "step" (the gradient, AOTAutograd's cache counters, the
+counted torch group creations and collectives, the channel's exchanges)."""
+
+from prelude import *
+
+import torch._functorch.config as functorch_config
+import torch.distributed._functional_collectives as funcol
+from torch._dynamo.utils import counters
+
+import torch_comms
+
+mode = os.environ["CCOL_SKEW_MODE"]
+functorch_config._sync_decision_cross_ranks = True
+if mode == "torch":
+    functorch_config._sync_cache_decision_cross_ranks = True
+else:
+    cct.enable(timeout=float(os.environ.get("CCOL_SKEW_TIMEOUT", "60")), cache_agreement=True)
+# After enable(), which refuses a torch whose functions were replaced.
+torch_comms.install()
+
+
+@torch.compile(backend="inductor")
+def step(x, w):
+    s = funcol.all_reduce(x.sum().reshape(1), "sum", dist.group.WORLD)
+    return ((x @ w).relu() * s).sum()
+
+
+x = torch.ones(4, 4)
+w = torch.full((4, 4), 0.5, requires_grad=True)
+started = time.monotonic()
+step(x, w).backward()
+info = cct.channel_info() if mode == "package" else None
+emit(ev="step", grad=w.grad.tolist(), seconds=time.monotonic() - started,
+     hits=counters["aot_autograd"]["autograd_cache_hit"],
+     misses=counters["aot_autograd"]["autograd_cache_miss"],
+     bypasses=counters["aot_autograd"]["autograd_cache_bypass"],
+     guard_misses=counters["aot_autograd"]["autograd_cache_guard_miss"],
+     dropped=counters["compiler_collectives"]["autograd_cache_hit_dropped"],
+     torch_comms=torch_comms.calls,
+     exchanges=None if info is None else info["next_exchange"])
+if mode == "package":
+    cct.disable()

@@ -1,0 +1,177 @@
+"""PT2's other compile-time agreements on the package's channel: AOTAutograd's
+cache-hit vote, the partitioner's decision sync, Inductor's distributed
+autotuning and the graph checks (docs/python.md, "Every agreement"). Each
+case runs real ranks (tests/ranks/) and counts the torch process groups
+created and the collectives run on torch groups while Dynamo compiles or
+AOTAutograd compiles a backward (tests/ranks/torch_comms.py): none with the
+package."""
+
+import json
+import math
+import shutil
+
+import pytest
+import torch
+from conftest import run_ranks
+
+import compiler_collectives.torch as cct
+
+#: Whether this torch has its own cache-hit agreement (2.15 on).
+HAS_TORCH_CACHE_SYNC = hasattr(
+    __import__("torch._functorch.config", fromlist=["_"]), "_sync_cache_decision_cross_ranks"
+)
+#: The deadline of the cache-skew runs, in seconds. Every exchange there
+#: comes before any rank compiles a kernel (the cache vote precedes the load,
+#: the partitioner's sync the lowering), so the gap it covers is tracing on
+#: both ranks: measured 0.1-1.2 s on 2 cores; 60 leaves room for a loaded
+#: machine.
+SKEW_TIMEOUT_S = 60
+#: The deadline of the graph-check runs (aot_eager, no kernel compiles).
+GRAPH_TIMEOUT_S = 30
+
+
+def _skew(tmp_path, run, mode):
+    # Each run its own FileStore (a store file keeps the last run's keys);
+    # the caches are the test's.
+    (tmp_path / run).mkdir()
+    return run_ranks(
+        tmp_path / run, 2, "cache_skew.py", limit=240,
+        env={"CCOL_SKEW_MODE": mode, "TORCHINDUCTOR_CACHE_DIR": f"{tmp_path}/cache-{{rank}}",
+             "CCOL_SKEW_TIMEOUT": str(SKEW_TIMEOUT_S), "CCOL_PG_BACKEND": "cpu:gloo"},
+    )
+
+
+def _steps(ranks):
+    out = []
+    for r in ranks:
+        assert r.returncode == 0, r.stderr[-3000:]
+        out.append(r.event("step"))
+    return out
+
+
+# Rank r's step: d/dw sum(relu(x @ w) * s), x = ones(4, 4), s = all_reduce(x.sum()) = 32.
+GRAD = [[128.0] * 4] * 4
+
+
+@pytest.mark.parametrize("mode", ["package"] + (["torch"] if HAS_TORCH_CACHE_SYNC else []))
+def test_cache_skew_every_rank_compiles(tmp_path, mode):
+    """Rank 0's AOTAutograd and FX caches are warm (an earlier run), rank 1's
+    cold; the joint graph holds a functional collective and the partitioner's
+    sync is on, the backend Inductor on CPU. torch 2.15 with its own flag,
+    and the package (cache_agreement=True) on every version: every rank
+    compiles (rank 0's hit is dropped), the gradients are right, and only
+    torch's own path creates a torch group and runs collectives on it."""
+    warm = _steps(_skew(tmp_path, "warm", mode))
+    for s in warm:
+        assert (s["grad"], s["hits"], s["misses"]) == (GRAD, 0, 1), s
+    shutil.rmtree(tmp_path / "cache-1")
+    skew = _steps(_skew(tmp_path, "skew", mode))
+    print(f"\nCACHE SKEW ({mode}): " + json.dumps(skew))
+    for s in skew:
+        assert (s["grad"], s["hits"], s["misses"], s["bypasses"]) == (GRAD, 0, 1, 0), s
+    if mode == "package":
+        # Rank 0 hit and dropped it; both voted once, and the partitioner
+        # synced in three exchanges (with enable's and the frame's: 6).
+        assert [s["dropped"] for s in skew] == [1, 0]
+        assert [s["exchanges"] for s in skew] == [6, 6]
+        assert [s["torch_comms"] for s in warm + skew] == [[]] * 4
+    else:
+        for s in skew:
+            assert s["torch_comms"] == [
+                ["_new_group_with_tag", "pt2_compile_sync_pg"], ["all_reduce", None],
+                ["all_gather_object", None], ["all_gather_object", None], ["all_reduce", None],
+            ], s
+
+
+def _graph(tmp_path, case):
+    return run_ranks(tmp_path, 2, "graph_check.py", limit=120,
+                     env={"CCOL_GRAPH_CASE": case, "CCOL_GRAPH_TIMEOUT": str(GRAPH_TIMEOUT_S)})
+
+
+def test_a_rank_dependent_graph_is_a_graph_mismatch_on_every_rank(tmp_path):
+    ranks = _graph(tmp_path, "rank_dependent")
+    raised = []
+    for r in ranks:
+        assert r.returncode == 0, r.stderr[-3000:]
+        raised.append(r.event("raised"))
+    print("\nGRAPH MISMATCH: " + raised[0]["message"])
+    assert {e["type"] for e in raised} == {"GraphMismatch"}
+    assert raised[0]["message"] == raised[1]["message"]
+    for e in raised:
+        assert e["groups"] == [[0], [1]]
+        assert "first difference at op 1:" in e["message"]
+        assert "job ranks [0] (5 ops): call_function _operator.add [float32]" in e["message"]
+        assert "job ranks [1] (5 ops): call_function _operator.mul [float32]" in e["message"]
+        assert e["seconds"] < GRAPH_TIMEOUT_S + 1
+        assert e["torch_comms"] == []
+
+
+def test_uneven_shards_are_no_graph_mismatch(tmp_path):
+    """Rank r holds a shard of 3 - r rows (FSDP2's uneven shards): the
+    fingerprint leaves out the shapes of what no collective takes, so three
+    steps run with one check, and the sums are right."""
+    ranks = _graph(tmp_path, "uneven")
+    for r in ranks:
+        assert r.returncode == 0, r.stderr[-3000:]
+        done = r.event("done")
+        # sum over ranks of 2 * (3 - r) * 4 + 2 * s: 40 + 4 s.
+        assert done["out"] == [40.0, 44.0, 48.0]
+        assert (done["exchanges"], done["torch_comms"]) == (3, [])
+
+
+def test_partitioner_sync_keeps_each_ranks_decision_when_the_joint_graphs_differ(tmp_path):
+    ranks = _graph(tmp_path, "partitioner_differs")
+    for r, d_y in zip(ranks, (math.cos(1.0), -math.sin(1.0))):
+        assert r.returncode == 0, r.stderr[-3000:]
+        done = r.event("done")
+        assert done["grad"] == pytest.approx([d_y * 8] * 4)
+        assert ("partitioner decision sync skipped: the joint graphs differ (ranks by graph: "
+                "[[0], [1]]); each rank keeps its own saved values") in done["records"]
+        assert done["torch_comms"] == []
+
+
+@pytest.mark.parametrize("case", ["equal", "differ"])
+def test_autotuning_sync_on_the_channel(tmp_path, case):
+    ranks = run_ranks(tmp_path, 2, "autotune_sync.py", limit=120,
+                      env={"CCOL_AUTOTUNE_CASE": case})
+    events = []
+    for r in ranks:
+        assert r.returncode == 0, r.stderr[-3000:]
+        events.append(r.event("sync"))
+    assert [e["group"] for e in events] == [[0, 2], [1, 2]]
+    assert [e["tags"] for e in events] == [[], []]
+    if case == "equal":
+        expected = [
+            [k, "torch._inductor.kernel.mm.mm_template" if k % 2
+             else "torch._inductor.kernel.mm.aten_mm",
+             {"ACC_TYPE": "'tl.float32'", "BLOCK_M": 16 * (k + 1), "EVEN_K": k % 2 == 0},
+             "_SerializedChoice"]
+            for k in range(5)
+        ]
+        assert [e["winners"] for e in events] == [expected, expected]
+    else:
+        assert [e["error"] for e in events] == ["Disagreement", "Disagreement"]
+        assert events[0]["message"] == events[1]["message"]
+        assert "size=[24, 16]" in events[0]["message"]
+        assert "size=[24, 32]" in events[0]["message"]
+
+
+def test_agreement_switches_are_checked(world_of_one, monkeypatch):
+    import compiler_collectives
+    import torch._inductor.config as inductor_config
+
+    with pytest.raises(compiler_collectives.InvalidArgument, match="cache_agreement"):
+        cct.enable(cache_agreement="yes")
+    with pytest.raises(compiler_collectives.InvalidArgument, match="check_graphs"):
+        cct.enable(check_graphs=1)
+    with inductor_config.patch({"aten_distributed_optimizations.spmd_check": True}):
+        with pytest.raises(compiler_collectives.Unsupported, match="cache_agreement=True"):
+            cct.enable(timeout=20)
+        assert not cct.is_enabled()
+        cct.enable(timeout=20, cache_agreement=True)
+        try:
+            info = cct.channel_info()
+            assert (info["cache_agreement"], info["check_graphs"]) == (True, False)
+        finally:
+            cct.disable()
+    assert torch is not None
