@@ -43,6 +43,7 @@ if missing:
     sys.exit(f"cargo did not report test executables {sorted(missing)}")
 ' "$out"
 cp scripts/gpu-check.sh "$out/gpu-check.sh"
+cp crates/python/examples/distributed_autotune_gpu.py "$out/distributed_autotune_gpu.py"
 chmod +x "$out"/*
 echo "$out:" >&2
 ls -l "$out" >&2

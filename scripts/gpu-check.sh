@@ -9,6 +9,10 @@
 # min(GPUs, 8) (NCCL refuses two ranks on one GPU: one GPU means world size
 # 1); measure exchange latency against a raw NCCL all_gather of the same
 # bytes at each world size; print one summary table. Exits 1 if a step failed.
+# Then, where CCOL_PYTHON (default python3) has torch with CUDA and the
+# compiler_collectives package, Inductor's distributed GEMM autotuning on the
+# package's channel (crates/python/examples/distributed_autotune_gpu.py,
+# shipped next to the binaries by build-gpu-check.sh; one rank per GPU).
 # Knobs: CCOL_NCCL_LIB, CCOL_PYTHON, CCOL_BENCH_ITERS (default 200),
 # CCOL_GPU_CHECK_STEP_S (time limit per step, default 900).
 set -uo pipefail
@@ -62,7 +66,8 @@ steps=()
 failed=0
 record() { # name, status, detail
     steps+=("$(printf '%-34s %-5s %s' "$1" "$2" "$3")")
-    [ "$2" = ok ] || failed=1
+    # A skip (what it needs is not installed here) is no failure.
+    [ "$2" = ok ] || [ "$2" = skip ] || failed=1
 }
 summary_of() { grep -E '^test result:' "$1" | tail -1 | sed 's/^test result: //'; }
 
@@ -93,6 +98,23 @@ else
         fi
         grep -v '^RESULT ' "$log/bench-$w"
     done
+fi
+
+autotune="$bin/distributed_autotune_gpu.py"
+py="${CCOL_PYTHON:-python3}"
+if [ ! -f "$autotune" ]; then
+    record "distributed autotune (package)" skip "$autotune missing"
+elif ! "$py" -c "import torch, compiler_collectives.torch; assert torch.cuda.is_available()" >/dev/null 2>&1; then
+    record "distributed autotune (package)" skip "$py has no CUDA torch with compiler_collectives"
+else
+    echo "== Inductor distributed autotuning on the package's channel, $max rank(s)"
+    if timeout "$limit" "$py" -m torch.distributed.run --standalone --nproc-per-node "$max" \
+        "$autotune" >"$log/autotune" 2>&1; then
+        record "distributed autotune (package)" ok "$(grep -c '"ok": true' "$log/autotune") rank(s) ok"
+    else
+        record "distributed autotune (package)" FAIL "(log below)"
+    fi
+    cat "$log/autotune"
 fi
 
 echo

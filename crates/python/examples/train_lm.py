@@ -24,6 +24,8 @@ the same graphs at the same steps. Options:
     others do not. With the package its exchange ends with a Timeout naming
     the others within the deadline (written to torchrun's error file); with
     Dynamo's own exchange it waits for the process group's timeout.
+--check-graphs  with the package: ``enable(check_graphs=True)``, every rank checks
+    that the others traced the same graph before it compiles one.
 --report PATH   each rank writes its compile steps and losses to PATH.<rank>.json.
 --log-steps     print a line as each step starts.
 """
@@ -132,6 +134,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--graph-break-rank", type=int, default=None)
     ap.add_argument("--graph-break-step", type=int, default=2)
+    ap.add_argument("--check-graphs", action="store_true")
     ap.add_argument("--report", default=None)
     ap.add_argument("--log-steps", action="store_true", help="print a line as each step starts")
     a = ap.parse_args()
@@ -143,7 +146,7 @@ def main() -> int:
     if a.exchange == "package":
         import compiler_collectives.torch
 
-        compiler_collectives.torch.enable(timeout=a.timeout)
+        compiler_collectives.torch.enable(timeout=a.timeout, check_graphs=a.check_graphs)
     elif a.exchange == "pytorch":
         torch._dynamo.config.enable_compiler_collectives = True
 

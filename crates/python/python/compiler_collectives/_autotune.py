@@ -94,10 +94,13 @@ def install(st, patch: Callable[..., None]) -> None:
     def maybe_autotune_remote(name, choices, inputs, layout):
         from torch._inductor.virtualized import V
 
-        state = V.distributed_autotune_state
-        before = getattr(state, "autotuned_index", None)
+        state = V.get_distributed_autotune_state(check_poisoned=False)
+        if not isinstance(state, da._DistributedAutotuneState):
+            # Outside a graph's autotuning (the setting off): nothing to record.
+            return original_remote(name, choices, inputs, layout)
+        before = state.autotuned_index
         result = original_remote(name, choices, inputs, layout)
-        if before is not None and state.autotuned_index == before + 1:
+        if state.autotuned_index == before + 1:
             ops = getattr(state, OPS_ATTR, None)
             if ops is None:
                 ops = []

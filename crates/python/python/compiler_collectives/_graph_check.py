@@ -73,16 +73,25 @@ def _tensors(value) -> list:
 
 
 def fingerprint(gm) -> List[str]:
-    """One line per node of the Dynamo graph ``gm``: its op, target (FX's
-    qualified name), the dtypes of its values, and for a collective (a
+    """One line per node of the Dynamo graph ``gm`` that makes tensors (and
+    the output, and every collective): its op, target (FX's qualified
+    name), the dtypes of its values, and for a collective (a
     ``c10d_functional`` op or a ``torch.distributed`` function) the shapes
     of its tensor inputs. Placeholders, whose names are rank-local, give
-    their op and dtypes only."""
+    their op and dtypes only. Nodes of sizes only (SymInt inputs, arithmetic
+    on sizes) are left out: uneven shards give ranks different ones — a dim
+    of size 1 is specialized where another rank's gets a symbol."""
     lines = []
     for node in gm.graph.nodes:
         name = _target_name(node)
         value = node.meta.get("example_value", node.meta.get("val"))
-        dtypes = ",".join(str(t.dtype).removeprefix("torch.") for t in _tensors(value))
+        tensors = _tensors(value)
+        if not tensors and node.op != "output" and not _is_collective(name):
+            # A size (a SymInt input, or arithmetic on sizes): which ones a
+            # graph has depends on each rank's shapes (a dim of size 1 is
+            # specialized, another gets a symbol), not on its program.
+            continue
+        dtypes = ",".join(str(t.dtype).removeprefix("torch.") for t in tensors)
         line = f"{node.op} {name} [{dtypes}]"
         if _is_collective(name):
             shapes = []

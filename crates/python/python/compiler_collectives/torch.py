@@ -242,7 +242,18 @@ def _check_agreements(cache_agreement: bool, check_graphs: bool, available: set)
             f"check_graphs=True: torch {torch.__version__} lacks "
             "OutputGraph.call_user_compiler. Nothing was changed."
         )
+    import torch._functorch.config as functorch_config
     import torch._inductor.config as inductor_config
+
+    for flag, needs in (("_sync_decision_cross_ranks", {"partitioner"}),
+                        (_cache_vote.TORCH_FLAG, {"cache_vote_2_15"})):
+        if getattr(functorch_config, flag, False) and not available & needs:
+            raise Unsupported(
+                f"torch._functorch.config.{flag} is on, and torch {torch.__version__} lacks "
+                "what the package runs that sync through (see the version table): its "
+                "collectives would run on a torch process group, outside this package's "
+                "channel and deadline. Turn it off. Nothing was changed."
+            )
 
     optimizations = getattr(inductor_config, "aten_distributed_optimizations", None)
     if getattr(optimizations, "spmd_check", False) and not cache_agreement:

@@ -6,8 +6,9 @@ state holding the op list the package's wrapper of
 ``maybe_autotune_remote`` records. On CPU the real path never runs (it needs
 several GEMM choices, which CPU templates do not serialize).
 
-CCOL_AUTOTUNE_CASE: "equal" (the same op list on every rank) or "differ"
-(rank 1 saw a different layout for op 2). Event "sync": the winners by op
+CCOL_AUTOTUNE_CASE: "equal" (the same op list on every rank), "differ"
+(rank 1 saw a different layout for op 2) or "torch" (no package: torch's
+own ``_sync`` on its group, for the record of its cost; the same winners). Event "sync": the winners by op
 (index, template uid, keyword arguments) or the error."""
 
 from prelude import *
@@ -16,7 +17,8 @@ import torch._inductor.distributed_autotune as da
 from torch._inductor.virtualized import V
 
 case = os.environ["CCOL_AUTOTUNE_CASE"]
-cct.enable(timeout=30)
+if case != "torch":
+    cct.enable(timeout=30)
 
 ops = [(k, f"mm_{k}", f"FixedLayout('cpu', torch.float32, size=[{8 * (k + 1)}, 16])")
        for k in range(5)]
@@ -40,8 +42,10 @@ state._ccol_ops = ops
 V.set_distributed_autotune_state(state)
 mine = [winner(k) for k in range(len(ops)) if k % group.size() == group.rank()]
 try:
+    started = time.perf_counter()
     out = da._sync(mine)
-    emit(ev="sync", group=[group.rank(), group.size()],
+    seconds = time.perf_counter() - started
+    emit(ev="sync", group=[group.rank(), group.size()], seconds=seconds,
          winners=[[c.index, c.template_uid, c.kwargs, type(c).__name__] for c in out],
          tags=sorted(t for t in dist.distributed_c10d._world.tags_to_pg if "pt2_" in t))
 except compiler_collectives.Error as e:

@@ -7,10 +7,13 @@ directory (``TORCHINDUCTOR_CACHE_DIR``, set by the test), which an earlier
 run may have warmed: the test runs it once on both ranks, then wipes rank
 1's directory, so that rank 0 hits AOTAutograd's cache and rank 1 misses.
 
-CCOL_SKEW_MODE: "package" (``enable(cache_agreement=True)``) or "torch"
+CCOL_SKEW_MODE: "package" (``enable(cache_agreement=True)``), "torch"
 (torch's own ``_sync_cache_decision_cross_ranks``, 2.15, without the
-package). Events: "step" (the gradient, AOTAutograd's cache counters, the
-counted torch group creations and collectives, the channel's exchanges)."""
+package), "alone" (torch's partitioner sync only, no agreement: for the
+record, under an external limit), or "package_dies" (the package; rank 1 exits in its cache lookup,
+just before its vote). Events: "step" (the gradient, AOTAutograd's cache
+counters, the counted torch group creations and collectives, the channel's
+exchanges, the seconds spent in each agreement) or "raised" (the error)."""
 
 from prelude import *
 
@@ -24,10 +27,40 @@ mode = os.environ["CCOL_SKEW_MODE"]
 functorch_config._sync_decision_cross_ranks = True
 if mode == "torch":
     functorch_config._sync_cache_decision_cross_ranks = True
-else:
+elif mode != "alone":
     cct.enable(timeout=float(os.environ.get("CCOL_SKEW_TIMEOUT", "60")), cache_agreement=True)
 # After enable(), which refuses a torch whose functions were replaced.
 torch_comms.install()
+
+import torch._functorch._aot_autograd.autograd_cache as autograd_cache  # noqa: E402
+import torch._functorch.partitioners as partitioners  # noqa: E402
+
+spent = {}
+
+
+def timed(owner, name, what):
+    """Adds the seconds each call of owner.name takes to spent[what]."""
+    original = owner.__dict__[name]
+    inner = original.__func__ if isinstance(original, staticmethod) else original
+
+    def wrapper(*args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            spent[what] = spent.get(what, 0.0) + time.perf_counter() - started
+
+    setattr(owner, name, staticmethod(wrapper) if isinstance(original, staticmethod) else wrapper)
+
+
+if "sync_cache_decision_cross_ranks" in autograd_cache.__dict__:
+    timed(autograd_cache, "sync_cache_decision_cross_ranks", "cache_vote")
+timed(partitioners, "_sync_decision_cross_ranks", "partitioner_sync")
+if mode == "package_dies" and RANK == 1:
+    def dies(*args, **kwargs):
+        os._exit(3)
+
+    autograd_cache.AOTAutogradCache.find_guarded_entry = staticmethod(dies)
 
 
 @torch.compile(backend="inductor")
@@ -39,8 +72,16 @@ def step(x, w):
 x = torch.ones(4, 4)
 w = torch.full((4, 4), 0.5, requires_grad=True)
 started = time.monotonic()
+if mode == "package_dies":
+    try:
+        step(x, w).backward()
+        emit(ev="raised", type=None)
+    except compiler_collectives.Error as e:
+        emit(ev="raised", type=type(e).__name__, key=e.key, missing=e.missing_ranks,
+             message=str(e), seconds=time.monotonic() - started)
+    sys.exit(0)
 step(x, w).backward()
-info = cct.channel_info() if mode == "package" else None
+info = cct.channel_info() if cct.is_enabled() else None
 emit(ev="step", grad=w.grad.tolist(), seconds=time.monotonic() - started,
      hits=counters["aot_autograd"]["autograd_cache_hit"],
      misses=counters["aot_autograd"]["autograd_cache_miss"],
@@ -48,6 +89,6 @@ emit(ev="step", grad=w.grad.tolist(), seconds=time.monotonic() - started,
      guard_misses=counters["aot_autograd"]["autograd_cache_guard_miss"],
      dropped=counters["compiler_collectives"]["autograd_cache_hit_dropped"],
      torch_comms=torch_comms.calls,
-     exchanges=None if info is None else info["next_exchange"])
-if mode == "package":
+     exchanges=None if info is None else info["next_exchange"], spent=spent)
+if cct.is_enabled():
     cct.disable()

@@ -5,7 +5,9 @@ replicas. CCOL_TEST_GROUPS: "stages" (every rank passes its stage: stage A
 as a list of ranks, stage B as a torch ProcessGroup), "mesh" (a 2 × 2
 DeviceMesh ("pp", "dp"): stage A passes (mesh, "dp"), stage B the 1-D mesh
 mesh["dp"]), "world" (every rank enables on the world), "absent" (stages;
-rank 3 never compiles)."""
+rank 3 never compiles), "dynamo" (no package: Dynamo's own compiler
+collectives on the world, run under tests/pytorch_patched.py for the
+record; no test runs it)."""
 
 from prelude import *
 
@@ -42,8 +44,12 @@ for name in ["all_gather_object", "all_gather", "all_reduce", "broadcast", "barr
         calls[_name] = calls.get(_name, 0) + 1
         return _real(*a, **k)
     setattr(dist, name, counting)
-cct.enable(timeout=5, group=group)
-info = cct.channel_info()
+if case == "dynamo":
+    torch._dynamo.config.enable_compiler_collectives = True
+    info = {"group": list(range(WORLD)), "rank": RANK, "world_size": WORLD}
+else:
+    cct.enable(timeout=5, group=group)
+    info = cct.channel_info()
 # Scenario 1's sizes within each stage: one compile each, dim 0 dynamic.
 sizes = {0: [5, 8, 6], 1: [6, 6, 3], 2: [3, 9, 4], 3: [9, 9, 2]}[RANK]
 fn = stage_a if stage == "a" else stage_b
@@ -55,7 +61,8 @@ try:
         for n in sizes:
             fn(torch.ones(n, 8))
     emit(ev="done", error=None, compiles=compiles, calls=calls, group=info["group"],
-         rank=info["rank"], world=info["world_size"], next=cct.channel_info()["next_exchange"])
+         rank=info["rank"], world=info["world_size"],
+         next=cct.channel_info()["next_exchange"] if cct.is_enabled() else None)
 except compiler_collectives.Error as e:
     emit(ev="done", error=e.kind, missing=getattr(e, "missing_ranks", None), message=str(e),
          waited=time.monotonic() - start, group=info["group"])
