@@ -123,6 +123,30 @@ def test_partitioner_sync_keeps_each_ranks_decision_when_the_joint_graphs_differ
         assert done["torch_comms"] == []
 
 
+@pytest.mark.parametrize("mode", ["warn", "error"])
+def test_inductors_spmd_check_runs_on_the_channel(tmp_path, mode):
+    """Inductor's SPMD check (post-grad, before its reordering passes) with
+    a rank-dependent graph: its hashes cross the channel, not the default
+    group; "warn" logs PyTorch's report on every rank and the step goes on,
+    "error" is a GraphMismatch on every rank naming the groups."""
+    ranks = run_ranks(tmp_path, 2, "graph_check.py", limit=240,
+                      env={"CCOL_GRAPH_CASE": "spmd", "CCOL_SPMD_MISMATCH": mode,
+                           "CCOL_GRAPH_TIMEOUT": str(SKEW_TIMEOUT_S),
+                           "TORCHINDUCTOR_CACHE_DIR": f"{tmp_path}/cache-{{rank}}"})
+    for r in ranks:
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert "SPMD GRAPH MISMATCH" in r.stdout, r.stdout[-3000:]
+        if mode == "warn":
+            done = r.event("done")
+            # 2 on each rank (1 + 1 on rank 0, 1 * 2 on rank 1), summed.
+            assert (done["out"], done["reported"], done["torch_comms"]) == ([4.0] * 4, True, [])
+        else:
+            raised = r.event("raised")
+            assert (raised["type"], raised["groups"], raised["torch_comms"]) == (
+                "GraphMismatch", [[0], [1]], [])
+            assert "Inductor's SPMD check: the ranks' post-grad graphs differ" in raised["message"]
+
+
 @pytest.mark.parametrize("case", ["equal", "differ"])
 def test_autotuning_sync_on_the_channel(tmp_path, case):
     ranks = run_ranks(tmp_path, 2, "autotune_sync.py", limit=120,

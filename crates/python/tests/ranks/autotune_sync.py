@@ -9,7 +9,9 @@ several GEMM choices, which CPU templates do not serialize).
 CCOL_AUTOTUNE_CASE: "equal" (the same op list on every rank), "differ"
 (rank 1 saw a different layout for op 2) or "torch" (no package: torch's
 own ``_sync`` on its group, for the record of its cost; the same winners). Event "sync": the winners by op
-(index, template uid, keyword arguments) or the error."""
+(index, template uid, keyword arguments) or the error. With CCOL_AUTOTUNE_ABSENT=r
+(for the record), rank r's graph has no GEMM to autotune: it skips ``_sync``
+and goes on to the step's all_reduce on the default group; event "absent"."""
 
 from prelude import *
 
@@ -41,6 +43,11 @@ state.autotuned_index = len(ops)
 state._ccol_ops = ops
 V.set_distributed_autotune_state(state)
 mine = [winner(k) for k in range(len(ops)) if k % group.size() == group.rank()]
+if str(RANK) == os.environ.get("CCOL_AUTOTUNE_ABSENT"):
+    started = time.perf_counter()
+    dist.all_reduce(torch.ones(4))
+    emit(ev="absent", seconds=time.perf_counter() - started)
+    sys.exit(0)
 try:
     started = time.perf_counter()
     out = da._sync(mine)

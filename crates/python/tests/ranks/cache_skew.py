@@ -10,9 +10,13 @@ run may have warmed: the test runs it once on both ranks, then wipes rank
 CCOL_SKEW_MODE: "package" (``enable(cache_agreement=True)``), "torch"
 (torch's own ``_sync_cache_decision_cross_ranks``, 2.15, without the
 package), "alone" (torch's partitioner sync only, no agreement: for the
-record, under an external limit), or "package_dies" (the package; rank 1 exits in its cache lookup,
-just before its vote). Events: "step" (the gradient, AOTAutograd's cache
-counters, the counted torch group creations and collectives, the channel's
+record, under an external limit), or "package_dies" (the package; rank 1
+exits in its cache lookup, just before its vote). For the record,
+"spmd_alone" and "spmd_package": Inductor's SPMD check on (with its
+reordering pass) instead of the partitioner's sync, without the package and
+with ``enable(cache_agreement=True)``. Events: "step" (the gradient,
+AOTAutograd's cache counters, the counted torch group creations and
+collectives, the channel's
 exchanges, the seconds spent in each agreement) or "raised" (the error)."""
 
 from prelude import *
@@ -24,10 +28,16 @@ from torch._dynamo.utils import counters
 import torch_comms
 
 mode = os.environ["CCOL_SKEW_MODE"]
-functorch_config._sync_decision_cross_ranks = True
+if mode.startswith("spmd_"):
+    import torch._inductor.config as inductor_config
+
+    inductor_config.aten_distributed_optimizations.spmd_check = True
+    inductor_config.reorder_for_compute_comm_overlap = True
+else:
+    functorch_config._sync_decision_cross_ranks = True
 if mode == "torch":
     functorch_config._sync_cache_decision_cross_ranks = True
-elif mode != "alone":
+elif mode not in ("alone", "spmd_alone"):
     cct.enable(timeout=float(os.environ.get("CCOL_SKEW_TIMEOUT", "60")), cache_agreement=True)
 # After enable(), which refuses a torch whose functions were replaced.
 torch_comms.install()
@@ -56,6 +66,10 @@ def timed(owner, name, what):
 if "sync_cache_decision_cross_ranks" in autograd_cache.__dict__:
     timed(autograd_cache, "sync_cache_decision_cross_ranks", "cache_vote")
 timed(partitioners, "_sync_decision_cross_ranks", "partitioner_sync")
+if mode.startswith("spmd_"):
+    import torch._inductor.fx_passes.spmd_check as spmd_check
+
+    timed(spmd_check, "spmd_check", "spmd_check")
 if mode == "package_dies" and RANK == 1:
     def dies(*args, **kwargs):
         os._exit(3)

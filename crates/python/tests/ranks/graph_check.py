@@ -12,6 +12,12 @@ CCOL_GRAPH_CASE:
   off; the joint graphs differ between ranks (rank 0 takes the sine, the
   others the cosine, around a functional all_reduce). Event "done": the
   gradient and the package's log records.
+- "spmd": Inductor's SPMD check on (with the reordering pass that makes
+  Inductor run it, and ``cache_agreement=True``, which ``enable`` requires),
+  ``spmd_mismatch`` from CCOL_SPMD_MISMATCH ("warn" or "error"), Inductor
+  on CPU, each rank its own cold cache (TORCHINDUCTOR_CACHE_DIR, set by the
+  test); rank 0's step adds where the others multiply, to the same values.
+  Event "done" (the result, whether the report was logged) or "raised".
 """
 
 from prelude import *
@@ -36,23 +42,33 @@ logging.getLogger("compiler_collectives.torch").addHandler(Keep())
 logging.getLogger("compiler_collectives.torch").setLevel(logging.INFO)
 timeout = float(os.environ.get("CCOL_GRAPH_TIMEOUT", "30"))
 
-if case == "rank_dependent":
-    cct.enable(timeout=timeout, check_graphs=True)
-    torch_comms.install()
 
-    @torch.compile(backend="aot_eager")
+def run_rank_dependent(backend):
+    """Rank 0's step adds where the others multiply (to the same values);
+    emits "done" with the result, or "raised" with the error."""
+
+    @torch.compile(backend=backend)
     def step(x):
         y = x + 1 if RANK == 0 else x * 2
         return funcol.all_reduce(y, "sum", dist.group.WORLD)
 
     started = time.monotonic()
     try:
-        step(torch.ones(4))
-        emit(ev="raised", type=None)
+        out = step(torch.ones(4))
+        emit(ev="done", out=out.tolist(), torch_comms=torch_comms.calls,
+             reported=any("SPMD GRAPH MISMATCH" in m for m in records),
+             exchanges=cct.channel_info()["next_exchange"])
     except compiler_collectives.Error as e:
         emit(ev="raised", type=type(e).__name__, groups=getattr(e, "groups", None),
              message=str(e), seconds=time.monotonic() - started,
              torch_comms=torch_comms.calls)
+    cct.disable()
+
+
+if case == "rank_dependent":
+    cct.enable(timeout=timeout, check_graphs=True)
+    torch_comms.install()
+    run_rank_dependent("aot_eager")
 
 elif case == "uneven":
     cct.enable(timeout=timeout, check_graphs=True)
@@ -84,3 +100,13 @@ elif case == "partitioner_differs":
     step(x).backward()
     emit(ev="done", grad=x.grad.tolist(), records=records, torch_comms=torch_comms.calls)
     cct.disable()
+
+elif case == "spmd":
+    import torch._inductor.config as inductor_config
+
+    inductor_config.aten_distributed_optimizations.spmd_check = True
+    inductor_config.aten_distributed_optimizations.spmd_mismatch = os.environ["CCOL_SPMD_MISMATCH"]
+    inductor_config.reorder_for_compute_comm_overlap = True
+    cct.enable(timeout=timeout, cache_agreement=True)
+    torch_comms.install()
+    run_rank_dependent("inductor")
