@@ -113,9 +113,12 @@ step "torch 2.14.1: the PyTorch oracle (PyTorch's exchange, the package, none)"
 CCOL_TORCH_PYTHON="$(torch_python 2.14.1)" CCOL_TORCHRUN="$CCOL_CACHE/torch-2.14.1/bin/torchrun" \
     cargo test -p compiler-collectives-cli --test pytorch_oracle -- --quiet 2>&1
 # The smoke set: enable and its refusals, the version table, train_lm.py at
-# 2 ranks (compile counts and losses bitwise those without the package), and
-# the frame states Dynamo folds (each the one PyTorch's exchange gives).
+# 2 ranks (compile counts and losses bitwise those without the package), the
+# frame states Dynamo folds (each the one PyTorch's exchange gives), and every
+# agreement (each version hooks AOTAutograd's cache and the partitioner its
+# own way; docs/python.md, "Every agreement").
 smoke=(
+    crates/python/tests/test_agreements.py
     crates/python/tests/test_enable.py
     crates/python/tests/test_versions.py
     "crates/python/tests/test_train.py::test_every_rank_compiles_the_same_and_losses_are_bitwise_those_without_the_package[2]"
