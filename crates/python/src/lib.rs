@@ -73,15 +73,25 @@ fn to_py(py: Python<'_>, e: &Error) -> PyErr {
     to_py_in(py, e, None)
 }
 
-/// [`to_py`] for an error of the exchange `context`: an error that names no
-/// exchange of its own (a `Desync`, whose groups say where each rank was)
-/// gets this rank's `exchange`, `key` and `last_completed`.
+/// [`to_py`] for an error of the exchange `context`: an error that the
+/// exchange with the peers found and that names no exchange of its own (a
+/// `Desync`, a `Disagreement`, a `VersionMismatch`, a peer's message that
+/// does not decode) gets this rank's `exchange`, `key` and `last_completed`;
+/// one refused before anything was sent (an `InvalidArgument`) gets none.
 fn to_py_in(py: Python<'_>, e: &Error, context: Option<&Context<'_>>) -> PyErr {
     let made = (|| -> PyResult<PyErr> {
         let module = py.import("compiler_collectives._errors")?;
         let (seq, key, last) = match (e.exchange(), context) {
             (Some(info), _) => (Some(info.seq), Some(info.key.clone()), info.last_completed),
-            (None, Some(c)) if matches!(e, Error::Desync { .. }) => {
+            (None, Some(c))
+                if matches!(
+                    e,
+                    Error::Desync { .. }
+                        | Error::Disagreement { .. }
+                        | Error::VersionMismatch { .. }
+                        | Error::Decode { rank: Some(_), .. }
+                ) =>
+            {
                 (Some(c.seq), Some(c.key.to_owned()), c.last_completed)
             }
             (None, _) => (None, None, None),

@@ -97,6 +97,10 @@ def test_a_rank_dependent_graph_is_a_graph_mismatch_on_every_rank(tmp_path):
         assert "job ranks [1] (5 ops): call_function _operator.mul [float32]" in e["message"]
         assert e["seconds"] < GRAPH_TIMEOUT_S + 1
         assert e["torch_comms"] == []
+        # enable's check is #0 and the frame's exchange #1; the fingerprints'
+        # digests #2 (where the mismatch is found) and their ops #3.
+        assert (e["exchange"], e["last_completed"]) == (2, 3)
+        assert e["key"].startswith("torch.graph_check torch.frame "), e["key"]
 
 
 def test_uneven_shards_are_no_graph_mismatch(tmp_path):
@@ -144,6 +148,8 @@ def test_inductors_spmd_check_runs_on_the_channel(tmp_path, mode):
             raised = r.event("raised")
             assert (raised["type"], raised["groups"], raised["torch_comms"]) == (
                 "GraphMismatch", [[0], [1]], [])
+            assert (raised["key"], raised["last_completed"] - raised["exchange"]) == (
+                "torch.inductor.spmd_check", 1)
             assert "Inductor's SPMD check: the ranks' post-grad graphs differ" in raised["message"]
 
 
@@ -171,6 +177,9 @@ def test_autotuning_sync_on_the_channel(tmp_path, case):
         assert events[0]["message"] == events[1]["message"]
         assert "size=[24, 16]" in events[0]["message"]
         assert "size=[24, 32]" in events[0]["message"]
+        # The exchange after enable's check (#0).
+        assert [(e["key"], e["exchange"]) for e in events] == [
+            ("torch.inductor.distributed_autotune", 1)] * 2
 
 
 def test_agreement_switches_are_checked(world_of_one, monkeypatch):

@@ -205,6 +205,23 @@ def test_a_bad_group_is_refused_and_nothing_changes(world_of_one, group, match):
     assert not cct.is_enabled()
 
 
+def test_a_mesh_dimension_is_taken_by_its_name(world_of_one):
+    # (mesh, 0) was refused as "a list of job ranks" (a new user's attack).
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh("cpu", (1,), mesh_dim_names=("dp",))
+    with pytest.raises(compiler_collectives.InvalidArgument,
+                       match=r"takes the dimension by its name \(a str\), not 0 "
+                             r"\(the mesh's dimensions: \['dp'\]\)"):
+        cct.enable(timeout=10, group=(mesh, 0))
+    with pytest.raises(compiler_collectives.InvalidArgument, match="has no dimension 'pp'"):
+        cct.enable(timeout=10, group=(mesh, "pp"))
+    assert not cct.is_enabled()
+    cct.enable(timeout=10, group=(mesh, "dp"))
+    assert cct.channel_info()["group"] == [0]
+    cct.disable()
+
+
 def test_a_group_this_rank_is_not_in_is_refused_naming_it(world_of_one):
     # What dist.new_group gives a rank outside the group.
     import torch.distributed as dist
@@ -272,12 +289,14 @@ def test_errors_form_one_hierarchy_with_their_kinds():
     # A kind this Python side has no class for yet is still an Error, with its kind.
     new = _errors._from_native("Error", "new_kind", "t", [], None, None, None, [])
     assert type(new) is compiler_collectives.Error and new.kind == "new_kind"
-    mismatch = compiler_collectives.GraphMismatch("graphs differ", groups=[[0, 2], [1]])
+    mismatch = compiler_collectives.GraphMismatch("graphs differ", groups=[[0, 2], [1]],
+                                                  key="k", exchange=5, last_completed=6)
     assert isinstance(mismatch, compiler_collectives.Disagreement)
     back = pickle.loads(pickle.dumps(mismatch))
     assert (type(back), back.groups, str(back), back.kind) == (
         compiler_collectives.GraphMismatch, [[0, 2], [1]], "graphs differ", "disagreement"
     )
+    assert (back.key, back.exchange, back.last_completed) == ("k", 5, 6)
     assert issubclass(compiler_collectives.Timeout, TimeoutError)
     assert issubclass(compiler_collectives.InvalidArgument, ValueError)
 

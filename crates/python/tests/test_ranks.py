@@ -48,6 +48,8 @@ def test_ranks_with_different_dynamo_config_disagree_at_enable(tmp_path):
         done = r.event("done")
         assert done["error"] == "disagreement", (done, r.stderr[-3000:])
         assert "recompile_limit=8" in done["message"] and "recompile_limit=4" in done["message"]
+        # The enable check is exchange #0 (a new user's attack found None).
+        assert (done["exchange"], done["key"], done["last_completed"]) == (0, "torch.enable", None)
         # A refused enable changes nothing.
         assert done["enabled"] is False
         assert done["flag"] is False

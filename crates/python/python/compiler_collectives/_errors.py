@@ -149,11 +149,15 @@ class GraphMismatch(Disagreement):
         self.groups = [[int(r) for r in g] for g in groups]
 
     def __reduce__(self):
-        return (_rebuild_graph_mismatch, (self.message, self.groups, self.key))
+        return (
+            _rebuild_graph_mismatch,
+            (self.message, self.groups, self.key, self.exchange, self.last_completed),
+        )
 
 
-def _rebuild_graph_mismatch(message, groups, key):
-    return GraphMismatch(message, groups=groups, key=key)
+def _rebuild_graph_mismatch(message, groups, key, exchange=None, last_completed=None):
+    return GraphMismatch(message, groups=groups, key=key, exchange=exchange,
+                         last_completed=last_completed)
 
 
 class DecodeError(Error):

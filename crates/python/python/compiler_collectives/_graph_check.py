@@ -136,12 +136,14 @@ def check_graph(st, key: str, lines: List[str]) -> None:
     ``key``; raises ``GraphMismatch`` on every rank when they differ."""
     digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()
     channel = st.channel
+    exchange = channel.next_exchange
     digests = [d[0] for d in channel.gather_texts(key, [digest])]
     if all(d == digests[0] for d in digests):
         return
     lists = channel.gather_texts(key + " (ops)", lines)
     raise GraphMismatch(
-        mismatch_message(key, lists, st.ranks), groups=_groups_of(lists, st.ranks)
+        mismatch_message(key, lists, st.ranks), groups=_groups_of(lists, st.ranks),
+        key=key, exchange=exchange, last_completed=channel.next_exchange - 1,
     )
 
 
@@ -179,6 +181,7 @@ def install_spmd_check(st, patch: Callable[..., None]) -> None:
         if channel.world_size < 2:
             return True
         own: Optional[int] = spmd._compute_hash(gm)
+        exchange = channel.next_exchange
         try:
             hashes = [h[0] for h in channel.gather_texts(SPMD_KEYS[0], [str(own)])]
             if "None" in hashes:
@@ -211,6 +214,7 @@ def install_spmd_check(st, patch: Callable[..., None]) -> None:
                 "Inductor's SPMD check: the ranks' post-grad graphs differ "
                 f"(spmd_mismatch='error'):\n{report}",
                 groups=groups_by_value(hashes, st.ranks),
+                key=SPMD_KEYS[0], exchange=exchange, last_completed=channel.next_exchange - 1,
             )
             st.pending = e
             raise e

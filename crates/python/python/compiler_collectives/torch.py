@@ -662,11 +662,15 @@ def _group_ranks(group) -> list[int]:
                 "for the dimension whose ranks compile the same program"
             )
         ranks = group.mesh.flatten().tolist()
-    elif (
-        isinstance(group, tuple) and len(group) == 2 and DeviceMesh
-        and isinstance(group[0], DeviceMesh) and isinstance(group[1], str)
+    elif isinstance(group, tuple) and len(group) == 2 and DeviceMesh and isinstance(
+        group[0], DeviceMesh
     ):
         mesh, dim = group
+        if not isinstance(dim, str):
+            raise InvalidArgument(
+                f"group: (DeviceMesh, dim_name) takes the dimension by its name (a str), "
+                f"not {dim!r} (the mesh's dimensions: {list(mesh.mesh_dim_names or ())})"
+            )
         if dim not in (mesh.mesh_dim_names or ()):
             raise InvalidArgument(
                 f"group: the DeviceMesh has no dimension {dim!r} "

@@ -57,4 +57,5 @@ try:
          tags=sorted(t for t in dist.distributed_c10d._world.tags_to_pg if "pt2_" in t))
 except compiler_collectives.Error as e:
     emit(ev="sync", group=[group.rank(), group.size()], error=type(e).__name__, message=str(e),
+         key=e.key, exchange=e.exchange,
          tags=sorted(t for t in dist.distributed_c10d._world.tags_to_pg if "pt2_" in t))

@@ -8,4 +8,5 @@ try:
     emit(ev="done", error=None)
 except compiler_collectives.Disagreement as e:
     emit(ev="done", error=e.kind, message=str(e), enabled=cct.is_enabled(),
+         exchange=e.exchange, key=e.key, last_completed=e.last_completed,
          flag=torch._dynamo.config.enable_compiler_collectives)

@@ -61,7 +61,8 @@ def run_rank_dependent(backend):
     except compiler_collectives.Error as e:
         emit(ev="raised", type=type(e).__name__, groups=getattr(e, "groups", None),
              message=str(e), seconds=time.monotonic() - started,
-             torch_comms=torch_comms.calls)
+             torch_comms=torch_comms.calls, exchange=e.exchange, key=e.key,
+             last_completed=e.last_completed)
     cct.disable()
 
 
