@@ -289,6 +289,29 @@ def _warn_about_cache_skew(cache_agreement: bool) -> None:
         )
 
 
+def _warn_about_fx_cache_skew() -> None:
+    """Inductor's SPMD check with Inductor's FX graph cache on: a rank whose
+    FX graph cache hits skips the post-grad passes, hence the check, even
+    where the AOTAutograd cache vote made it compile; the others' check then
+    fails (a Timeout naming it, not a hang). Measured on torch 2.15.0: the
+    closing note of issue 31."""
+    from torch._inductor import config as inductor_config
+
+    if not getattr(inductor_config.aten_distributed_optimizations, "spmd_check", False):
+        return
+    if getattr(torch.compiler.config, "force_disable_caches", False):
+        return
+    if inductor_config.fx_graph_cache or inductor_config.fx_graph_remote_cache:
+        log.warning(
+            "torch._inductor.config.aten_distributed_optimizations.spmd_check is on with "
+            "Inductor's FX graph cache: a rank whose FX graph cache hits skips the post-grad "
+            "passes and so the SPMD check (cache_agreement=True votes on AOTAutograd's cache "
+            "only), and the others then fail with a Timeout naming it. Turn "
+            "torch._inductor.config.fx_graph_cache off, or keep every rank's Inductor cache "
+            "in the same state."
+        )
+
+
 def _timeout_seconds(timeout: Union[None, float, int, datetime.timedelta]) -> float:
     if timeout is None:
         text = os.environ.get("CCOL_TIMEOUT_S", "")
@@ -868,6 +891,7 @@ def enable(
     _patch(st, eval_frame, "guard_collectives_hook", _guard_vote)
     _install_agreements(st, available)
     _warn_about_cache_skew(cache_agreement)
+    _warn_about_fx_cache_skew()
     if guard_votes:
         previous_hook = set_guard_complete_hook(_guard_vote)
         st.restore.append(lambda: set_guard_complete_hook(previous_hook))
