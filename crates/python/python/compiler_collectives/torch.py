@@ -293,8 +293,8 @@ def _warn_about_fx_cache_skew() -> None:
     """Inductor's SPMD check with Inductor's FX graph cache on: a rank whose
     FX graph cache hits skips the post-grad passes, hence the check, even
     where the AOTAutograd cache vote made it compile; the others' check then
-    fails (a Timeout naming it, not a hang). Measured on torch 2.15.0: the
-    closing note of issue 31."""
+    fails (a Timeout naming it, not a hang); measured on torch 2.15.0
+    (docs/python.md, "Every agreement")."""
     from torch._inductor import config as inductor_config
 
     if not getattr(inductor_config.aten_distributed_optimizations, "spmd_check", False):
