@@ -168,7 +168,7 @@ def use_exchange(mode: str, original, patched) -> None:
     torch._dynamo.reset()
     if mode == "package":
         og.OutputGraph.run_compiler_collective = original
-        cct.enable(timeout=600)
+        cct.enable(timeout=600, exchange="always")  # every compile, as PyTorch's
     elif mode == "pytorch":
         og.OutputGraph.run_compiler_collective = patched
         torch._dynamo.config.enable_compiler_collectives = True
@@ -261,7 +261,7 @@ def worker(rank: int, world: int, store: str, sources: int, compiles: int, state
         for mode in MODES:
             use_exchange(mode, original, patched)
             if mode == "package":
-                cct._state.channel = TimedChannel(cct._state.channel)
+                cct._state.current.channel = TimedChannel(cct._state.current.channel)
             scope = {}
             code = f"def f({', '.join(names)}):\n    out = 0\n{body}\n    return out\n"
             exec(compile(code, f"<bench-{mode}-{k}>", "exec"), scope)  # noqa: S102

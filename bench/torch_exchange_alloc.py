@@ -46,7 +46,7 @@ def worker(rank: int, world: int, store: str, sources: int, states: str, calls: 
     from torch._dynamo.symbolic_convert import LocalState
 
     cct.enable(timeout=120)
-    channel = cct._state.channel
+    channel = cct._state.current.channel
     entries = {}
     for i in range(sources):
         dim0 = 4 + (rank if states == "differ" and i % 3 == 0 else 0)

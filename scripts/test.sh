@@ -17,6 +17,11 @@ step "torch 2.13.0, 2.14.1 and 2.15.0 (pip; about 4.7 GB each the first time)"
 scripts/setup-torch.sh 2.14.1 >/dev/null
 scripts/setup-torch.sh 2.15.0 >/dev/null
 eval "$(scripts/setup-torch.sh 2.13.0)"
+# The training stacks the package is tested under (accelerate, Lightning;
+# pinned, with torch and numpy held as they are, then pip check), in every
+# torch environment: the 2.15.0 suite and the smoke set use them.
+step "accelerate and Lightning (pip, into each torch environment)"
+for v in 2.13.0 2.14.1 2.15.0; do scripts/setup-integrations.sh "$v"; done
 # NCCL 2.29.7 (pip wheel; the torch set-up's copy when present) for the nccl
 # crate's tests: real unique ids and communicator errors without a GPU.
 step "NCCL 2.29.7 (pip)"
@@ -116,13 +121,16 @@ CCOL_TORCH_PYTHON="$(torch_python 2.14.1)" CCOL_TORCHRUN="$CCOL_CACHE/torch-2.14
 # 2 ranks (compile counts and losses bitwise those without the package), the
 # frame states Dynamo folds (each the one PyTorch's exchange gives), and every
 # agreement (each version hooks AOTAutograd's cache and the partitioner its
-# own way; docs/python.md, "Every agreement").
+# own way; docs/python.md, "Every agreement"); the agreement policy and the
+# notices; the accelerate example and the Lightning callback.
 smoke=(
     crates/python/tests/test_agreements.py
     crates/python/tests/test_enable.py
     crates/python/tests/test_versions.py
     "crates/python/tests/test_train.py::test_every_rank_compiles_the_same_and_losses_are_bitwise_those_without_the_package[2]"
     crates/python/tests/test_ranks.py::test_the_package_keeps_dynamos_fold_where_the_join_would_differ
+    crates/python/tests/test_policy.py
+    crates/python/tests/test_integrations.py
 )
 step "pytest on torch 2.13.0 and 2.14.1: the package's smoke set"
 for v in 2.13.0 2.14.1; do

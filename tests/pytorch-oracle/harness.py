@@ -522,9 +522,10 @@ class Worker:
                 )
             if package is not None:
                 # Our exchange: the package's channel, its deadline the
-                # harness's hang timeout. enable() turns the collectives
-                # flag on; the mode then sets it.
-                package.enable(timeout=job["timeout"], guard_votes=votes)
+                # harness's hang timeout, every compile exchanged as
+                # PyTorch's own exchange does (exchange="always"). enable()
+                # turns the collectives flag on; the mode then sets it.
+                package.enable(timeout=job["timeout"], guard_votes=votes, exchange="always")
             torch._dynamo.config.enable_compiler_collectives = collectives
             if package is None:
                 torch.compiler.set_enable_guard_collectives(votes)

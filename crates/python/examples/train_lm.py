@@ -17,13 +17,27 @@ the same graphs at the same steps. Options:
     job PyTorch 2.13 needs a device patch, which this example does not
     apply: crates/python/tests/pytorch_patched.py runs it with the PyTorch
     oracle's); ``none``: no exchange.
+--exchange-mode auto|always
+    with the package: ``enable(exchange=...)`` (default ``auto``: a recompile
+    on one rank alone stays there; ``always``: every compile is exchanged).
 --backend aot_eager|inductor|eager   the torch.compile backend (aot_eager).
 --steps N, --timeout S, --corpus DIR, --seed N
 --graph-break-rank R --graph-break-step K
     rank R alone takes a graph break from step K: it recompiles while the
-    others do not. With the package its exchange ends with a Timeout naming
-    the others within the deadline (written to torchrun's error file); with
+    others do not. With the package's default policy that recompile stays on
+    rank R (the job runs, as without the package); with
+    ``--exchange-mode always`` its exchange ends with a Timeout naming the
+    others within the deadline (written to torchrun's error file); with
     Dynamo's own exchange it waits for the process group's timeout.
+--short-last-batch-rank R
+    rank R's last batch has 1 row where the others' have 4 (a dataset that
+    does not divide evenly): rank R recompiles alone at the last step.
+--eval-rank0-step K
+    rank 0 alone evaluates the compiled model under ``no_grad`` (in
+    ``eval()``) before step K: a recompile on rank 0 alone, which the
+    package's default policy keeps there. --eval-in-local: inside
+    ``compiler_collectives.torch.local()``, as a graph that holds
+    collectives needs.
 --check-graphs  with the package: ``enable(check_graphs=True)``, every rank checks
     that the others traced the same graph before it compiles one.
 --report PATH   each rank writes its compile steps and losses to PATH.<rank>.json.
@@ -85,14 +99,16 @@ class TinyLM(nn.Module):
         return self.head(h)
 
 
-def batches(corpus: bytes, rank: int, steps: int, seed: int, batch: int = 4):
+def batches(corpus: bytes, rank: int, steps: int, seed: int, batch: int = 4,
+            last_batch: int | None = None):
     """Per-rank batches of (tokens, targets): lengths 16..96 drawn per rank
-    and step (every rank its own), windows drawn from the corpus."""
+    and step (every rank its own), windows drawn from the corpus; the last
+    one of `last_batch` rows when given."""
     rng = random.Random(seed * 1000 + rank)
-    for _ in range(steps):
+    for step in range(steps):
         n = rng.randint(16, 96)
         rows = []
-        for _ in range(batch):
+        for _ in range(last_batch if last_batch is not None and step == steps - 1 else batch):
             start = rng.randrange(0, len(corpus) - n - 1)
             rows.append(list(corpus[start : start + n + 1]))
         t = torch.tensor(rows, dtype=torch.long)
@@ -124,18 +140,62 @@ def write_report(path: str, report: dict) -> None:
     os.replace(tmp, path)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--exchange", choices=["package", "pytorch", "none"], default="package")
+def common_args(ap: argparse.ArgumentParser) -> None:
+    """The options every example of this directory takes (train_lm.py's)."""
     ap.add_argument("--backend", default="aot_eager")
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--timeout", type=float, default=None)
     ap.add_argument("--corpus", default=CORPUS)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--short-last-batch-rank", type=int, default=None)
+    ap.add_argument("--report", default=None)
+
+
+def counting_backend(name: str, compile_steps: list, step_now: list):
+    """The backend `name`, appending ``step_now[0]`` to `compile_steps` at
+    each compile."""
+    from torch._dynamo.backends.registry import lookup_backend
+
+    inner = lookup_backend(name)
+
+    def backend(gm, example_inputs):
+        compile_steps.append(step_now[0])
+        return inner(gm, example_inputs)
+
+    return backend
+
+
+def evaluate(compiled, model, loss_fn, x, y, in_local: bool) -> float:
+    """Rank 0's evaluation with the compiled model: ``eval()`` and
+    ``no_grad``, which the other ranks do not run (inside
+    ``compiler_collectives.torch.local()`` when `in_local`)."""
+    import contextlib
+
+    if in_local:
+        import compiler_collectives.torch
+
+        scope = compiler_collectives.torch.local()
+    else:
+        scope = contextlib.nullcontext()
+    model.eval()
+    try:
+        with scope, torch.no_grad():
+            logits = compiled(x)
+            return loss_fn(logits.reshape(-1, 256), y.reshape(-1)).item()
+    finally:
+        model.train()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--exchange", choices=["package", "pytorch", "none"], default="package")
+    ap.add_argument("--exchange-mode", choices=["auto", "always"], default="auto")
+    ap.add_argument("--eval-rank0-step", type=int, default=None)
+    ap.add_argument("--eval-in-local", action="store_true")
+    common_args(ap)
     ap.add_argument("--graph-break-rank", type=int, default=None)
     ap.add_argument("--graph-break-step", type=int, default=2)
     ap.add_argument("--check-graphs", action="store_true")
-    ap.add_argument("--report", default=None)
     ap.add_argument("--log-steps", action="store_true", help="print a line as each step starts")
     a = ap.parse_args()
 
@@ -146,7 +206,8 @@ def main() -> int:
     if a.exchange == "package":
         import compiler_collectives.torch
 
-        compiler_collectives.torch.enable(timeout=a.timeout, check_graphs=a.check_graphs)
+        compiler_collectives.torch.enable(timeout=a.timeout, check_graphs=a.check_graphs,
+                                          exchange=a.exchange_mode)
     elif a.exchange == "pytorch":
         torch._dynamo.config.enable_compiler_collectives = True
 
@@ -155,25 +216,23 @@ def main() -> int:
     ddp = DDP(model)
     compile_steps: list[int] = []
     step_now = [0]
-    from torch._dynamo.backends.registry import lookup_backend
-
-    inner = lookup_backend(a.backend)
-
-    def backend(gm, example_inputs):
-        compile_steps.append(step_now[0])
-        return inner(gm, example_inputs)
-
-    compiled = torch.compile(ddp, backend=backend)
+    compiled = torch.compile(ddp, backend=counting_backend(a.backend, compile_steps, step_now))
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     loss_fn = nn.CrossEntropyLoss()
     losses: list[float] = []
+    eval_losses: list[float] = []
     corpus = read_corpus(a.corpus)
+    last_batch = 1 if a.short_last_batch_rank == rank else None
     started = time.monotonic()
     step_started = started
     stop_on_sigterm()
     try:
-        for step, (x, y) in enumerate(batches(corpus, rank, a.steps, a.seed)):
+        for step, (x, y) in enumerate(batches(corpus, rank, a.steps, a.seed,
+                                              last_batch=last_batch)):
             step_now[0] = step
+            if a.eval_rank0_step == step and rank == 0:
+                eval_losses.append(evaluate(compiled, model, loss_fn, x, y,
+                                            a.exchange == "package" and a.eval_in_local))
             step_started = time.monotonic()
             if a.log_steps:
                 print(f"train_lm: rank {rank} step {step}", flush=True)
@@ -192,6 +251,7 @@ def main() -> int:
                 "rank": rank,
                 "compile_steps": compile_steps,
                 "losses": [float.hex(v) for v in losses],
+                "eval_losses": [float.hex(v) for v in eval_losses],
                 "steps_done": len(losses),
                 "seconds": time.monotonic() - started,
                 "last_step_seconds": failed_after,
@@ -214,18 +274,21 @@ def main() -> int:
     return 0
 
 
-if __name__ == "__main__":
-    code = main()
-    # The job is done: every rank wrote its report, and with the package the
-    # channel is shut down (disable() above). End here, without the
-    # interpreter's finalization and the C++ static destructors: there
-    # PyTorch 2.13 tears down its own threads (Gloo's workers and loop,
-    # joined when the GC frees the process group; the autograd engine's
-    # device threads, stopped in exit()), and on a loaded machine that
-    # teardown aborted a rank of the job without the package
-    # ("terminate called without an active exception", SIGABRT), after its
-    # report. An error above still raises and exits as Python does.
+def end(code: int) -> None:
+    """Ends the process with `code` once the job is done (every rank wrote
+    its report; with the package the channel is shut down), without the
+    interpreter's finalization and the C++ static destructors: there
+    PyTorch 2.13 tears down its own threads (Gloo's workers and loop, joined
+    when the GC frees the process group; the autograd engine's device
+    threads, stopped in exit()), and on a loaded machine that teardown
+    aborted a rank of the job without the package ("terminate called
+    without an active exception", SIGABRT), after its report. An error
+    before it still raises and exits as Python does."""
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+if __name__ == "__main__":
+    end(main())

@@ -20,6 +20,7 @@
 mod frame;
 mod interrupt;
 mod logs;
+mod notice;
 mod store;
 
 use compiler_collectives_core::decisions::shapes::FrameState;
@@ -616,6 +617,7 @@ fn parse_timeout_secs(py: Python<'_>, text: &str) -> PyResult<f64> {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     logs::install();
     m.add_class::<CompileChannel>()?;
+    m.add_class::<notice::NoticeWatcher>()?;
     m.add_function(wrap_pyfunction!(parse_timeout_secs, m)?)?;
     m.add("WIRE_VERSION", WIRE_VERSION)?;
     m.add("VERSION", env!("CARGO_PKG_VERSION"))?;

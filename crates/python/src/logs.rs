@@ -6,7 +6,9 @@
 //! `compiler_collectives.<name>`, any other to
 //! `compiler_collectives.native.<target>`, so `logging.basicConfig` or a
 //! handler on the `compiler_collectives` logger shows them. Levels map as
-//! ERROR 40, WARN 30, INFO 20, DEBUG 10, TRACE 5.
+//! ERROR 40, WARN 30, INFO 20, DEBUG 10, TRACE 5, except the exchange's own
+//! events (`ccol::exchange`), at DEBUG: the error of a failed exchange
+//! reaches the caller anyway.
 //!
 //! No Rust thread ever takes the GIL for this: an event is queued (at most
 //! [`QUEUE_LIMIT`] of them; a count of those dropped beyond is logged in
@@ -27,6 +29,10 @@ use tracing::{Event, Level, Metadata, Subscriber};
 use tracing_subscriber::layer::{Context, SubscriberExt};
 use tracing_subscriber::Layer;
 
+/// The target of the exchange's own events (`exchange done`, `exchange
+/// failed`): handed to `logging` at DEBUG here.
+const EXCHANGE_TARGET: &str = "ccol::exchange";
+
 /// Most events held between two flushes.
 const QUEUE_LIMIT: usize = 1024;
 
@@ -38,6 +44,20 @@ fn python_level(level: &Level) -> u8 {
         Level::INFO => 20,
         Level::DEBUG => 10,
         Level::TRACE => 5,
+    }
+}
+
+/// The Python level an event is logged at: its own, except the
+/// exchange's events, at DEBUG at most. The package raises every failed
+/// exchange's error to its caller (with rank, exchange and key): the event
+/// says nothing more, and at WARNING Python's last-resort handler would
+/// print it bare on stderr.
+fn event_level(metadata: &Metadata<'_>) -> u8 {
+    let level = python_level(metadata.level());
+    if metadata.target() == EXCHANGE_TARGET {
+        level.min(python_level(&Level::DEBUG))
+    } else {
+        level
     }
 }
 
@@ -108,7 +128,7 @@ impl<S: Subscriber> Layer<S> for ToPython {
     }
 
     fn enabled(&self, metadata: &Metadata<'_>, _: Context<'_, S>) -> bool {
-        python_level(metadata.level()) >= THRESHOLD.load(Ordering::Relaxed)
+        event_level(metadata) >= THRESHOLD.load(Ordering::Relaxed)
     }
 
     fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {
@@ -116,7 +136,7 @@ impl<S: Subscriber> Layer<S> for ToPython {
         event.record(&mut text);
         let metadata = event.metadata();
         let record = Record {
-            level: python_level(metadata.level()),
+            level: event_level(metadata),
             logger: logger_name(metadata.target()),
             message: text.message + &text.fields,
         };

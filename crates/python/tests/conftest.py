@@ -327,6 +327,16 @@ def world_of_one(tmp_path_factory):
     dist.destroy_process_group()
 
 
+def count_compiles(sizes=(3, 3, 5, 7)) -> list:
+    """tests/ranks/steps.py's ``count_compiles`` in this process."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ccol_rank_steps", RANKS_DIR / "steps.py")
+    steps = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(steps)
+    return steps.count_compiles(sizes)
+
+
 def replaced_objects() -> dict:
     """What enable() replaces (and disable() restores), by name."""
     import torch

@@ -12,9 +12,9 @@ import torch.distributed as dist
 
 import compiler_collectives
 import compiler_collectives.torch as cct
-from compiler_collectives import _errors
+from compiler_collectives import _checks, _errors, _votes
 
-from conftest import replaced_objects  # world_of_one is conftest's fixture too
+from conftest import count_compiles, replaced_objects  # world_of_one is conftest's fixture too
 
 
 def test_enable_before_init_process_group_is_refused():
@@ -37,7 +37,7 @@ def test_enable_replaces_and_disable_restores_everything(world_of_one):
         else:
             assert during[name] is not before[name], name
     # Our guard vote is the installed hook.
-    assert set_guard_complete_hook(cct._guard_vote) is cct._guard_vote
+    assert set_guard_complete_hook(_votes.guard_vote) is _votes.guard_vote
     info = cct.channel_info()
     assert info["rank"] == 0 and info["world_size"] == 1 and info["timeout_s"] == 20
     assert info["guard_votes"] is True
@@ -61,20 +61,9 @@ def test_enable_twice_is_refused(world_of_one):
 
 def test_compiles_in_a_world_of_one_take_one_exchange_each(world_of_one):
     torch._dynamo.reset()
-    cct.enable(timeout=20)
+    cct.enable(timeout=20, exchange="always")
     try:
-        compiles = []
-
-        def backend(gm, example_inputs):
-            compiles.append(len(example_inputs))
-            return gm.forward
-
-        @torch.compile(backend=backend)
-        def f(x):
-            return x.sum()
-
-        for n in (3, 3, 5, 7):
-            f(torch.ones(n))
+        compiles = count_compiles((3, 3, 5, 7))
         # Step 0 compiles static, step 2 recompiles with dim 0 dynamic (a
         # symbol and the tensor), step 3 hits: two exchanges after enable's.
         assert compiles == [1, 2]
@@ -116,7 +105,7 @@ def test_another_version_string_alone_is_accepted(world_of_one, monkeypatch):
 
     installed = _compat.plain(torch.__version__)
     monkeypatch.setattr(torch, "__version__", "2.99.0+local")
-    decision = cct._check_torch()
+    decision = _checks.check_torch()
     assert (decision.version, decision.matched, decision.warning) == (installed, True, None)
 
 
@@ -246,16 +235,68 @@ def test_the_world_as_a_group_is_the_default(world_of_one):
 
 def test_deadline_sources_in_order(world_of_one, monkeypatch):
     monkeypatch.setenv("CCOL_TIMEOUT_S", "42")
-    assert cct._timeout_seconds(None) == 42.0
-    assert cct._timeout_seconds(7) == 7.0
-    assert cct._timeout_seconds(datetime.timedelta(minutes=2)) == 120.0
+    assert _checks.timeout_seconds(None) == 42.0
+    assert _checks.timeout_seconds(7) == 7.0
+    assert _checks.timeout_seconds(datetime.timedelta(minutes=2)) == 120.0
     monkeypatch.delenv("CCOL_TIMEOUT_S")
-    assert cct._timeout_seconds(None) == 300.0
+    assert _checks.timeout_seconds(None) == 300.0
 
 
-def test_guard_votes_must_be_a_bool(world_of_one):
-    with pytest.raises(compiler_collectives.InvalidArgument, match="guard_votes"):
-        cct.enable(guard_votes="yes")
+@pytest.mark.parametrize("bad", ["yes", "Auto", 1, None])
+def test_guard_votes_must_be_a_bool_or_auto(world_of_one, bad):
+    with pytest.raises(compiler_collectives.InvalidArgument,
+                       match=r"guard_votes must be True, False or 'auto'"):
+        cct.enable(guard_votes=bad)
+    assert not cct.is_enabled()
+
+
+@pytest.mark.parametrize("bad", ["never", "AUTO", True, None, 0])
+def test_exchange_must_be_auto_or_always(world_of_one, bad):
+    with pytest.raises(compiler_collectives.InvalidArgument,
+                       match=r"exchange must be 'auto' or 'always'"):
+        cct.enable(exchange=bad)
+    assert not cct.is_enabled()
+
+
+def test_a_recompile_in_a_world_of_one_is_local_under_the_default(world_of_one):
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    before = counters["compiler_collectives"]["local_compile"]
+    cct.enable(timeout=20)
+    try:
+        info = cct.channel_info()
+        assert (info["exchange"], info["guard_votes"], info["votes_on"]) == ("auto", "auto", False)
+        compiles = count_compiles((3, 3, 5, 7))
+        # The first compile is exchanged; the recompile at 5 (dim 0 dynamic,
+        # from this rank's own code state) is local and counted.
+        assert compiles == [1, 2]
+        assert cct.channel_info()["next_exchange"] == 2
+        assert counters["compiler_collectives"]["local_compile"] - before == 1
+    finally:
+        cct.disable()
+
+
+def test_local_outside_enable_changes_nothing():
+    import torch._dynamo.pgo as pgo
+
+    assert not cct.is_enabled()
+    state = pgo._CODE_STATE
+    with cct.local():
+        with cct.local():  # nests
+            pass
+    assert pgo._CODE_STATE is state
+
+
+def test_errors_report_their_public_path():
+    for name in ("Error", "Timeout", "PeerLost", "Desync", "GraphMismatch", "IncompatibleTorch"):
+        cls = getattr(compiler_collectives, name)
+        assert cls.__module__ == "compiler_collectives", cls
+        assert f"{cls.__module__}.{cls.__qualname__}" == f"compiler_collectives.{name}"
+    e = compiler_collectives.Timeout("t", missing_ranks=[1], exchange=2, key="k")
+    assert repr(type(e)) == "<class 'compiler_collectives.Timeout'>"
+    back = pickle.loads(pickle.dumps(e))
+    assert type(back) is compiler_collectives.Timeout and back.missing_ranks == [1]
 
 
 def test_errors_form_one_hierarchy_with_their_kinds():

@@ -92,7 +92,7 @@ def test_an_error_reaching_the_caller_is_written_to_the_torchelastic_error_file(
         tmp_path, 2, "error_file.py", env={"TORCHELASTIC_ERROR_FILE": "{tmp}/error-{rank}.json"}
     )
     assert ranks[0].returncode == 1
-    assert "compiler_collectives._errors.PeerLost" in ranks[0].stderr
+    assert "compiler_collectives.PeerLost: lost rank [1]" in ranks[0].stderr
     data = json.loads((tmp_path / "error-0.json").read_text())
     assert data["message"]["message"].startswith("PeerLost: lost rank [1]"), data
     assert "Traceback" in data["message"]["extraInfo"]["py_callstack"]

@@ -85,8 +85,8 @@ def test_every_rank_compiles_the_same_and_losses_are_bitwise_those_without_the_p
 
 def test_a_rank_dependent_graph_break_stops_the_job_with_our_error(tmp_path):
     out, ranks = run(
-        2, tmp_path, "break", "--exchange", "package", "--timeout", DEADLINE,
-        "--graph-break-rank", 1, "--graph-break-step", 2,
+        2, tmp_path, "break", "--exchange", "package", "--exchange-mode", "always",
+        "--timeout", DEADLINE, "--graph-break-rank", 1, "--graph-break-step", 2,
     )
     assert out.returncode != 0
     # Rank 1 recompiles alone (rank 0 waits in DDP's all-reduce): its
@@ -97,9 +97,9 @@ def test_a_rank_dependent_graph_break_stops_the_job_with_our_error(tmp_path):
     # The message gives the measured wait: the deadline, plus whatever the
     # wake-up took on a loaded machine (CI once printed more than 5000 ms).
     waited = re.search(
-        r"compiler_collectives\._errors\.Timeout: timed out after (\d+) ms waiting for rank \[0\] ", text
+        r"compiler_collectives\.Timeout: timed out after (\d+) ms waiting for rank \[0\] ", text
     )
-    assert waited, "\n".join(l for l in text.splitlines() if "_errors." in l or "Error" in l)
+    assert waited, "\n".join(l for l in text.splitlines() if "Timeout" in l or "Error" in l)
     assert DEADLINE * 1000 <= int(waited.group(1)) <= (DEADLINE + 1) * 1000, waited.group(0)
     # torchrun read the rank's error file: the root cause is ours.
     assert "Root Cause (first observed failure)" in text
@@ -154,3 +154,27 @@ def test_with_inductor_losses_are_those_without_the_package_within_tolerance(tmp
         assert len(a) == len(b) == STEPS
         worst = max(abs(x - y) / abs(y) for x, y in zip(a, b))
         assert worst <= INDUCTOR_RTOL, (mine["rank"], worst, a, b)
+
+
+def test_under_the_default_rank_local_recompiles_run_as_without_the_package(tmp_path):
+    # A last batch of 1 row on rank 1, rank 0 evaluating alone (eval(),
+    # no_grad) before step 3, and a graph break on rank 1 alone from step 4:
+    # each a recompile on one rank, which the default policy keeps there.
+    args = ("--short-last-batch-rank", 1, "--eval-rank0-step", 3,
+            "--graph-break-rank", 1, "--graph-break-step", 4)
+    with_pkg, ours = run(2, tmp_path, "package", "--exchange", "package", *args)
+    assert with_pkg.returncode == 0, with_pkg.stderr[-4000:]
+    without, theirs = run(2, tmp_path, "none", "--exchange", "none", *args)
+    assert without.returncode == 0, without.stderr[-4000:]
+    steps = [r["compile_steps"] for r in ours]
+    # Step 0 agreed (one compile each, dim dynamic at once), then rank 0's
+    # evaluation and rank 1's graph break and short batch, each on its rank.
+    assert steps[0] == [0, 3], steps
+    assert steps[1][0] == 0 and steps[1].count(0) == 1 and 3 not in steps[1], steps
+    assert 4 in steps[1] and 5 in steps[1], steps
+    for mine, alone in zip(ours, theirs):
+        assert mine["steps_done"] == alone["steps_done"] == STEPS
+        assert mine["losses"] == alone["losses"], (mine["rank"], mine["losses"], alone["losses"])
+        assert mine["eval_losses"] == alone["eval_losses"]
+    assert len(ours[0]["eval_losses"]) == 1 and ours[1]["eval_losses"] == []
+    assert "compiler_collectives: job rank" not in with_pkg.stdout + with_pkg.stderr

@@ -21,7 +21,7 @@ import torch.distributed as dist
 
 import compiler_collectives
 import compiler_collectives.torch as cct
-from compiler_collectives import _compat
+from compiler_collectives import _checks, _compat
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 GENERATOR = os.path.join(REPO, "scripts", "torch-table.py")
@@ -30,7 +30,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(torch.__file__)))
 TABLE = _compat.load_table()
 LOGGER = "compiler_collectives.torch"
 
-from conftest import replaced_objects  # world_of_one is conftest's fixture too
+from conftest import count_compiles, replaced_objects  # world_of_one is conftest's fixture too
 
 
 def table_with(tmp_path, monkeypatch, keep=lambda v: True, entries=None):
@@ -68,7 +68,7 @@ def test_the_table_matches_the_installed_torch():
     assert INSTALLED in TABLE["versions"], f"torch {INSTALLED} is not in the table"
     observed = _compat.observe(ROOT, TABLE["entries"])
     assert observed == TABLE["versions"][INSTALLED]
-    decision = cct._check_torch()
+    decision = _checks.check_torch()
     assert (decision.version, decision.matched, decision.differs, decision.warning) == (
         INSTALLED, True, [], None)
     # Every live object passes its existence, callability and identity check.
@@ -99,7 +99,7 @@ def test_the_table_covers_the_supported_versions_and_marks_required_entries():
         if entry["required"]:
             assert present == list(versions), f"{path} is required but absent in some versions"
     # Every place _CONFIG reads a setting from is an entry of the table.
-    for places in cct._CONFIG:
+    for places in _checks.CONFIG:
         for path in places:
             assert path in TABLE["entries"], path
     # compile_on_one_rank moved: distributed.config up to 2.13, compiler.config from 2.14.
@@ -206,7 +206,7 @@ def test_with_the_opt_in_one_warning_and_a_working_compile(
     follow = _compat.nearest(torch.__version__, list(t["versions"]))
     torch._dynamo.reset()
     caplog.set_level(logging.WARNING)
-    cct.enable(timeout=20, allow_untested_torch=True)
+    cct.enable(timeout=20, allow_untested_torch=True, exchange="always")
     try:
         warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
         assert [r.name for r in warnings] == [LOGGER]
@@ -219,22 +219,10 @@ def test_with_the_opt_in_one_warning_and_a_working_compile(
         named = [p for p in TABLE["entries"] if f"{p} (" in text]
         assert named == differing(TABLE["versions"], INSTALLED, follow)
         # The must-agree check carries the opt-in and the version followed.
-        agreed = cct._must_agree(False, True, follow)
+        agreed = _checks.must_agree(False, True, follow)
         assert "allow_untested_torch=True" in agreed.splitlines()
         assert f"torch_followed={follow}" in agreed.splitlines()
-        compiles = []
-
-        def backend(gm, example_inputs):
-            compiles.append(len(example_inputs))
-            return gm.forward
-
-        @torch.compile(backend=backend)
-        def f(x):
-            return x.sum()
-
-        for n in (3, 3, 5, 7):
-            assert f(torch.ones(n)).item() == n
-        assert compiles == [1, 2]
+        assert count_compiles((3, 3, 5, 7)) == [1, 2]
         assert cct.channel_info()["next_exchange"] == 3
     finally:
         cct.disable()
@@ -302,7 +290,7 @@ def test_allow_untested_torch_must_be_a_bool(world_of_one):
 
 
 def test_settings_are_read_where_the_version_keeps_them(world_of_one):
-    settings = dict(cct._settings(INSTALLED))
+    settings = dict(_checks.settings(INSTALLED))
     versions = TABLE["versions"]
     place = ("torch.compiler.config.compile_on_one_rank"
              if versions[INSTALLED]["torch.compiler.config.compile_on_one_rank"]
@@ -312,12 +300,13 @@ def test_settings_are_read_where_the_version_keeps_them(world_of_one):
               "torch.distributed.config.compile_on_one_rank"} - {place}).pop()
     assert other not in settings
     # Followed as 2.13 (distributed.config) and as 2.15 (compiler.config).
-    assert "torch.distributed.config.compile_on_one_rank" in dict(cct._settings("2.13.0"))
-    assert "torch.compiler.config.compile_on_one_rank" in dict(cct._settings("2.15.0"))
-    agreed = cct._must_agree(True, False, INSTALLED).splitlines()
-    assert agreed[:8] == [f"torch={torch.__version__}", f"torch_followed={INSTALLED}",
+    assert "torch.distributed.config.compile_on_one_rank" in dict(_checks.settings("2.13.0"))
+    assert "torch.compiler.config.compile_on_one_rank" in dict(_checks.settings("2.15.0"))
+    agreed = _checks.must_agree(True, False, INSTALLED).splitlines()
+    assert agreed[:9] == [f"torch={torch.__version__}", f"torch_followed={INSTALLED}",
                           f"compiler_collectives={compiler_collectives.__version__}",
-                          f"wire={compiler_collectives.WIRE_VERSION}", "guard_votes=True",
+                          f"wire={compiler_collectives.WIRE_VERSION}", "exchange=auto",
+                          "guard_votes=True",
                           "allow_untested_torch=False", "cache_agreement=False",
                           "check_graphs=False"]
     # The caches' settings are compared too (the cache vote's preconditions).
@@ -326,7 +315,7 @@ def test_settings_are_read_where_the_version_keeps_them(world_of_one):
                  "torch.compiler.config.force_disable_caches",
                  "torch.compiler.config.cache_key_tag"):
         assert [x for x in agreed if x.startswith(path + "=")] == [
-            f"{path}={dict(cct._settings(INSTALLED))[path]}"]
+            f"{path}={dict(_checks.settings(INSTALLED))[path]}"]
     for name in ("dynamic_sources", "unbacked_sources", "dynamic_values", "static_sources"):
         path = f"torch.compiler.config.{name}"
         line = [x for x in agreed if x.startswith(path + "=")]
@@ -591,8 +580,10 @@ def test_an_untested_torch_in_a_2_rank_job(tmp_path):
             f"(allow_untested_torch=True); following torch {follow}, ")
         assert named(warned[0][2]) == expected
         done = r.event("done")
+        # The recompile at 5 stays on each rank (no guard votes: the graph
+        # holds no collective): enable's check and the first compile only.
         assert done == {"ev": "done", "error": None, "compiles": [1, 2],
-                        "sums": [3.0, 3.0, 5.0, 7.0], "next_exchange": 3}, r.stderr[-3000:]
+                        "next_exchange": 2}, r.stderr[-3000:]
         assert r.returncode == 0
     for r in run("disagree", None):
         done = r.event("done")
@@ -630,8 +621,9 @@ def test_no_torch_group_for_functorchs_sync_in_a_2_rank_job(tmp_path):
         for g in done["grads"]:
             assert g == pytest.approx(grad), done
         assert (done["new_groups"], done["tags"]) == (0, []), done
-        # enable's check, the frame's exchange, the partitioner's three.
-        assert done["exchanges"] == 5, done
+        # enable's check, the frame's exchange, the partitioner's three; the
+        # graph holds an all-reduce, so the second call votes.
+        assert done["exchanges"] == 6, done
         if has_sync_pg:
             control = r.event("control")
             assert (control["new_groups"], control["tags"]) == (1, ["user:pt2_compile_sync_pg"]), control

@@ -193,10 +193,14 @@ pub(crate) fn finish<J: Join>(
         Ok((_, fast)) => ("ok", Some(fast)),
         Err(e) => (e.kind().as_str(), None),
     };
+    // Which exchange: this rank, the exchange's number on its channel and
+    // its compile key, so that a line read alone says where it failed.
+    let exchange = env.map(|e| e.seq);
+    let key = env.map(|e| e.key);
     if result.is_ok() {
-        tracing::debug!(target: "ccol::exchange", bytes_sent = traffic.sent, bytes_received = traffic.received, duration_us, fast_path, outcome, "exchange done");
+        tracing::debug!(target: "ccol::exchange", rank, exchange, key, bytes_sent = traffic.sent, bytes_received = traffic.received, duration_us, fast_path, outcome, "exchange done");
     } else {
-        tracing::warn!(target: "ccol::exchange", bytes_sent = traffic.sent, bytes_received = traffic.received, duration_us, outcome, "exchange failed");
+        tracing::warn!(target: "ccol::exchange", rank, exchange, key, bytes_sent = traffic.sent, bytes_received = traffic.received, duration_us, outcome, "exchange failed");
     }
     let (Some(trace), Some(env)) = (trace, env) else {
         return;

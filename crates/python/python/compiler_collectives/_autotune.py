@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, List
 
+from . import _policy
 from ._errors import DecodeError, Error
 
 #: The compile key of the winners' exchange.
@@ -89,7 +90,8 @@ def install(st, patch: Callable[..., None]) -> None:
     original_remote = da.__dict__["maybe_autotune_remote"]
 
     def get_autotune_pg():
-        return group
+        # A local compile tunes every op itself (torch's rule without a group).
+        return group if _policy.exchanging() else None
 
     def maybe_autotune_remote(name, choices, inputs, layout):
         from torch._inductor.virtualized import V
@@ -112,6 +114,9 @@ def install(st, patch: Callable[..., None]) -> None:
         from torch._inductor.virtualized import V
 
         ops = getattr(V.distributed_autotune_state, OPS_ATTR, [])
+        if not _policy.exchanging():
+            # A local compile shared no op: its own winners, by op index.
+            return sorted(autotune_results, key=lambda c: c.index)
         return sync(st, da._SerializedChoice, autotune_results, ops)
 
     get_autotune_pg.__wrapped__ = da.__dict__["get_autotune_pg"]

@@ -33,6 +33,7 @@ import logging
 import threading
 from typing import Any, Callable, Optional
 
+from . import _policy
 from ._errors import Error
 
 log = logging.getLogger("compiler_collectives.torch")
@@ -49,8 +50,8 @@ TORCH_FLAG = "_sync_cache_decision_cross_ranks"
 def _wanted(st) -> bool:
     """Whether this process votes: ``enable(cache_agreement=True)``, or
     torch's own flag (2.15) on while the package is enabled; never in a
-    group of one."""
-    if st.channel.world_size < 2:
+    group of one, never in a local compile (``_policy``)."""
+    if st.channel.world_size < 2 or not _policy.exchanging():
         return False
     if st.cache_agreement:
         return True

@@ -195,6 +195,15 @@ class IncompatibleTorch(Unsupported):
     functions are not the source, this package was written for."""
 
 
+# Each class reports its public path (``compiler_collectives.Timeout``, as
+# tracebacks and ``repr`` print it and pickle finds it), not this module's.
+for _cls in (Error, Timeout, PeerLost, Desync, VersionMismatch, Disagreement, GraphMismatch,
+             DecodeError, BackendError, InvalidArgument, Unsupported, ChannelUnusable,
+             IncompatibleTorch):
+    _cls.__module__ = "compiler_collectives"
+del _cls
+
+
 _CLASSES = {
     cls.__name__: cls
     for cls in (

@@ -31,6 +31,7 @@ import hashlib
 import logging
 from typing import Callable, List, Optional
 
+from . import _policy
 from ._errors import Error, GraphMismatch
 from ._partitioner import groups_by_value
 
@@ -155,7 +156,7 @@ def install_graph_check(st, patch: Callable[..., None], frame_key: Callable) -> 
     original = og.__dict__["call_user_compiler"]
 
     def call_user_compiler(self, gm, example_inputs):
-        if st.channel.world_size > 1:
+        if st.channel.world_size > 1 and _policy.exchanging():
             tx = self.root_tx
             key = f"{KEY} {frame_key(tx)}" if tx is not None else KEY
             try:
@@ -178,7 +179,8 @@ def install_spmd_check(st, patch: Callable[..., None]) -> None:
 
     def spmd_check(gm) -> bool:
         channel = st.channel
-        if channel.world_size < 2:
+        if channel.world_size < 2 or not _policy.exchanging():
+            # A local compile checks nothing across ranks.
             return True
         own: Optional[int] = spmd._compute_hash(gm)
         exchange = channel.next_exchange

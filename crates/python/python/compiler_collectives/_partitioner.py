@@ -32,6 +32,7 @@ import hashlib
 import logging
 from typing import Callable, Dict, List
 
+from . import _policy
 from ._errors import DecodeError, Error
 
 log = logging.getLogger("compiler_collectives.torch")
@@ -91,7 +92,7 @@ def install(st, patch: Callable[..., None]) -> None:
 
     def _sync_decision_cross_ranks(joint_graph, saved_values):
         channel = st.channel
-        if channel.world_size < 2 or not has_collectives(joint_graph):
+        if channel.world_size < 2 or not _policy.exchanging() or not has_collectives(joint_graph):
             return saved_values
         canonical = partitioners._canonical_node_names(joint_graph)
         by_name = {name: node for node, name in canonical.items()}

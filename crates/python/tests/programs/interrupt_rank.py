@@ -31,7 +31,8 @@ def emit(**kv):
 
 dist.init_process_group("gloo", init_method=f"file://{STORE}", rank=RANK, world_size=WORLD,
                         timeout=datetime.timedelta(seconds=120))
-cct.enable(timeout=60, guard_votes=os.environ.get("GUARD_VOTES") == "1")
+# exchange="always": rank 0's recompile is an exchange rank 1 is not in.
+cct.enable(timeout=60, guard_votes=os.environ.get("GUARD_VOTES") == "1", exchange="always")
 
 
 @torch.compile(backend="eager")

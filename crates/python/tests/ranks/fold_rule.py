@@ -21,7 +21,7 @@ if MODE == "pytorch":
     harness._patch_compiler_collective_device_context()
     torch._dynamo.config.enable_compiler_collectives = True
 else:
-    cct.enable(timeout=60)
+    cct.enable(timeout=60, exchange="always")  # every compile, as PyTorch's
 
 from torch._dynamo.pgo import auto_dynamic, auto_unset, get_code_state  # noqa: E402
 

@@ -24,8 +24,12 @@ def emit(**kv):
 
 # CCOL_PG_BACKEND=cpu:gloo for PyTorch's own exchange on torch 2.15 (its
 # compile group lists the default group's devices by name).
-dist.init_process_group(os.environ.get("CCOL_PG_BACKEND", "gloo"), init_method=f"file://{STORE}", rank=RANK, world_size=WORLD,
-                        timeout=datetime.timedelta(seconds=120))
+# CCOL_TEST_TCP_PORT: torch's TCPStore on that port of 127.0.0.1 (rank 0
+# serves it), as env:// and torchrun give; else a FileStore at STORE.
+_port = os.environ.get("CCOL_TEST_TCP_PORT")
+dist.init_process_group(os.environ.get("CCOL_PG_BACKEND", "gloo"),
+                        init_method=f"tcp://127.0.0.1:{_port}" if _port else f"file://{STORE}",
+                        rank=RANK, world_size=WORLD, timeout=datetime.timedelta(seconds=120))
 import compiler_collectives  # noqa: E402
 import compiler_collectives.torch as cct  # noqa: E402
 

@@ -25,6 +25,25 @@ def f(x):
     return (x * 2).sum()
 
 
+def count_compiles(sizes=(3, 3, 5, 7)) -> list:
+    """Compiles ``x.sum()`` (a new function, a backend that counts) and calls
+    it on a tensor of each size; returns each compile's number of inputs (1
+    static, 2 with dim 0 dynamic: a symbol and the tensor)."""
+    counted = []
+
+    def counting(gm, example_inputs):
+        counted.append(len(example_inputs))
+        return gm.forward
+
+    @torch.compile(backend=counting)
+    def total(x):
+        return x.sum()
+
+    for n in sizes:
+        assert total(torch.ones(n)).item() == n
+    return counted
+
+
 def run(sizes, before_step=None):
     for step, n in enumerate(sizes):
         if before_step is not None:
@@ -32,4 +51,4 @@ def run(sizes, before_step=None):
         f(torch.ones(n, 8))
 
 
-__all__ = ["compiles", "backend", "f", "run"]
+__all__ = ["compiles", "backend", "f", "run", "count_compiles"]

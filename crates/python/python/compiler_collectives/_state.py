@@ -1,0 +1,76 @@
+"""The package's state while :func:`compiler_collectives.torch.enable` is in
+effect: one :class:`State` per process (``current``), shared by the modules
+that hook into torch (``_frames``, ``_votes``, ``_surface``, the agreements).
+Imports nothing of torch."""
+
+from __future__ import annotations
+
+import os
+from typing import Callable, Optional
+
+
+class Group:
+    """What ``get_compile_pg`` returns while enabled: a stand-in for Dynamo's
+    compile group (``DistributedState.compile_pg``), never a torch process
+    group. Only this package's ``run_compiler_collective`` uses it."""
+
+    def __init__(self, channel) -> None:
+        self.channel = channel
+
+    def rank(self) -> int:
+        return self.channel.rank
+
+    def size(self) -> int:
+        return self.channel.world_size
+
+    def __repr__(self) -> str:
+        return f"compiler_collectives.torch group ({self.channel!r})"
+
+
+class State:
+    """What ``enable`` set up: the channel, its switches, what to undo.
+
+    ``exchange`` is ``"auto"`` or ``"always"`` and ``guard_votes`` is
+    ``"auto"``, ``True`` or ``False`` (``enable``'s arguments); ``votes_on``
+    is whether every compiled call votes now (from the start with
+    ``guard_votes=True``; with ``"auto"``, from the first exchanged compile
+    whose agreed "holds collectives" bit was set: ``_policy``)."""
+
+    def __init__(self, channel, guard_votes=False, cache_agreement: bool = False,
+                 check_graphs: bool = False, exchange: str = "always") -> None:
+        self.channel = channel
+        self.group = Group(channel)
+        self.guard_votes = guard_votes
+        self.votes_on = guard_votes is True
+        # Whether the guard-complete hook is installed (``_votes.turn_on``).
+        self.hook_installed = False
+        # What the agreement policy remembers (``_policy.Tracking``).
+        self.policy = None
+        # The out-of-band notice path (``_notice.Notices``), or None.
+        self.notices = None
+        self.exchange = exchange
+        self.cache_agreement = cache_agreement
+        self.check_graphs = check_graphs
+        # The first error of an exchange that has not reached the caller yet
+        # (a failed guard vote, or one Dynamo suppressed).
+        self.pending: Optional[BaseException] = None
+        self.restore: list[Callable[[], None]] = []
+        self.pid = os.getpid()
+        # An uncaught exception is on its way out of the process: at exit the
+        # channel aborts (peers see this rank lost), it does not say "no
+        # more exchanges".
+        self.crashed = False
+        # The job ranks of the channel's members, ascending (enable's group).
+        self.ranks: list[int] = []
+
+
+#: The state while enabled, else None.
+current: Optional[State] = None
+
+
+def patch(st: State, owner, name: str, value) -> None:
+    """Sets ``owner.name`` (a class's own attribute, or a module's) to
+    ``value``, and records in ``st.restore`` how to put the old one back."""
+    old = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+    setattr(owner, name, value)
+    st.restore.append(lambda: setattr(owner, name, old))
