@@ -225,6 +225,7 @@ def main() -> int:
     last_batch = 1 if a.short_last_batch_rank == rank else None
     started = time.monotonic()
     step_started = started
+    first_step_end = None
     stop_on_sigterm()
     try:
         for step, (x, y) in enumerate(batches(corpus, rank, a.steps, a.seed,
@@ -244,6 +245,8 @@ def main() -> int:
             loss.backward()
             opt.step()
             losses.append(loss.item())
+            if step == 0:
+                first_step_end = time.time()
     finally:
         if a.report:
             failed_after = time.monotonic() - step_started
@@ -255,6 +258,8 @@ def main() -> int:
                 "steps_done": len(losses),
                 "seconds": time.monotonic() - started,
                 "last_step_seconds": failed_after,
+                # Wall-clock time (time.time()) at the end of step 0.
+                "first_step_end": first_step_end,
             }
             try:
                 write_report(f"{a.report}.{rank}.json", report)

@@ -21,8 +21,9 @@
 //! within [`POLL`].
 //!
 //! The notice's value is `<job rank>\n<line>`; a value that does not parse
-//! (another writer, a damaged store) is reported as it is, cut to
-//! [`MAX_NOTICE_BYTES`].
+//! (another writer, a damaged store) is reported as it is. Either is cut to
+//! [`MAX_NOTICE_BYTES`], and its control characters (a terminal's escape
+//! sequences) become spaces: a peer writes it.
 
 use compiler_collectives_core::{Deadline, ErrorKind, Store};
 use compiler_collectives_tcpstore::TcpStoreClient;
@@ -60,7 +61,12 @@ fn report(value: &[u8], own_rank: u32) {
     if rank == Some(own_rank) {
         return;
     }
-    let line = line.replace('\n', " ");
+    // Another rank wrote it: no control character (a terminal escape)
+    // reaches this rank's terminal.
+    let line: String = line
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
     // One write of the whole line, so that ranks sharing a terminal do not
     // interleave inside it.
     let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());

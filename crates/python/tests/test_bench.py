@@ -115,3 +115,24 @@ def test_the_alloc_bench_counts_what_one_exchange_builds():
     # The same state on every rank: the rank's own LocalState, nothing built.
     assert (same["states"], same["states_handed"]) == ("same", 1), same
     assert same["blocks_p50"] < differ["blocks_p50"], (same, differ)
+
+
+POLICY_BENCH = BENCH.parent / "torch_policy_cost.py"
+
+
+def test_the_policy_bench_times_a_step_in_each_mode():
+    # A smoke run (one round of 5 steps, no first-step runs): the all-reduce
+    # turns votes on under the default, and only there.
+    out = subprocess.run(
+        [sys.executable, str(POLICY_BENCH), "--rounds", "1", "--steps", "5",
+         "--first-step-rounds", "0", "--json"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-4000:]
+    (row,) = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [row[f"{m} votes_on"] for m in ("none", "package, no votes",
+                                          "package, votes (default)")] == [False, False, True]
+    for m in ("none", "package, no votes", "package, votes (default)"):
+        assert row[m] > 0, row
+    assert row["vote us"] == pytest.approx(row["package, votes (default)"]
+                                           - row["package, no votes"])

@@ -391,3 +391,104 @@ def test_the_native_sides_log_events_reach_pythons_logging(world_of_one, caplog)
         assert not [r for r in caplog.records if r.name.startswith("compiler_collectives.")]
     finally:
         cct.disable()
+
+
+def test_a_lazily_compiled_backward_follows_its_forwards_mode(world_of_one):
+    # AOTAutograd compiles a backward at the first .backward(), outside
+    # Dynamo's compile: the agreements inside it (Inductor's SPMD check,
+    # autotuning) follow the forward's mode, found by its compile id.
+    from torch._dynamo.backends.common import aot_autograd
+
+    from compiler_collectives import _policy
+
+    seen = []
+
+    def compiler(which):
+        def compile_graph(gm, _example_inputs):
+            seen.append((which, _policy.exchanging(), _policy.current() is None))
+            return gm.forward
+
+        return compile_graph
+
+    torch._dynamo.reset()
+    cct.enable(timeout=20)
+    try:
+        @torch.compile(backend=aot_autograd(fw_compiler=compiler("fw"), bw_compiler=compiler("bw")))
+        def f(x):
+            return x.sin().sum()
+
+        f(torch.ones(4, requires_grad=True)).backward()
+        with cct.local():
+            # A recompile inside local() (a new dtype: static shapes, so
+            # AOTAutograd defers the backward's compile).
+            out = f(torch.ones(4, dtype=torch.float64, requires_grad=True))
+        out.backward()  # outside local(): the backward of a local compile
+        with cct.local():
+            f(torch.ones(4, requires_grad=True)).backward()  # hits: nothing compiled
+    finally:
+        cct.disable()
+    # (which, exchanging, compiled lazily outside Dynamo's compile)
+    assert seen == [("fw", True, False), ("bw", True, True), ("fw", False, False),
+                    ("bw", False, True)], seen
+
+
+def test_a_switch_turned_on_after_enable_is_refused_at_the_next_compile(world_of_one):
+    import torch._functorch.config as functorch_config
+
+    torch._dynamo.reset()
+    cct.enable(timeout=20)
+    try:
+        functorch_config._sync_decision_cross_ranks = True
+
+        @torch.compile(backend="eager")
+        def f(x):
+            return x + 1
+
+        with pytest.raises(compiler_collectives.InvalidArgument) as raised:
+            f(torch.ones(2))
+        assert ("torch._functorch.config._sync_decision_cross_ranks (False at enable(), True "
+                "now)") in str(raised.value)
+        assert "Set it before compiler_collectives.torch.enable(), on every rank." in str(
+            raised.value)
+    finally:
+        functorch_config._sync_decision_cross_ranks = False
+        cct.disable()
+
+
+def test_enable_leaves_the_inductor_agreements_until_torch_imports_them(tmp_path):
+    # In a fresh process: enable() does not import Inductor's autotuning
+    # module (about 590 modules); importing it installs the agreement.
+    import subprocess
+    import sys
+
+    code = f"""
+import sys, torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method="file://{tmp_path}/store", rank=0, world_size=1)
+import compiler_collectives.torch as cct
+cct.enable(timeout=20)
+print("after enable", "torch._inductor.distributed_autotune" in sys.modules)
+import torch._inductor.distributed_autotune as da
+print("installed", da.get_autotune_pg.__module__, da.get_autotune_pg().size())
+cct.disable()
+print("restored", da.get_autotune_pg.__module__)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    assert lines[0] == "after enable False", out.stdout
+    assert lines[1] == "installed compiler_collectives._autotune 1", out.stdout
+    assert lines[2] == "restored torch._inductor.distributed_autotune", out.stdout
+
+
+def test_a_notice_from_another_rank_is_printed_once_without_control_characters(capsys):
+    from compiler_collectives import _notice
+
+    _notice.report(b"1\nbad \x1b[31mred\x1b[0m line\x07", 0)
+    _notice.report(b"0\nthis rank's own notice", 0)  # not printed
+    assert capsys.readouterr().err == "bad [31mred [0m line\n"
+    _notice.report(b"x" * 10_000, 0)  # no rank: printed as it is, cut
+    assert capsys.readouterr().err == "x" * _notice.MAX_LINE + "\n"
+    line = _notice.failure_line(3, compiler_collectives.Timeout(
+        "timed out\nwaiting", missing_ranks=[1], exchange=2, key="torch.frame m:f:1#0"))
+    assert line == ("compiler_collectives: job rank 3 failed: Timeout (timeout) in exchange #2 "
+                    "'torch.frame m:f:1#0': timed out waiting")

@@ -141,3 +141,49 @@ def test_the_peer_of_a_failing_rank_says_why_within_the_deadline(tmp_path, store
     assert at - err["began"] <= 3.0 + 1.0, (at, err)
     # Rank 0 wrote it: rank 0 prints no notice of its own.
     assert "compiler_collectives: job rank" not in ranks[0].stderr
+
+
+def test_an_exchanged_recompile_folds_the_same_state_after_a_local_one(tmp_path):
+    zero, one = _done(run_ranks(tmp_path, 2, "policy.py", env={"CASE": "prior_join"}))
+    # f: rank 0 recompiled alone (dim 0 dynamic in its code state only);
+    # g (an all-reduce) turned votes on; f on a new dim 1 missed on both:
+    # one exchanged recompile, each rank sending prior ⊔ observation, so
+    # both fold dims 0 and 1 dynamic (without the prior, rank 1 would fold
+    # dim 0 static).
+    assert zero["compiles"] == [[], [0], [], [0, 1]], zero
+    assert one["compiles"] == [[], [], [0, 1]], one
+    assert zero["code_state_f"] == one["code_state_f"], (zero, one)
+    assert zero["code_state_f"]["L['x']"].startswith("tensor size=[?, ?]"), zero
+    # #0 enable, #1 f, #2 g, #3 the vote, #4 f's recompile.
+    assert zero["exchanges"] == one["exchanges"] == 5
+    assert (zero["local_compiles"], one["local_compiles"]) == (1, 0)
+
+
+def test_the_recompile_limit_of_an_exchanged_compile_counts_exchanged_compiles(tmp_path):
+    zero, one = _done(run_ranks(tmp_path, 2, "policy.py", env={"CASE": "recompile_limit"}))
+    # recompile_limit 3: rank 0's two local recompiles left it 3 cache
+    # entries for f (Dynamo alone would run its next miss uncompiled, and
+    # never join the exchange). The exchanged recompile is f's second
+    # exchanged compile on both ranks: both compile it, together.
+    assert zero["compiles"] == [[], [0], [0, 1], [], [0, 1]], zero
+    assert one["compiles"] == [[], [], [0, 1]], one
+    assert zero["results"] == one["results"] == [128.0]
+    assert zero["exchanges"] == one["exchanges"] == 5
+    assert (zero["local_compiles"], one["local_compiles"]) == (2, 0)
+
+
+def test_compiled_ddp_with_a_shorter_last_batch_on_one_rank_runs(tmp_path):
+    zero, one = _done(run_ranks(tmp_path, 2, "policy.py", env={"CASE": "compiled_ddp"}))
+    # Compiled autograd captures each backward on its own rank (its graphs
+    # compile locally); the forward's first compile is exchanged. Rank 0's
+    # last batch of 2 rows recompiles on rank 0 alone, and the all-reduces
+    # in the backward still match: the parameters stay equal on both ranks.
+    assert zero["params"] == one["params"], (zero, one)
+    assert len(zero["losses"]) == len(one["losses"]) == 4
+    # Rank 0: the forward (exchanged), its backward graph (local), the
+    # forward's recompile at 2 rows and the backward's recapture (local).
+    # Rank 1: the forward and its backward graph.
+    assert zero["compiles"] == [[], [], [0], [1]], zero
+    assert one["compiles"] == [[], []], one
+    assert zero["exchanges"] == one["exchanges"] == 2
+    assert (zero["local_compiles"], one["local_compiles"]) == (3, 1)

@@ -9,6 +9,7 @@ import datetime
 import logging
 import math
 import os
+import sys
 from typing import Union
 
 import torch
@@ -37,9 +38,47 @@ def resolve(path: str):
     raise ImportError(path)
 
 
+#: Modules whose agreements are installed when torch imports them
+#: (``_lazy``): importing them costs more than the rest of ``enable``, and a
+#: job that compiles with ``aot_eager`` or ``eager`` never does. The live
+#: checks of their entries wait for that import too (:func:`check_live`).
+DEFERRED_MODULES = ("torch._inductor.distributed_autotune", "torch._functorch.partitioners")
+
+
+def _deferred(path: str) -> bool:
+    return any(path.startswith(m + ".") for m in DEFERRED_MODULES) and not any(
+        path.startswith(m + ".") and m in sys.modules for m in DEFERRED_MODULES
+    )
+
+
+def check_live(paths) -> None:
+    """The live checks of the table entries `paths` that ``check_torch``
+    deferred (their module was not imported then): raises
+    ``IncompatibleTorch`` naming each entry whose live object is not what
+    the sources said (replaced at run time, not callable as the package
+    calls it)."""
+    table = _compat.load_table()
+    root = os.path.dirname(os.path.dirname(os.path.abspath(torch.__file__)))
+    observed, sites = _compat.observe_cached(root, table["entries"])
+    problems = {}
+    for path in paths:
+        if observed.get(path) is not None:
+            why = _compat.live_problem(root, path, table["entries"][path],
+                                       known=observed[path] is True, site=sites.get(path))
+            if why is not None:
+                problems[path] = why
+    if problems:
+        raise IncompatibleTorch(
+            "compiler_collectives.torch: what it replaces in torch changed after enable() "
+            "checked it: " + "; ".join(f"{p} ({why})" for p, why in sorted(problems.items()))
+        )
+
+
 def check_torch(allow_untested: bool = False) -> "_compat.Decision":
     """Which tested torch this one is (every table entry equal to that
-    version's), read from the installed torch's source and its live objects.
+    version's), read from the installed torch's source and its live objects
+    (those of :data:`DEFERRED_MODULES` only where already imported: the
+    rest when torch imports them, :func:`check_live`).
 
     Raises IncompatibleTorch naming the version and each entry that differs
     from the nearest tested version; with ``allow_untested``, logs one
@@ -56,7 +95,7 @@ def check_torch(allow_untested: bool = False) -> "_compat.Decision":
     observed, sites = _compat.observe_cached(root, table["entries"])
     problems = {}
     for path, entry in table["entries"].items():
-        if observed[path] is not None:
+        if observed[path] is not None and not _deferred(path):
             why = _compat.live_problem(root, path, entry, known=observed[path] is True,
                                        site=sites.get(path))
             if why is not None:
@@ -188,6 +227,44 @@ def warn_about_fx_cache_skew() -> None:
             "only), and the others then fail with a Timeout naming it. Turn "
             "torch._inductor.config.fx_graph_cache off, or keep every rank's Inductor cache "
             "in the same state."
+        )
+
+
+#: torch's switches that an agreement depends on (what ``enable`` checks
+#: and installs follows their values then): read again at each compile, and
+#: one changed after ``enable`` is refused there (:func:`check_switches`).
+AGREEMENT_SWITCHES = (
+    "torch._functorch.config._sync_decision_cross_ranks",
+    "torch._functorch.config._sync_cache_decision_cross_ranks",
+    "torch._inductor.config.distributed_max_autotune_gemm",
+    "torch._inductor.config.aten_distributed_optimizations.spmd_check",
+)
+
+
+def switches() -> dict:
+    """The values of :data:`AGREEMENT_SWITCHES` now (None where this torch
+    has none)."""
+    out = {}
+    for path in AGREEMENT_SWITCHES:
+        module, name = path.rsplit(".", 1)
+        try:
+            out[path] = getattr(resolve(module), name, None)
+        except (ImportError, AttributeError):
+            out[path] = None
+    return out
+
+
+def check_switches(at_enable: dict) -> None:
+    """Raises ``InvalidArgument`` naming each switch of
+    :data:`AGREEMENT_SWITCHES` whose value differs from `at_enable`."""
+    now = switches()
+    changed = [f"{p} ({at_enable[p]!r} at enable(), {now[p]!r} now)"
+               for p in AGREEMENT_SWITCHES if now[p] != at_enable.get(p)]
+    if changed:
+        raise InvalidArgument(
+            "compiler_collectives.torch: a switch an agreement depends on changed after "
+            f"enable(): {'; '.join(changed)}. Set it before compiler_collectives.torch.enable(), "
+            "on every rank."
         )
 
 

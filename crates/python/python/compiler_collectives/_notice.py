@@ -27,6 +27,7 @@ import logging
 import os
 import sys
 import threading
+import unicodedata
 from typing import Optional
 
 log = logging.getLogger("compiler_collectives.notice")
@@ -38,6 +39,8 @@ KEY_PREFIX = "ccol/notice"
 POLL_S = 0.2
 #: The longest message a notice carries (characters); longer ones are cut.
 MAX_MESSAGE = 600
+#: The longest line printed from a notice another rank wrote (characters).
+MAX_LINE = 4096
 
 
 def notice_key(generation: int) -> str:
@@ -92,6 +95,9 @@ def report(value: bytes, own_rank: int) -> None:
         rank, line = "", text
     if rank.strip() == str(own_rank):
         return
+    # Another rank wrote it: cut, and no control character (a terminal
+    # escape) reaches this rank's terminal.
+    line = "".join(" " if unicodedata.category(c) == "Cc" else c for c in line[:MAX_LINE])
     line = " ".join(line.split())
     try:
         sys.stderr.write(line + "\n")

@@ -83,6 +83,11 @@ class Tracking:
         # id(code) -> code: what local compiles produced (the transformed
         # code of their cache entries).
         self.local_outputs: dict[int, object] = {}
+        # Each compile's mode by its compile id (frame id, compile of that
+        # frame, compiled autograd id): AOTAutograd compiles a backward
+        # lazily, at the first .backward(), inside the forward's saved
+        # CompileContext, where exchanging() finds the forward's mode.
+        self.modes: dict[tuple, bool] = {}
 
 
 def _stack() -> list:
@@ -103,15 +108,33 @@ def in_local() -> bool:
     return getattr(_tls, "local_depth", 0) > 0
 
 
+def _compile_key(compile_id) -> Optional[tuple]:
+    if compile_id is None:
+        return None
+    return (getattr(compile_id, "frame_id", None), getattr(compile_id, "frame_compile_id", None),
+            getattr(compile_id, "compiled_autograd_id", None))
+
+
 def exchanging() -> bool:
     """Whether the agreements that run inside a compile take part now, in
-    this thread: inside an exchanged compile; outside any compile (a lazily
-    compiled backward, say), whenever this thread is not inside
-    :func:`local`."""
+    this thread: inside a Dynamo compile, whether it is exchanged; in a
+    lazily compiled backward (AOTAutograd's, at the first ``.backward()``,
+    maybe on an autograd thread, inside the forward's saved
+    ``CompileContext``), whether its forward was; elsewhere, whenever this
+    thread is not inside :func:`local`."""
     c = current()
     if c is not None:
         return c.exchanged
-    return not in_local()
+    if in_local():
+        return False
+    st = _state.current
+    if st is not None and st.policy is not None and st.policy.modes:
+        from torch._guards import CompileContext
+
+        mode = st.policy.modes.get(_compile_key(CompileContext.current_compile_id()))
+        if mode is not None:
+            return mode
+    return True
 
 
 def _reached_from_local_output(tracking: Tracking) -> bool:
@@ -163,10 +186,16 @@ def make_compile(original):
         st = _state.current
         if st is None:
             return original(code, *args, **kwargs)
+        from ._checks import check_switches
+
+        check_switches(st.switches)
         c = _decide(st, code, kwargs.get("compile_id"))
         _tls.vote_missed = False
         tracking: Tracking = st.policy
         tracking.compiled[id(code)] = code
+        key = _compile_key(kwargs.get("compile_id"))
+        if key is not None:
+            tracking.modes[key] = c.exchanged
         if c.exchanged:
             tracking.exchanged[id(code)] = c.index + 1
         else:

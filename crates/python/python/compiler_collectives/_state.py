@@ -48,6 +48,10 @@ class State:
         self.policy = None
         # The out-of-band notice path (``_notice.Notices``), or None.
         self.notices = None
+        # The agreements' switches as enable() saw them (``_checks.switches``).
+        self.switches: dict = {}
+        # disable() ran: what was deferred (``_lazy``) is not installed.
+        self.disabled = False
         self.exchange = exchange
         self.cache_agreement = cache_agreement
         self.check_graphs = check_graphs

@@ -62,6 +62,7 @@ from . import (
     _compat,
     _frames,
     _graph_check,
+    _lazy,
     _notice,
     _partitioner,
     _policy,
@@ -274,6 +275,7 @@ def enable(
     st = _state.State(channel, guard_votes, cache_agreement, check_graphs, exchange)
     st.ranks = ranks
     st.policy = _policy.Tracking()
+    st.switches = _checks.switches()
 
     previous_flag = torch._dynamo.config.enable_compiler_collectives
     torch._dynamo.config.enable_compiler_collectives = True
@@ -372,13 +374,30 @@ def _install_agreements(st: _state.State, available: set) -> None:
     elif "cache_vote_before_2_15" in available:
         _cache_vote.install(st, _patch, has_torch_sync=False)
     if "partitioner" in available:
-        _partitioner.install(st, _patch)
+        _install_when_imported(st, "partitioner", _partitioner.install)
     if "autotune" in available:
-        _autotune.install(st, _patch)
+        _install_when_imported(st, "autotune", _autotune.install)
     if "spmd_check" in available:
         _graph_check.install_spmd_check(st, _patch)
     if st.check_graphs:
         _graph_check.install_graph_check(st, _patch, _frames.frame_key)
+
+
+def _install_when_imported(st: _state.State, agreement: str, install) -> None:
+    """Installs `agreement` (its module is one of
+    ``_checks.DEFERRED_MODULES``) when torch imports its module, after the
+    live checks of its entries; at once where it is imported already."""
+    paths = _checks.AGREEMENT_ENTRIES[agreement]
+    module = next(m for m in _checks.DEFERRED_MODULES if paths[0].startswith(m + "."))
+
+    def on_import(_module) -> None:
+        if st.disabled:
+            return
+        _checks.check_live(paths)
+        install(st, _patch)
+        log.debug("compiler_collectives: %s agreement installed (%s imported)", agreement, module)
+
+    st.restore.append(_lazy.when_imported(module, on_import))
 
 
 def disable() -> None:
@@ -389,6 +408,7 @@ def disable() -> None:
     if st is None:
         return
     _state.current = None
+    st.disabled = True
     for undo in reversed(st.restore):
         undo()
     if st.notices is not None:

@@ -11,6 +11,17 @@ exchange= and guard_votes=, and local()). CASE chooses:
 - "local_then_shape_change": g; rank 0 calls it on a shorter batch and h
   for the first time inside local() (rank 1 issues the matching all-reduce
   eagerly), then both ranks call g on a new shape together.
+- "prior_join": rank 0 recompiles f alone (dim 0 dynamic in its code state,
+  not in rank 1's); then g's first compile turns votes on, and both ranks
+  call f on a new dim 1: the exchanged recompile folds the same state on
+  both (each sent its prior entry joined with its observation).
+- "recompile_limit": recompile_limit 3; rank 0 recompiles f alone twice (3
+  cache entries: over Dynamo's own limit for its next compile); then votes
+  turn on (g), and both call f in float64: the exchanged recompile is the
+  second exchanged compile of f on both ranks, under the limit on both.
+- "compiled_ddp": DDP compiled with compiled autograd and the Python
+  reducer (the all-reduces traced into the backward graph), rank 0's last
+  batch shorter.
 - "first_compile_alone": rank 0 alone calls h, compiled but never called on
   rank 1 (outside local(): a Timeout naming rank 1); with LOCAL=1 inside
   local() (it runs).
@@ -28,6 +39,12 @@ from torch._dynamo.utils import counters
 
 CASE = os.environ["CASE"]
 timeout = float(os.environ.get("CCOL_POLICY_TIMEOUT", "30"))
+if CASE == "recompile_limit":
+    torch._dynamo.config.recompile_limit = 3  # on every rank, before enable's check
+if CASE == "compiled_ddp":
+    # Compiled DDP: compiled autograd captures each backward, DDP's
+    # all-reduces in it (before enable's check, on every rank).
+    torch._dynamo.config.optimize_ddp = "python_reducer"
 cct.enable(timeout=timeout)
 
 
@@ -85,6 +102,40 @@ elif CASE == "local_then_shape_change":
                                                dist.group.WORLD).sum()))
     results.append(float(g(torch.ones(6, 8))))
     done(results=results)
+elif CASE == "prior_join":
+    f(torch.ones(8, 8))
+    f(torch.ones(5 if RANK == 0 else 8, 8))  # rank 0: a local recompile, dim 0 dynamic
+    g(torch.ones(8, 8))  # holds an all-reduce: votes on from here
+    f(torch.ones(8, 9))  # both miss: one exchanged recompile
+    done(code_state_f=code_state("f"))
+elif CASE == "recompile_limit":
+    f(torch.ones(8, 8))
+    if RANK == 0:
+        f(torch.ones(5, 8))  # local: dim 0 dynamic
+        f(torch.ones(5, 9))  # local: dim 1 dynamic; 3 entries
+    g(torch.ones(8, 8))
+    results = [float(f(torch.ones(8, 8, dtype=torch.float64)))]
+    done(results=results)
+elif CASE == "compiled_ddp":
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    compiled = torch.compile(DDP(model), backend=backend)
+    losses = []
+    from torch._dynamo import compiled_autograd
+
+    for n in ([4, 4, 4, 2] if RANK == 0 else [4, 4, 4, 4]):
+        opt.zero_grad()
+        x = torch.arange(n * 8, dtype=torch.float32).reshape(n, 8) / 100 + RANK
+        with compiled_autograd._enable(torch.compile(backend=backend)):
+            loss = compiled(x).pow(2).mean()
+            loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    digest = float(sum(p.detach().double().sum() for p in model.parameters()))
+    done(losses=losses, params=digest)
 elif CASE == "first_compile_alone":
     f(torch.ones(4, 8))
     if RANK == 1:
