@@ -2,9 +2,10 @@
 # The training stacks the package is tested under: accelerate and Lightning,
 # pinned, installed into a torch environment of setup-torch.sh
 # ($CCOL_CACHE/torch-<version>) with a constraint that keeps its torch and
-# numpy as they are, then `pip check`:
+# numpy as they are, then `pip check` (scripts/setup-python.sh runs it again
+# after installing the package's wheel there):
 #   scripts/setup-integrations.sh 2.15.0
-# Idempotent: a second run only verifies (and runs pip check).
+# Idempotent: a second run only verifies the two versions.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/env.sh
@@ -21,5 +22,5 @@ if ! "$py" -c "$check" 2>/dev/null; then
     "$py" -m pip freeze --disable-pip-version-check | grep -Ei '^(torch|numpy)==' >"$constraints"
     "$py" -m pip install --disable-pip-version-check -q -c "$constraints" \
         "accelerate==$ACCELERATE" "lightning==$LIGHTNING" >&2
+    "$py" -m pip check --disable-pip-version-check >&2
 fi
-"$py" -m pip check --disable-pip-version-check >&2

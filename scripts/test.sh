@@ -121,20 +121,32 @@ CCOL_TORCH_PYTHON="$(torch_python 2.14.1)" CCOL_TORCHRUN="$CCOL_CACHE/torch-2.14
 # 2 ranks (compile counts and losses bitwise those without the package), the
 # frame states Dynamo folds (each the one PyTorch's exchange gives), and every
 # agreement (each version hooks AOTAutograd's cache and the partitioner its
-# own way; docs/python.md, "Every agreement"); the agreement policy and the
-# notices; the accelerate example and the Lightning callback.
+# own way; docs/python.md, "Every agreement"); the agreement policy where
+# votes turn on, and a notice over the TCPStore (each version's seams); the
+# training stacks (torchrun+DDP, the accelerate example, the Lightning
+# callback).
 smoke=(
     crates/python/tests/test_agreements.py
     crates/python/tests/test_enable.py
     crates/python/tests/test_versions.py
     "crates/python/tests/test_train.py::test_every_rank_compiles_the_same_and_losses_are_bitwise_those_without_the_package[2]"
     crates/python/tests/test_ranks.py::test_the_package_keeps_dynamos_fold_where_the_join_would_differ
-    crates/python/tests/test_policy.py
-    crates/python/tests/test_integrations.py
+    # The cases of the agreement policy's one job (tests/ranks/policy.py).
+    crates/python/tests/test_policy.py::test_a_shorter_last_batch_on_one_rank_recompiles_there_alone
+    crates/python/tests/test_policy.py::test_rank_zero_evaluating_with_the_compiled_function_runs
+    crates/python/tests/test_policy.py::test_a_graph_holding_collectives_makes_every_rank_recompile_together
+    crates/python/tests/test_policy.py::test_local_work_stands_aside_and_later_exchanges_fold_the_same_state
+    crates/python/tests/test_policy.py::test_an_exchanged_recompile_folds_the_same_state_after_a_local_one
+    crates/python/tests/test_policy.py::test_the_recompile_limit_of_an_exchanged_compile_counts_exchanged_compiles
+    crates/python/tests/test_policy.py::test_compiled_ddp_with_a_shorter_last_batch_on_one_rank_runs
+    crates/python/tests/test_policy.py::test_a_first_compile_on_one_rank_alone_inside_local_runs
+    "crates/python/tests/test_policy.py::test_the_peer_of_a_failing_rank_says_why_within_the_deadline[tcpstore]"
+    crates/python/tests/test_integrations.py::test_accelerate_runs_as_without_the_package
+    crates/python/tests/test_integrations.py::test_lightning_fit_validate_and_test_with_the_callback
 )
 step "pytest on torch 2.13.0 and 2.14.1: the package's smoke set"
 for v in 2.13.0 2.14.1; do
     echo "-- torch $v"
-    "$(torch_python "$v")" -m pytest -q -p no:cacheprovider "${smoke[@]}"
+    CCOL_SMOKE_SET=1 "$(torch_python "$v")" -m pytest -q -p no:cacheprovider "${smoke[@]}"
 done
 steps_done

@@ -376,6 +376,8 @@ def test_the_native_sides_log_events_reach_pythons_logging(world_of_one, caplog)
         assert done[-1].levelno == logging.DEBUG
         assert done[-1].getMessage().startswith("exchange done")
         assert "outcome=\"ok\"" in done[-1].getMessage() or "outcome=ok" in done[-1].getMessage()
+        # Which exchange: this rank, the exchange's number and its key.
+        assert " rank=0 exchange=1 key=torch.frame " in done[-1].getMessage(), done[-1].getMessage()
     finally:
         cct.disable()
     # Below the logger's level nothing is formatted or handed over.

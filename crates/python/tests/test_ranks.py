@@ -162,6 +162,10 @@ def test_a_rank_that_dies_of_an_exception_is_reported_lost_not_finished(tmp_path
     assert done["error"] == "peer_lost", done
     assert done["departures"] == [[1, "aborted"]], done
     assert "no more exchanges" not in done["message"]
+    # Rank 1's notice, written as it died: rank 0 says why (once).
+    line = ("compiler_collectives: job rank 1 failed: it is exiting on an uncaught RuntimeError "
+            "(crashed) after exchange #1: the real bug, on rank 1")
+    assert ranks[0].stderr.count(line) == 1, ranks[0].stderr[-3000:]
 
 
 def test_the_package_keeps_dynamos_fold_where_the_join_would_differ(tmp_path):

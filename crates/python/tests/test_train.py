@@ -154,27 +154,3 @@ def test_with_inductor_losses_are_those_without_the_package_within_tolerance(tmp
         assert len(a) == len(b) == STEPS
         worst = max(abs(x - y) / abs(y) for x, y in zip(a, b))
         assert worst <= INDUCTOR_RTOL, (mine["rank"], worst, a, b)
-
-
-def test_under_the_default_rank_local_recompiles_run_as_without_the_package(tmp_path):
-    # A last batch of 1 row on rank 1, rank 0 evaluating alone (eval(),
-    # no_grad) before step 3, and a graph break on rank 1 alone from step 4:
-    # each a recompile on one rank, which the default policy keeps there.
-    args = ("--short-last-batch-rank", 1, "--eval-rank0-step", 3,
-            "--graph-break-rank", 1, "--graph-break-step", 4)
-    with_pkg, ours = run(2, tmp_path, "package", "--exchange", "package", *args)
-    assert with_pkg.returncode == 0, with_pkg.stderr[-4000:]
-    without, theirs = run(2, tmp_path, "none", "--exchange", "none", *args)
-    assert without.returncode == 0, without.stderr[-4000:]
-    steps = [r["compile_steps"] for r in ours]
-    # Step 0 agreed (one compile each, dim dynamic at once), then rank 0's
-    # evaluation and rank 1's graph break and short batch, each on its rank.
-    assert steps[0] == [0, 3], steps
-    assert steps[1][0] == 0 and steps[1].count(0) == 1 and 3 not in steps[1], steps
-    assert 4 in steps[1] and 5 in steps[1], steps
-    for mine, alone in zip(ours, theirs):
-        assert mine["steps_done"] == alone["steps_done"] == STEPS
-        assert mine["losses"] == alone["losses"], (mine["rank"], mine["losses"], alone["losses"])
-        assert mine["eval_losses"] == alone["eval_losses"]
-    assert len(ours[0]["eval_losses"]) == 1 and ours[1]["eval_losses"] == []
-    assert "compiler_collectives: job rank" not in with_pkg.stdout + with_pkg.stderr

@@ -12,3 +12,6 @@ try:
     emit(ev="done", error=None)
 except compiler_collectives.PeerLost as e:
     emit(ev="done", error=e.kind, departures=e.departures, message=str(e))
+    # Long enough for the notice watcher (it looks every 0.2 s) to print
+    # rank 1's notice before this rank's normal exit stops it.
+    time.sleep(1.0)

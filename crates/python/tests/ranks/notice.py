@@ -55,7 +55,7 @@ if RANK == 0:
         emit(ev="error", kind=None)
     except compiler_collectives.Error as e:
         emit(ev="error", kind=e.kind, missing=e.missing_ranks, exchange=e.exchange, key=e.key,
-             began=began, ended=time.time())
+             message=str(e), began=began, ended=time.time())
     sys.exit(0)
 else:
     began = time.time()

@@ -1,5 +1,7 @@
 """The rank program of test_policy.py: the agreement policy (enable's
-exchange= and guard_votes=, and local()). CASE chooses:
+exchange= and guard_votes=, and local()). CASE is a comma-separated list of
+cases, run in turn in one job, each from a clean slate (Dynamo's caches and
+code state reset, the counters cleared, its own enable() and disable()):
 
 - "shorter_last_batch": f of steps.py, rank 0's last batch shorter
   (8, 8, 8, 5), rank 1's not; the default policy.
@@ -22,13 +24,12 @@ exchange= and guard_votes=, and local()). CASE chooses:
 - "compiled_ddp": DDP compiled with compiled autograd and the Python
   reducer (the all-reduces traced into the backward graph), rank 0's last
   batch shorter.
-- "first_compile_alone": rank 0 alone calls h, compiled but never called on
-  rank 1 (outside local(): a Timeout naming rank 1); with LOCAL=1 inside
-  local() (it runs).
+- "first_compile_in_local": rank 0 alone calls h, compiled but never
+  called on rank 1, inside local() (it runs; outside local(), notice.py).
 
-Events: "done" with each rank's compiles (steps.py's backend), exchanges
-(the channel's next exchange number), the local-compile counter, whether
-votes are on, and the code state Dynamo keeps for g; or with the error.
+Events: "done" (with the case's name) with each rank's compiles (steps.py's
+backend), exchanges (the channel's next exchange number), the local-compile
+counter, whether votes are on, and the code state Dynamo keeps for g.
 """
 
 from prelude import *
@@ -37,15 +38,8 @@ from steps import *
 import torch.distributed._functional_collectives as funcol
 from torch._dynamo.utils import counters
 
-CASE = os.environ["CASE"]
+CASES = os.environ["CASE"].split(",")
 timeout = float(os.environ.get("CCOL_POLICY_TIMEOUT", "30"))
-if CASE == "recompile_limit":
-    torch._dynamo.config.recompile_limit = 3  # on every rank, before enable's check
-if CASE == "compiled_ddp":
-    # Compiled DDP: compiled autograd captures each backward, DDP's
-    # all-reduces in it (before enable's check, on every rank).
-    torch._dynamo.config.optimize_ddp = "python_reducer"
-cct.enable(timeout=timeout)
 
 
 @torch.compile(backend=backend)
@@ -69,27 +63,32 @@ def code_state(name):
     return out
 
 
-def done(**kv):
+def done(case, **kv):
     info = cct.channel_info()
-    emit(ev="done", compiles=compiles, exchanges=info["next_exchange"],
+    emit(ev="done", case=case, compiles=list(compiles), exchanges=info["next_exchange"],
          local_compiles=counters["compiler_collectives"]["local_compile"],
          votes_on=info["votes_on"], code_state_g=code_state("g"), **kv)
 
 
-if CASE == "shorter_last_batch":
+def shorter_last_batch():
     run([8, 8, 8, 5] if RANK == 0 else [8, 8, 8, 8])
-    done()
-elif CASE == "rank0_eval":
+    return {}
+
+
+def rank0_eval():
     run([8, 8])
     if RANK == 0:
         with torch.no_grad():
             f(torch.ones(8, 8))
     run([8, 8])
-    done()
-elif CASE == "funcol_shorter":
-    results = [float(g(torch.ones(n, 8))) for n in ([8, 8, 5] if RANK == 0 else [8, 8, 8])]
-    done(results=results)
-elif CASE == "local_then_shape_change":
+    return {}
+
+
+def funcol_shorter():
+    return {"results": [float(g(torch.ones(n, 8))) for n in ([8, 8, 5] if RANK == 0 else [8, 8, 8])]}
+
+
+def local_then_shape_change():
     results = [float(g(torch.ones(8, 8)))]
     if RANK == 0:
         with cct.local():
@@ -101,22 +100,28 @@ elif CASE == "local_then_shape_change":
         results.append(float(funcol.all_reduce(torch.full((8,), 10.0), "sum",
                                                dist.group.WORLD).sum()))
     results.append(float(g(torch.ones(6, 8))))
-    done(results=results)
-elif CASE == "prior_join":
+    return {"results": results}
+
+
+def prior_join():
     f(torch.ones(8, 8))
     f(torch.ones(5 if RANK == 0 else 8, 8))  # rank 0: a local recompile, dim 0 dynamic
     g(torch.ones(8, 8))  # holds an all-reduce: votes on from here
     f(torch.ones(8, 9))  # both miss: one exchanged recompile
-    done(code_state_f=code_state("f"))
-elif CASE == "recompile_limit":
+    return {"code_state_f": code_state("f")}
+
+
+def recompile_limit():
     f(torch.ones(8, 8))
     if RANK == 0:
         f(torch.ones(5, 8))  # local: dim 0 dynamic
         f(torch.ones(5, 9))  # local: dim 1 dynamic; 3 entries
     g(torch.ones(8, 8))
-    results = [float(f(torch.ones(8, 8, dtype=torch.float64)))]
-    done(results=results)
-elif CASE == "compiled_ddp":
+    return {"results": [float(f(torch.ones(8, 8, dtype=torch.float64)))]}
+
+
+def compiled_ddp():
+    from torch._dynamo import compiled_autograd
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     torch.manual_seed(0)
@@ -124,8 +129,6 @@ elif CASE == "compiled_ddp":
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     compiled = torch.compile(DDP(model), backend=backend)
     losses = []
-    from torch._dynamo import compiled_autograd
-
     for n in ([4, 4, 4, 2] if RANK == 0 else [4, 4, 4, 4]):
         opt.zero_grad()
         x = torch.arange(n * 8, dtype=torch.float32).reshape(n, 8) / 100 + RANK
@@ -135,23 +138,40 @@ elif CASE == "compiled_ddp":
         opt.step()
         losses.append(float(loss))
     digest = float(sum(p.detach().double().sum() for p in model.parameters()))
-    done(losses=losses, params=digest)
-elif CASE == "first_compile_alone":
+    return {"losses": losses, "params": digest}
+
+
+def first_compile_in_local():
     f(torch.ones(4, 8))
-    if RANK == 1:
-        time.sleep(timeout + 3)
-        done()
-    else:
-        start = time.monotonic()
-        try:
-            if os.environ.get("LOCAL") == "1":
-                with cct.local():
-                    h(torch.ones(4, 8))
-            else:
-                h(torch.ones(4, 8))
-            done(error=None)
-        except compiler_collectives.Error as e:
-            emit(ev="error", kind=e.kind, missing=e.missing_ranks, exchange=e.exchange, key=e.key,
-                 message=str(e), waited=time.monotonic() - start)
-else:
-    raise SystemExit(f"unknown CASE {CASE}")
+    if RANK == 0:
+        with cct.local():
+            h(torch.ones(4, 8))  # a first compile on rank 0 alone
+    return {"error": None}
+
+
+#: Settings a case needs on every rank before enable's check, and their
+#: values to put back after it.
+SETTINGS = {
+    "recompile_limit": {"recompile_limit": 3},
+    # Compiled DDP: compiled autograd captures each backward, DDP's
+    # all-reduces in it.
+    "compiled_ddp": {"optimize_ddp": "python_reducer"},
+}
+
+for case in CASES:
+    settings = SETTINGS.get(case, {})
+    before = {k: getattr(torch._dynamo.config, k) for k in settings}
+    for k, v in settings.items():
+        setattr(torch._dynamo.config, k, v)
+    # Each case from a clean slate: Dynamo's caches and code state, the
+    # counters, the compiles list; its own enable().
+    torch._dynamo.reset()
+    counters.clear()
+    compiles.clear()
+    cct.enable(timeout=timeout)
+    out = globals()[case]()
+    if out is not None:
+        done(case, **out)
+    cct.disable()
+    for k, v in before.items():
+        setattr(torch._dynamo.config, k, v)
