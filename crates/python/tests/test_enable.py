@@ -321,8 +321,9 @@ def test_errors_form_one_hierarchy_with_their_kinds():
         e = _errors._from_native(cls.__name__, kind, f"text of {kind}", [1, 3], 4, "k", 3,
                                  [(1, "shutdown")])
         assert type(e) is cls and isinstance(e, compiler_collectives.Error)
+        # The message as core wrote it, ending with a period.
         assert (e.kind, str(e), e.missing_ranks, e.exchange, e.key, e.last_completed) == (
-            kind, f"text of {kind}", [1, 3], 4, "k", 3,
+            kind, f"text of {kind}.", [1, 3], 4, "k", 3,
         )
         assert e.departures == [(1, "shutdown")]
         back = pickle.loads(pickle.dumps(e))
@@ -494,3 +495,28 @@ def test_a_notice_from_another_rank_is_printed_once_without_control_characters(c
         "timed out\nwaiting", missing_ranks=[1], exchange=2, key="torch.frame m:f:1#0"))
     assert line == ("compiler_collectives: job rank 3 failed: Timeout (timeout) in exchange #2 "
                     "'torch.frame m:f:1#0': timed out waiting")
+    # A rank whose channel closed before it died (Ctrl-C during a wait): no
+    # exchange number to give (a new user's attack read "before its first").
+    assert _notice.crash_line(0, KeyboardInterrupt, "", None) == (
+        "compiler_collectives: job rank 0 failed: it is exiting on an uncaught "
+        "KeyboardInterrupt (crashed) after its channel closed: ")
+    assert _notice.crash_line(1, RuntimeError, "boom", 2).endswith(
+        "RuntimeError (crashed) after exchange #1: boom")
+
+
+def test_core_errors_read_as_this_packages_advice():
+    # Core's "abort it" names a call this package does not have; a
+    # sentence ends before the next (a new user's attack).
+    e = _errors._from_native(
+        "Timeout", "timeout", "timed out after 5 ms waiting for rank [1] in exchange #2 'k' "
+        "(last exchange completed with every rank: #1); the channel is unusable: abort it",
+        [1], 2, "torch.frame m:f:1#0", 1, [])
+    assert e.message.endswith("; the channel is unusable: end the job (or call "
+                              "compiler_collectives.torch.disable()).")
+    from compiler_collectives import _surface
+
+    _surface.with_hint(e)
+    assert e.message.endswith("disable()). If a compiled call is made on some ranks only (an "
+                              "evaluation on rank 0), make it inside "
+                              "compiler_collectives.torch.local().")
+    assert str(e) == e.message

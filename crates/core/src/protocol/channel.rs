@@ -399,6 +399,8 @@ impl Channel {
         crate::protocol::trace::finish(
             self.trace.as_mut(),
             own,
+            seq,
+            key,
             rank,
             world_size,
             traffic,

@@ -175,13 +175,18 @@ fn digest_hex(bytes: &[u8]) -> String {
     format!("{:016x}", xxhash_rust::xxh3::xxh3_64(bytes))
 }
 
-/// Reports one finished exchange: the `tracing` event, and a record in the
-/// trace file when there is one. `result` is the join and whether the fast
-/// path applied, or the error. `env` is this rank's own envelope (always
-/// there: the exchange encoded it before anything else).
+/// Reports one finished exchange: the `tracing` event (with `rank`, the
+/// exchange's number `seq` and its `key`), and a record in the trace file
+/// when there is one. `result` is the join and whether the fast path
+/// applied, or the error. `env` is this rank's own envelope, decoded only
+/// when there is a trace file (the exchange encoded it before anything
+/// else).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn finish<J: Join>(
     trace: Option<&mut TraceFile>,
     env: Option<EnvelopeRef<'_>>,
+    seq: u64,
+    key: &str,
     rank: u32,
     world_size: u32,
     traffic: Traffic,
@@ -195,8 +200,7 @@ pub(crate) fn finish<J: Join>(
     };
     // Which exchange: this rank, the exchange's number on its channel and
     // its compile key, so that a line read alone says where it failed.
-    let exchange = env.map(|e| e.seq);
-    let key = env.map(|e| e.key);
+    let exchange = seq;
     if result.is_ok() {
         tracing::debug!(target: "ccol::exchange", rank, exchange, key, bytes_sent = traffic.sent, bytes_received = traffic.received, duration_us, fast_path, outcome, "exchange done");
     } else {

@@ -221,11 +221,24 @@ _CLASSES = {
 }
 
 
+#: Core's advice after a fatal error of an exchange, and what it means for a
+#: user of this package (which has no ``abort()``: ``disable()`` closes the
+#: channel; the job is to be ended and restarted, as docs/failures.md says).
+_CORE_ADVICE = "the channel is unusable: abort it"
+_PACKAGE_ADVICE = ("the channel is unusable: end the job (or call "
+                   "compiler_collectives.torch.disable())")
+
+
 def _from_native(class_name, kind, message, missing_ranks, exchange, key, last_completed,
                  departures):
     """Builds the exception for a core error (called by the extension, which
     chooses ``class_name`` from core's error kind; ``kind`` is the kind's
-    name, which a kind without a class here keeps on the base ``Error``)."""
+    name, which a kind without a class here keeps on the base ``Error``).
+    Core's advice "abort it" becomes this package's (end the job, or
+    ``disable()``), and the message ends with a period."""
+    message = message.replace(_CORE_ADVICE, _PACKAGE_ADVICE)
+    if message and not message.endswith("."):
+        message += "."
     cls = _CLASSES.get(class_name)
     if cls is None:
         e = _rebuild(Error, message, missing_ranks, departures, exchange, key, last_completed)

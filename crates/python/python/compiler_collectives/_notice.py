@@ -80,7 +80,8 @@ def failure_line(rank: int, e) -> str:
 
 def crash_line(rank: int, kind: type, value, next_exchange: Optional[int]) -> str:
     """The line for a rank that exits on an uncaught exception."""
-    where = ("before its first exchange" if not next_exchange
+    # None: its channel closed first (an error, or Ctrl-C during a wait).
+    where = ("after its channel closed" if next_exchange is None
              else f"after exchange #{next_exchange - 1}")
     return (f"compiler_collectives: job rank {rank} failed: it is exiting on an uncaught "
             f"{kind.__name__} (crashed) {where}: {_cut(value)}")

@@ -70,6 +70,8 @@ def with_hint(e: BaseException) -> None:
         return
     key = e.key or ""
     if key.startswith("torch.frame") or key == GUARD_VOTE_KEY:
+        if not e.message.endswith("."):
+            e.message += "."
         e.message += LOCAL_HINT
         e.args = (e.message,)
 
