@@ -155,11 +155,14 @@ def join_job(rank: int, world: int, store: str):
     return original, patched
 
 
-def use_exchange(mode: str, original, patched) -> None:
+def use_exchange(mode: str, original, patched, skip_restart: bool = False) -> None:
     """Before one compile: ``package`` enables the package on the unpatched
     method (a deadline that covers waiting for the slowest tracer: 2000
-    sources on 4 ranks of a 2-core machine trace for a minute),
-    ``pytorch`` turns PyTorch's patched exchange on, ``off`` neither."""
+    sources on 4 ranks of a 2-core machine trace for a minute), every
+    compile exchanged and, unless `skip_restart`, Dynamo's restart after
+    each exchange kept, as on PyTorch's path (this bench's fold is timed in
+    the restarted trace); ``pytorch`` turns PyTorch's patched exchange on,
+    ``off`` neither."""
     import torch
     import torch._dynamo.output_graph as og
 
@@ -168,10 +171,21 @@ def use_exchange(mode: str, original, patched) -> None:
     torch._dynamo.reset()
     if mode == "package":
         og.OutputGraph.run_compiler_collective = original
-        cct.enable(timeout=600, exchange="always")  # every compile, as PyTorch's
+        cct.enable(timeout=600, exchange="always", skip_restart=skip_restart)
     elif mode == "pytorch":
         og.OutputGraph.run_compiler_collective = patched
         torch._dynamo.config.enable_compiler_collectives = True
+
+
+def emit_rows(rows, as_json: bool, print_rows) -> int:
+    """A bench's output: one JSON line per row (``--json``), else
+    ``print_rows(rows)``; returns the exit status, 0."""
+    if as_json:
+        for r in rows:
+            print(json.dumps(r))
+    else:
+        print_rows(rows)
+    return 0
 
 
 def run_ranks(script: str, world: int, args: list) -> list:

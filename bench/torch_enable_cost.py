@@ -37,7 +37,7 @@ import statistics
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from torch_compiler_collective import join_job, run_ranks, use_exchange  # noqa: E402
+from torch_compiler_collective import emit_rows, join_job, run_ranks, use_exchange  # noqa: E402
 
 MODES = ("off", "pytorch", "package")
 
@@ -161,12 +161,7 @@ def main(argv) -> int:
         ap.error("--repeats, --compiles and --sources must be at least 1")
     rows = [enable_row(int(w), a.repeats) for w in a.ranks.split(",") if w]
     rows += [compile_row(int(w), a.sources, a.compiles) for w in a.compile_ranks.split(",") if w]
-    if a.json:
-        for r in rows:
-            print(json.dumps(r))
-    else:
-        print_rows(rows)
-    return 0
+    return emit_rows(rows, a.json, print_rows)
 
 
 if __name__ == "__main__":

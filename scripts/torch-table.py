@@ -138,6 +138,12 @@ def main() -> int:
                   + (f"changed {', '.join(changed)}" if changed else "unchanged"))
     else:
         print(json.dumps({"version": version, "values": values}, indent=1))
+    marked = any(e.get("restart_skip") for e in entries.values())
+    gate = compat.restart_skip_gate(table, values) if marked else None
+    if gate is not None:
+        print(f"torch-table: torch {version}: Dynamo's restart is never skipped there ({gate}); "
+              "read those sources against _restart.py's rule, then add the version to the "
+              "table's restart_skip_read", file=sys.stderr)
     for line in bad:
         print(f"torch-table: {line}", file=sys.stderr)
     return 1 if bad else 0

@@ -12,7 +12,8 @@ Usage::
 
     harness.py FILE [--collectives|--no-collectives]
                     [--guard-collectives|--no-guard-collectives] [--json]
-    harness.py --batch [--mode MODE]... FILE...
+    harness.py --batch [--mode MODE]... [--finishing] [--detail-dir DIR] FILE...
+    harness.py --compare-detail DIR
 
 The first form prints one line of JSON (keys sorted) and exits 0, or 3 when a
 rank failed (PyTorch hung: the harness's own deadline fired), 2 for a
@@ -22,6 +23,11 @@ runs every FILE in every given MODE (default: each mode the file has an
 "status": "ok"|"failed"|"unsupported"|"malformed", "output", "reason"}``.
 Jobs of one world size share one set of rank processes (Dynamo is reset
 between jobs); a job that hangs gets a fresh set for the jobs after it.
+With ``--detail-dir`` each job also records, per rank, every compile's FX
+graph code, after each step the guards of the frame's cache entries and the
+code state Dynamo wrote, and the package's restart counts, in a file under
+``DIR/<exchange>/``; the third form compares the package's files with
+PyTorch's (README.md, "Traces equal to PyTorch's").
 
 What the harness changes in PyTorch: exactly one thing, the device context
 around the all_gather of ``OutputGraph.run_compiler_collective``
@@ -37,6 +43,7 @@ through unchanged). See README.md.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import keyword
 import os
@@ -70,6 +77,20 @@ EXIT_UNSUPPORTED = 4
 
 # The largest tensor the harness allocates for one input (elements).
 MAX_ELEMENTS = 1 << 24
+
+
+#: What differs between processes in Dynamo's guard text: object ids and
+#: addresses, and the counter that numbers the globals Dynamo installs
+#: (``__builtins_dict___7``: one count per process).
+_IDS = re.compile(r"0x[0-9a-fA-F]+|\b\d{7,}\b")
+_INSTALLED = re.compile(r"(___)\d+\b")
+
+
+def mask_ids(text: str) -> str:
+    """``text`` with every object id (an integer of 7 or more digits) and
+    address (``0x…``) replaced by ``<id>``, and the number of each global
+    Dynamo installed by ``<n>``."""
+    return _INSTALLED.sub(r"\1<n>", _IDS.sub("<id>", text))
 
 
 def mode_of(collectives: bool, votes: bool) -> str:
@@ -371,6 +392,7 @@ class Worker:
         )
         self.job = None
         self.step = None
+        self.detail = False
         self.exchanges = 0
         self.records = []
         real_all_gather_object = dist.all_gather_object
@@ -453,8 +475,29 @@ class Worker:
                         strides[name] = sd
             elif isinstance(ev, torch.SymInt) and free_symbols(ev):
                 dynamic[name] = "scalar"
-        self.emit(ev="compile", step=self.step, dynamic=dynamic, dynamic_strides=strides)
+        if self.detail:
+            self.emit(ev="compile", step=self.step, dynamic=dynamic, dynamic_strides=strides,
+                      graph=gm.code)
+        else:
+            self.emit(ev="compile", step=self.step, dynamic=dynamic, dynamic_strides=strides)
         return gm.forward
+
+    def step_detail(self, fn) -> None:
+        """(--detail) What a step left: the guards of each of ``fn``'s cache
+        entries (Dynamo's guard tree, newest first, ids masked) and the code
+        state Dynamo wrote for ``fn`` (every field of each source's entry)."""
+        import torch._dynamo.pgo as pgo
+        from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+        guards = [mask_ids(str(e.guard_manager)) for e in _debug_get_cache_entry_list(fn.__code__)]
+        code_state = {}
+        for code_id, state in (pgo._CODE_STATE or {}).items():
+            if code_id.filename != fn.__code__.co_filename:
+                continue
+            for name, entry in state.automatic_dynamic.items():
+                code_state[name] = {f.name: repr(getattr(entry, f.name))
+                                    for f in dataclasses.fields(entry)}
+        self.emit(ev="step_detail", step=self.step, guards=guards, code_state=code_state)
 
     def make_program(self, sources):
         params = ", ".join(sources)
@@ -508,7 +551,11 @@ class Worker:
         self.exchanges = 0
         self.job = job["id"]
         self.step = None
+        self.detail = bool(job.get("detail"))
         self.torch_calls = {}
+        from torch._dynamo.utils import counters
+
+        counters.pop("compiler_collectives", None)
         error = None
         try:
             torch._dynamo.config.automatic_dynamic_shapes = sc["options"]["automatic_dynamic_shapes"]
@@ -538,6 +585,8 @@ class Worker:
                 inputs = step[self.rank]
                 args = [self.make_input(inputs.get(src)) for src in sc["sources"]]
                 compiled(*args)
+                if self.detail:
+                    self.step_detail(fn)
         except Exception as e:  # noqa: BLE001 - reported to the parent
             traceback.print_exc()
             error = self.error_of(e)
@@ -549,7 +598,9 @@ class Worker:
                 torch.compiler.set_enable_guard_collectives(False)
         if error is None and self.exchange == "package":
             error = self.torch_group_use()
-        self.emit(ev="done", error=error)
+        restarts = dict(counters.get("compiler_collectives", {}))
+        self.emit(ev="done", error=error, restart_skipped=restarts.get("restart_skipped", 0),
+                  restarted=restarts.get("restarted", 0))
         self.job = None
 
     def error_of(self, e: Exception) -> dict:
@@ -711,13 +762,17 @@ class RankState:
         self.rank = rank
         self.compile_steps = []
         self.last = None
+        self.graphs = []
+        self.steps = []
+        self.restarts = {}
         self.entered = 0
         self.waiting = None  # (seq, kind, step)
         self.done = False
         self.error = None
 
 
-def run_job(world: World, job_id: int, sc: dict, mode: str, stall: float, deadline: float):
+def run_job(world: World, job_id: int, sc: dict, mode: str, stall: float, deadline: float,
+            detail: bool = False):
     """Runs one job; returns (output, healthy) where healthy says whether the
     world may run further jobs."""
     ranks = [RankState(r) for r in range(sc["world_size"])]
@@ -727,6 +782,7 @@ def run_job(world: World, job_id: int, sc: dict, mode: str, stall: float, deadli
             "id": job_id,
             "mode": mode,
             "timeout": stall,
+            "detail": detail,
             "scenario": {
                 "sources": sc["sources"],
                 "steps": sc["steps"],
@@ -754,9 +810,14 @@ def run_job(world: World, job_id: int, sc: dict, mode: str, stall: float, deadli
             elif kind == "compile":
                 r.compile_steps.append(ev["step"])
                 r.last = ev
+                if "graph" in ev:
+                    r.graphs.append(ev["graph"])
+            elif kind == "step_detail":
+                r.steps.append({k: ev[k] for k in ("step", "guards", "code_state")})
             elif kind == "done":
                 r.done = True
                 r.error = ev.get("error")
+                r.restarts = {k: ev.get(k, 0) for k in ("restart_skipped", "restarted")}
             elif kind == "eof":
                 if not r.done:
                     r.done = True
@@ -829,13 +890,16 @@ def run_job(world: World, job_id: int, sc: dict, mode: str, stall: float, deadli
             "dynamic": (r.last or {}).get("dynamic", {}),
             "dynamic_strides": (r.last or {}).get("dynamic_strides", {}),
         }
+        if detail:
+            obj["detail"] = {"graphs": r.graphs, "steps": r.steps, **r.restarts}
         if r.error is not None:
             obj["error"] = r.error
         out_ranks.append(obj)
     return {"name": sc["name"], "ranks": out_ranks}, healthy
 
 
-def run_jobs(jobs, stall: float, deadline: float, start_timeout: float, exchange: str = "pytorch"):
+def run_jobs(jobs, stall: float, deadline: float, start_timeout: float, exchange: str = "pytorch",
+             detail: bool = False):
     """jobs: list of (scenario, mode). Yields (scenario, mode, status, output, reason)."""
     worlds: dict[int, World] = {}
     pg_timeout = max(deadline, stall) + 120
@@ -853,7 +917,7 @@ def run_jobs(jobs, stall: float, deadline: float, start_timeout: float, exchange
                 worlds.clear()
                 worlds[ws] = World(ws, start_timeout, pg_timeout, exchange)
             world = worlds[ws]
-            output, healthy = run_job(world, i, sc, mode, stall, deadline)
+            output, healthy = run_job(world, i, sc, mode, stall, deadline, detail)
             if not healthy:
                 world.close(kill=True)
                 del worlds[ws]
@@ -862,6 +926,82 @@ def run_jobs(jobs, stall: float, deadline: float, start_timeout: float, exchange
     finally:
         for w in worlds.values():
             w.close()
+
+
+def write_detail(root: str, exchange: str, sc: dict, mode: str, status: str, output) -> None:
+    """Writes a job's recorded detail to ``root/<exchange>/<file>.<mode>.json``
+    and takes it out of ``output`` (whose shape stays ``ccol scenario
+    run``'s)."""
+    ranks = []
+    for r in (output or {}).get("ranks", []):
+        ranks.append({"rank": r["rank"], "compile_steps": r["compile_steps"],
+                      "failed": "error" in r, **r.pop("detail", {})})
+    folder = os.path.join(root, exchange)
+    os.makedirs(folder, exist_ok=True)
+    name = os.path.basename(sc["file"]).removesuffix(".json")
+    with open(os.path.join(folder, f"{name}.{mode}.json"), "w") as f:
+        f.write(dumps({"file": sc["file"], "mode": mode, "status": status,
+                       "options": sc["options"], "ranks": ranks}))
+
+
+#: The fields of a code-state entry that only the exclusion guard reads
+#: (``automatic_dynamic_exclusion_guard``). Where it is off, the package
+#: hands Dynamo the join of every rank's state, whose fold leaves them as a
+#: fold of one state does (docs/python.md, "Which states Dynamo folds");
+#: they are compared only where it is on.
+EXCLUSION_FIELDS = ("excluded_sizes", "excluded_scalar")
+
+
+def compare_detail(root: str) -> int:
+    """Compares the package's recorded jobs (``root/package``) with PyTorch's
+    (``root/pytorch``): for every job both finished, each rank's compile
+    steps, FX graph code, and after each step its guards and the code state
+    Dynamo wrote. Prints each difference and a summary line (JSON:
+    compared, differ, the package's restart_skipped and restarted); exits 0
+    when nothing differs and something was compared, else 1."""
+    theirs_dir, ours_dir = os.path.join(root, "pytorch"), os.path.join(root, "package")
+    compared, differ, skipped, restarted = 0, [], 0, 0
+    for name in sorted(os.listdir(ours_dir)):
+        with open(os.path.join(ours_dir, name)) as f:
+            ours = json.load(f)
+        try:
+            with open(os.path.join(theirs_dir, name)) as f:
+                theirs = json.load(f)
+        except FileNotFoundError:
+            continue
+        if theirs["status"] != "ok":
+            continue
+        if ours["status"] != "ok":
+            differ.append(f"{name}: PyTorch finished, the package's run {ours['status']}")
+            continue
+        compared += 1
+        guard = ours["options"].get("automatic_dynamic_exclusion_guard")
+        for a, b in zip(ours["ranks"], theirs["ranks"]):
+            skipped += a.get("restart_skipped", 0)
+            restarted += a.get("restarted", 0)
+            for part in ("compile_steps", "graphs"):
+                if a[part] != b[part]:
+                    differ.append(f"{name} rank {a['rank']}: {part}: {a[part]!r} != {b[part]!r}")
+            if len(a["steps"]) != len(b["steps"]):
+                differ.append(f"{name} rank {a['rank']}: {len(a['steps'])} steps recorded, "
+                              f"PyTorch {len(b['steps'])}")
+            for x, y in zip(a["steps"], b["steps"]):
+                if x["guards"] != y["guards"]:
+                    differ.append(f"{name} rank {a['rank']} step {x['step']}: guards:\n"
+                                  + "\n".join(x["guards"]) + "\n  PyTorch's:\n"
+                                  + "\n".join(y["guards"]))
+                cx, cy = x["code_state"], y["code_state"]
+                if not guard:
+                    cx, cy = ({n: {k: v for k, v in e.items() if k not in EXCLUSION_FIELDS}
+                               for n, e in c.items()} for c in (cx, cy))
+                if cx != cy:
+                    differ.append(f"{name} rank {a['rank']} step {x['step']}: code state "
+                                  f"{cx!r} != PyTorch's {cy!r}")
+    for line in differ:
+        print(f"DIFF {line}")
+    print(dumps({"compared": compared, "differ": len(differ), "restart_skipped": skipped,
+                 "restarted": restarted}), flush=True)
+    return 0 if compared and not differ else 1
 
 
 def default_timeout() -> float:
@@ -880,11 +1020,28 @@ def main(argv) -> int:
         exchange = argv[5] if len(argv) > 5 else "pytorch"
         Worker(rank, ws, store, pg_timeout, exchange).serve()
         return 0
+    if argv and argv[0] == "--compare-detail":
+        if len(argv) != 2:
+            print("usage: harness.py --compare-detail DIR", file=sys.stderr)
+            return EXIT_MALFORMED
+        return compare_detail(argv[1])
     ap = argparse.ArgumentParser(
         description="Run scenario files on real PyTorch Dynamo (the PyTorch oracle)."
     )
     ap.add_argument("files", nargs="+", metavar="FILE")
     ap.add_argument("--batch", action="store_true", help="one JSON line per (file, mode) job")
+    ap.add_argument(
+        "--detail-dir",
+        default=os.environ.get("CCOL_ORACLE_DETAIL_DIR") or None,
+        help="(--batch) also record every compile's FX graph code, each step's guards (ids "
+        "masked) and code state, and the package's restart counts, one file per job under "
+        "DIR/<exchange>/ (default CCOL_ORACLE_DETAIL_DIR); compare two with --compare-detail DIR",
+    )
+    ap.add_argument(
+        "--finishing",
+        action="store_true",
+        help="(--batch) only the (file, mode) jobs whose expectation has no rank failing",
+    )
     ap.add_argument("--mode", action="append", choices=MODES, help="(--batch) modes to run")
     ap.add_argument("--collectives", dest="collectives", action="store_true", default=None)
     ap.add_argument("--no-collectives", dest="collectives", action="store_false")
@@ -928,13 +1085,20 @@ def main(argv) -> int:
             modes = a.mode or [m for m in MODES if m in sc["expect"]]
             if not modes:
                 modes = [mode_of(sc["options"]["collectives"], sc["options"]["guard_collectives"])]
+            if a.finishing:
+                modes = [m for m in modes if m in sc["expect"] and not any(
+                    "error" in r for r in sc["expect"][m].get("ranks", []))]
         else:
             c = sc["options"]["collectives"] if a.collectives is None else a.collectives
             v = sc["options"]["guard_collectives"] if a.votes is None else a.votes
             modes = [mode_of(c, v)]
         jobs += [(sc, m) for m in modes]
     code = EXIT_MALFORMED if bad else EXIT_OK
-    for sc, mode, status, output, reason in run_jobs(jobs, stall, a.deadline, a.start_timeout, a.exchange):
+    detail = a.batch and a.detail_dir is not None
+    for sc, mode, status, output, reason in run_jobs(jobs, stall, a.deadline, a.start_timeout,
+                                                     a.exchange, detail):
+        if detail:
+            write_detail(a.detail_dir, a.exchange, sc, mode, status, output)
         if a.batch:
             print(dumps({"file": sc["file"], "name": sc["name"], "mode": mode,
                          "status": status, "output": output, "reason": reason}), flush=True)

@@ -1,7 +1,9 @@
 //! The PyTorch oracle (`tests/pytorch-oracle/`): every scenario file, in every
-//! mode it has an expectation for, gives the same output on real PyTorch 2.13
-//! Dynamo (CPU ranks over Gloo) as on ccol's runner; the randomized lattice
-//! differential finds no difference; a wrong expectation fails the comparison.
+//! mode it has an expectation for, gives the same output on real PyTorch
+//! Dynamo (CPU ranks over Gloo) as on ccol's runner, on PyTorch's exchange and
+//! on the package's; the package's traces (FX graphs, guards, code state) are
+//! PyTorch's; the randomized lattice differential finds no difference; a
+//! wrong expectation fails the comparison.
 //!
 //! Needs a Python with one of [`TORCH_SERIES`]: `CCOL_TORCH_PYTHON`, else
 //! `python3` when it imports one. `scripts/test.sh` runs these tests on torch
@@ -84,14 +86,16 @@ fn report(text: &str) {
 }
 
 /// `ccol scenario compare --exchange <exchange>` (`pytorch`: Dynamo's own
-/// exchange; `package`: the compiler_collectives Python package).
-fn compare_with(python: &Path, exchange: &str, args: &[&Path]) -> Output {
+/// exchange; `package`: the compiler_collectives Python package), the
+/// harness recording each job's detail under `details/<exchange>/`.
+fn compare_with(python: &Path, exchange: &str, details: &Path, args: &[&Path]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_ccol"))
         .args(["scenario", "compare", "--json", "--timeout", "5"])
         .args(["--exchange", exchange])
         .args(args)
         .env("CCOL_TORCH_PYTHON", python)
         .env("CCOL_PYTORCH_ORACLE", oracle_dir().join("harness.py"))
+        .env("CCOL_ORACLE_DETAIL_DIR", details)
         .env_remove("CCOL_TIMEOUT_S")
         .output_within(LIMIT)
         .expect("ccol runs")
@@ -127,24 +131,23 @@ fn listed_unsupported() -> Vec<String> {
     files
 }
 
+/// The corpus on PyTorch's own exchange (the CPU device patch) and, at the
+/// same time, with the collective modes on the compiler_collectives package
+/// (`enable()` in each rank, no device patch); then the package's traces
+/// against PyTorch's, job by job (`harness.py --compare-detail`): each
+/// rank's compile steps, FX graph code, and after each step its guards and
+/// the code state Dynamo wrote, equal in every job both finished, with the
+/// package skipping Dynamo's restart where it cannot change anything. The
+/// harness also fails a package job in which a rank ran a torch collective
+/// or Dynamo made a group of its own during the steps.
 #[test]
-fn every_scenario_matches_pytorch_in_every_listed_mode() {
-    let Some(python) = torch_python() else { return };
-    every_scenario_matches(&python, "pytorch");
-}
-
-/// The same corpus with the collective modes on the compiler_collectives
-/// package (`enable()` in each rank, no device patch). The harness also
-/// fails a job in which a rank ran a torch collective or Dynamo made a
-/// group of its own during the steps.
-#[test]
-fn every_scenario_matches_pytorch_with_the_package() {
+fn every_scenario_matches_pytorch_on_both_exchanges_and_traces_as_pytorch() {
     let Some(python) = torch_python() else { return };
     let probe = Command::new(&python)
         .args(["-c", "import compiler_collectives.torch"])
         .output_within(LIMIT);
-    match probe {
-        Ok(o) if o.status.success() => {}
+    let package = match probe {
+        Ok(o) if o.status.success() => true,
         other => {
             let why = match other {
                 Ok(o) => String::from_utf8_lossy(&o.stderr).trim().to_owned(),
@@ -158,15 +161,51 @@ fn every_scenario_matches_pytorch_with_the_package() {
                     python.display()
                 )),
             );
-            return;
+            false
         }
+    };
+    let details = tempfile::tempdir().expect("temp dir");
+    std::thread::scope(|s| {
+        let theirs = s.spawn(|| every_scenario_matches(&python, "pytorch", details.path()));
+        if package {
+            every_scenario_matches(&python, "package", details.path());
+        }
+        if let Err(panic) = theirs.join() {
+            std::panic::resume_unwind(panic);
+        }
+    });
+    if !package {
+        return;
     }
-    every_scenario_matches(&python, "package");
+    let out = Command::new(&python)
+        .arg(oracle_dir().join("harness.py"))
+        .arg("--compare-detail")
+        .arg(details.path())
+        .output_within(LIMIT)
+        .expect("the harness runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let summary: Value = stdout
+        .lines()
+        .last()
+        .and_then(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("no summary from --compare-detail:\n{stdout}"));
+    report(&format!(
+        "pytorch oracle: the package's traces against PyTorch's: {} jobs compared, {} differences; \
+         the package skipped the restart in {} compiles and restarted in {}",
+        summary["compared"], summary["differ"], summary["restart_skipped"], summary["restarted"]
+    ));
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert_eq!(summary["differ"], 0, "{stdout}");
+    assert!(summary["compared"].as_u64().unwrap_or(0) > 0, "{stdout}");
+    assert!(
+        summary["restart_skipped"].as_u64().unwrap_or(0) > 0,
+        "the skip never fired:\n{stdout}"
+    );
 }
 
-fn every_scenario_matches(python: &Path, exchange: &str) {
+fn every_scenario_matches(python: &Path, exchange: &str, details: &Path) {
     let dir = repo().join("tests/scenarios");
-    let out = compare_with(python, exchange, &[&dir]);
+    let out = compare_with(python, exchange, details, &[&dir]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let lines = json_lines(&out);
     let summary = lines

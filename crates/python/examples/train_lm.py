@@ -38,9 +38,14 @@ the same graphs at the same steps. Options:
     package's default policy keeps there. --eval-in-local: inside
     ``compiler_collectives.torch.local()``, as a graph that holds
     collectives needs.
+--skip-restart on|off
+    with the package: ``enable(skip_restart=...)`` (default ``on``: Dynamo's
+    restart after a frame exchange is skipped where it cannot change
+    anything; ``off``: it always runs, as PyTorch's own path).
 --check-graphs  with the package: ``enable(check_graphs=True)``, every rank checks
     that the others traced the same graph before it compiles one.
---report PATH   each rank writes its compile steps and losses to PATH.<rank>.json.
+--report PATH   each rank writes its compile steps and losses to PATH.<rank>.json,
+    with step 0's wall time and the time Dynamo spent compiling frames.
 --log-steps     print a line as each step starts.
 """
 
@@ -61,6 +66,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+from torch._dynamo.utils import compilation_time_metrics
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 CORPUS = "/usr/share/common-licenses"
@@ -196,6 +202,7 @@ def main() -> int:
     ap.add_argument("--graph-break-rank", type=int, default=None)
     ap.add_argument("--graph-break-step", type=int, default=2)
     ap.add_argument("--check-graphs", action="store_true")
+    ap.add_argument("--skip-restart", choices=["on", "off"], default="on")
     ap.add_argument("--log-steps", action="store_true", help="print a line as each step starts")
     a = ap.parse_args()
 
@@ -207,7 +214,8 @@ def main() -> int:
         import compiler_collectives.torch
 
         compiler_collectives.torch.enable(timeout=a.timeout, check_graphs=a.check_graphs,
-                                          exchange=a.exchange_mode)
+                                          exchange=a.exchange_mode,
+                                          skip_restart=a.skip_restart == "on")
     elif a.exchange == "pytorch":
         torch._dynamo.config.enable_compiler_collectives = True
 
@@ -226,6 +234,7 @@ def main() -> int:
     started = time.monotonic()
     step_started = started
     first_step_end = None
+    first_step_seconds = None
     stop_on_sigterm()
     try:
         for step, (x, y) in enumerate(batches(corpus, rank, a.steps, a.seed,
@@ -247,6 +256,7 @@ def main() -> int:
             losses.append(loss.item())
             if step == 0:
                 first_step_end = time.time()
+                first_step_seconds = time.monotonic() - step_started
     finally:
         if a.report:
             failed_after = time.monotonic() - step_started
@@ -260,6 +270,11 @@ def main() -> int:
                 "last_step_seconds": failed_after,
                 # Wall-clock time (time.time()) at the end of step 0.
                 "first_step_end": first_step_end,
+                "first_step_seconds": first_step_seconds,
+                # Dynamo's own timing of each frame compile (its
+                # "_compile.compile_inner": tracing, the backend), summed.
+                "frame_compile_seconds": sum(
+                    compilation_time_metrics.get("_compile.compile_inner", [])),
             }
             try:
                 write_report(f"{a.report}.{rank}.json", report)

@@ -267,6 +267,16 @@ def rank_program(name: str) -> Path:
     return path
 
 
+def run_cases(tmp_path_factory, program: str, cases, world: int = 2) -> list["Rank"]:
+    """Runs tests/ranks/`program` once for all of `cases` (its CASE, comma
+    separated), each rank's exit status 0."""
+    ranks = run_ranks(tmp_path_factory.mktemp(program.removesuffix(".py")), world, program,
+                      env={"CASE": ",".join(cases)})
+    for r in ranks:
+        assert r.returncode == 0, r.stderr[-3000:]
+    return ranks
+
+
 def run_ranks(tmp_path, world: int, program: str, *, limit: float = 240, env=None) -> list[Rank]:
     """Runs tests/ranks/`program` in `world` Python processes (one per rank),
     joined by torch's FileStore. The program starts with

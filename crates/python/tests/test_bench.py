@@ -136,3 +136,25 @@ def test_the_policy_bench_times_a_step_in_each_mode():
         assert row[m] > 0, row
     assert row["vote us"] == pytest.approx(row["package, votes (default)"]
                                            - row["package, no votes"])
+
+
+def test_the_restart_bench_counts_dynamos_analyses_in_each_mode():
+    # A smoke run (one repeat of 4 layers at 2 ranks, no train_lm.py runs).
+    out = subprocess.run(
+        [sys.executable, str(BENCH.parent / "torch_restart_cost.py"), "--ranks", "2",
+         "--repeats", "1", "--layers", "4", "--warm-runs", "0", "--json"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-4000:]
+    rows = {r["what"]: r for r in (json.loads(line) for line in out.stdout.splitlines())}
+    attempts = {case: [rows[case][f"{m}_attempts"] for m in ("off", "pytorch", "package",
+                                                             "package_restart")]
+                for case in ("first", "differ", "break")}
+    # The same shapes everywhere: the package analyses as often as with
+    # collectives off. Shapes that differ: every exchange restarts. A graph
+    # break: the frame (2 analyses, 4 with a restart) and its resume
+    # function (1, 2 with a restart).
+    assert attempts == {"first": [1, 2, 1, 2], "differ": [1, 2, 2, 2], "break": [3, 6, 3, 6]}
+    for row in rows.values():
+        assert row["package_over_off_p50"] == pytest.approx(
+            row["package_wall_s"][0] / row["off_wall_s"][0])

@@ -258,6 +258,14 @@ def test_exchange_must_be_auto_or_always(world_of_one, bad):
     assert not cct.is_enabled()
 
 
+@pytest.mark.parametrize("bad", ["yes", 1, None])
+def test_skip_restart_must_be_a_bool(world_of_one, bad):
+    with pytest.raises(compiler_collectives.InvalidArgument,
+                       match=r"skip_restart must be a bool"):
+        cct.enable(skip_restart=bad)
+    assert not cct.is_enabled()
+
+
 def test_a_recompile_in_a_world_of_one_is_local_under_the_default(world_of_one):
     from torch._dynamo.utils import counters
 

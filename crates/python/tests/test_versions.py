@@ -629,3 +629,76 @@ def test_no_torch_group_for_functorchs_sync_in_a_2_rank_job(tmp_path):
             assert (control["new_groups"], control["tags"]) == (1, ["user:pt2_compile_sync_pg"]), control
         else:
             assert not [e for e in r.events if e.get("ev") == "control"], r.events
+
+
+# --------------------------------------------------------------------------
+# The skip of Dynamo's restart (docs/python.md, "No second trace")
+# --------------------------------------------------------------------------
+
+
+def test_the_skip_of_the_restart_runs_on_each_version_read_for_it():
+    marked = [p for p, e in TABLE["entries"].items() if e.get("restart_skip")]
+    assert "torch._dynamo.pgo.process_automatic_dynamic" in marked
+    assert "torch._dynamo.pgo.update_automatic_dynamic" in marked
+    assert sorted(TABLE["restart_skip_read"]) == sorted(TABLE["versions"])
+    for v, values in TABLE["versions"].items():
+        assert _compat.restart_skip_gate(TABLE, values) is None, v
+    # A torch whose process_automatic_dynamic reads as no version read for
+    # the skip: the restart always runs, and the reason names it.
+    changed = dict(TABLE["versions"][INSTALLED])
+    changed["torch._dynamo.pgo.process_automatic_dynamic"] = "0" * 64
+    why = _compat.restart_skip_gate(TABLE, changed)
+    assert why is not None and why.startswith(
+        "this torch's torch._dynamo.pgo.process_automatic_dynamic differ from torch "), why
+    unread = dict(TABLE, restart_skip_read=[])
+    assert _compat.restart_skip_gate(unread, TABLE["versions"][INSTALLED]) == (
+        "no torch version's sources were read for the skip of the restart")
+
+
+def test_the_generator_says_where_the_skip_of_the_restart_stays_off(tmp_path):
+    t = copy.deepcopy(TABLE)
+    t["versions"] = {}
+    table = tmp_path / "table.json"
+    table.write_text(json.dumps(t))
+    out = run_generator("--source", ROOT, "--version", "9.9.9", "--write", table=table)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.splitlines() == [
+        "torch-table: torch 9.9.9: Dynamo's restart is never skipped there (no torch version's "
+        "sources were read for the skip of the restart); read those sources against "
+        "_restart.py's rule, then add the version to the table's restart_skip_read"]
+
+
+def test_on_a_torch_not_read_for_the_skip_every_exchanged_compile_restarts(
+        world_of_one, tmp_path, monkeypatch, caplog):
+    from torch._dynamo.utils import counters
+
+    installed_table = _compat.TABLE
+    t = copy.deepcopy(TABLE)
+    t["restart_skip_read"] = [v for v in t["versions"] if not same_as_installed(v)]
+    path = tmp_path / "table.json"
+    path.write_text(json.dumps(t))
+    monkeypatch.setattr(_compat, "TABLE", str(path))
+    torch._dynamo.reset()
+    counters.clear()
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    cct.enable(timeout=20)
+    try:
+        assert cct.channel_info()["skip_restart"] is False
+        assert count_compiles((3, 3)) == [1]
+        assert dict(counters["compiler_collectives"]) == {"restarted": 1}
+    finally:
+        cct.disable()
+    said = [r.getMessage() for r in caplog.records
+            if "restart after each frame exchange always runs" in r.getMessage()]
+    assert len(said) == 1 and "differ from torch " in said[0], said
+    # The installed table: the first compile in a world of one skips it.
+    torch._dynamo.reset()
+    counters.clear()
+    monkeypatch.setattr(_compat, "TABLE", installed_table)
+    cct.enable(timeout=20)
+    try:
+        assert cct.channel_info()["skip_restart"] is True
+        assert count_compiles((3, 3)) == [1]
+        assert dict(counters["compiler_collectives"]) == {"restart_skipped": 1}
+    finally:
+        cct.disable()

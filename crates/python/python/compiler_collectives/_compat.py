@@ -726,8 +726,29 @@ def differences(observed: Dict[str, Any], known: Dict[str, Any], version: str,
     return out
 
 
+def restart_skip_gate(table: dict, seen: Dict[str, Any]) -> Optional[str]:
+    """None where the skip of Dynamo's restart (``_restart``) may run on the
+    torch whose entries read ``seen``: every entry marked ``restart_skip``
+    reads as in one version of the table's ``restart_skip_read`` (the
+    versions whose sources of those entries were read for the skip's rule).
+    Otherwise why not, in words: the restart then always runs."""
+    marked = [p for p, e in table["entries"].items() if e.get("restart_skip")]
+    versions = table["versions"]
+    read = [v for v in table.get("restart_skip_read", []) if v in versions]
+    for v in read:
+        if all(seen.get(p) == versions[v].get(p) for p in marked):
+            return None
+    if not read:
+        return "no torch version's sources were read for the skip of the restart"
+    nearest_read = max(read, key=lambda v: sum(seen.get(p) == versions[v].get(p) for p in marked))
+    differ = [p for p in marked if seen.get(p) != versions[nearest_read].get(p)]
+    return (f"this torch's {', '.join(differ)} differ from torch {nearest_read}'s, and from "
+            "every version read for the skip of the restart")
+
+
 class Decision:
-    def __init__(self, version: str, matched: bool, differs: List[str], warning: Optional[str]):
+    def __init__(self, version: str, matched: bool, differs: List[str], warning: Optional[str],
+                 restart_gate: Optional[str] = None):
         #: The known version whose behaviour is followed.
         self.version = version
         #: Whether every entry matched that version's.
@@ -735,6 +756,9 @@ class Decision:
         self.differs = differs
         #: The one warning to log (allow_untested_torch), else None.
         self.warning = warning
+        #: Why Dynamo's restart is never skipped on this torch, else None
+        #: (``restart_skip_gate``).
+        self.restart_gate = restart_gate
 
 
 def decide(table: dict, observed: Dict[str, Any], problems: Dict[str, str],
@@ -754,7 +778,7 @@ def decide(table: dict, observed: Dict[str, Any], problems: Dict[str, str],
     if matches:
         exact = [v for v in matches if v == plain(torch_version)]
         chosen = exact[0] if exact else max(matches, key=lambda v: release(v) or ())
-        return Decision(chosen, True, [], None)
+        return Decision(chosen, True, [], None, restart_skip_gate(table, seen))
     follow = nearest(torch_version, list(versions))
     differs = differences(seen, versions[follow], follow, entries, problems)
     tested = ", ".join(sorted(versions, key=lambda v: release(v) or ()))
@@ -785,4 +809,4 @@ def decide(table: dict, observed: Dict[str, Any], problems: Dict[str, str],
         f"(allow_untested_torch=True); following torch {follow}, from which it differs in: "
         + "; ".join(differs)
     )
-    return Decision(follow, False, differs, warning)
+    return Decision(follow, False, differs, warning, restart_skip_gate(table, seen))

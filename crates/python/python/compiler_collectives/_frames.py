@@ -11,7 +11,7 @@ import logging
 
 import torch
 
-from . import _policy, _state, _votes
+from . import _policy, _restart, _state, _votes
 from ._errors import Error
 
 log = logging.getLogger("compiler_collectives.torch")
@@ -186,10 +186,7 @@ def _join_prior(tx, local_state) -> None:
     state = pgo._CODE_STATE
     if not state:
         return
-    try:
-        code_id = pgo.CodeId.make(tx.f_code, getattr(tx, "closure", None))
-    except TypeError:  # torch 2.11: the key has no closure
-        code_id = pgo.CodeId.make(tx.f_code)
+    code_id = _restart.code_id(tx)
     entries = state.get(code_id)
     if entries is None:
         return
@@ -230,6 +227,8 @@ def make_run_compiler_collective(original):
         )
         join = joinable()
         sent = ds.local_state.automatic_dynamic
+        # The entries the preflight used, before anything is joined in.
+        observed = dict(sent)
         if st.exchange == "auto" and join:
             _join_prior(tx, ds.local_state)
         mine = _graph_holds_collectives(self)
@@ -249,6 +248,8 @@ def make_run_compiler_collective(original):
         theirs = [s.automatic_dynamic.pop(HOLDS_COLLECTIVES, None) for s in ds.all_states]
         if mine or any(bit is not None for bit in theirs):
             _votes.graph_holds_collectives(st, key)
+        if _restart.after_exchange(st, tx, observed, ds.all_states, key):
+            return
         # As Dynamo does: tracing may diverge with what the exchange said.
         tx.speculation_log.clear()
         raise exc.CompileCollectiveRestartAnalysis

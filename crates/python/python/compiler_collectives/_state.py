@@ -53,6 +53,10 @@ class State:
         # disable() ran: what was deferred (``_lazy``) is not installed.
         self.disabled = False
         self.exchange = exchange
+        # enable(skip_restart=...), and why this torch never skips
+        # (``_compat.restart_skip_gate``): ``_restart``.
+        self.skip_restart = True
+        self.skip_gate: Optional[str] = None
         self.cache_agreement = cache_agreement
         self.check_graphs = check_graphs
         # The first error of an exchange that has not reached the caller yet

@@ -147,6 +147,7 @@ def enable(
     group=None,
     cache_agreement: bool = False,
     check_graphs: bool = False,
+    skip_restart: bool = True,
 ) -> None:
     """Puts Dynamo's compiler collectives (and its guard collectives) on
     this package's channel, under an agreement policy that never stops a
@@ -202,6 +203,14 @@ def enable(
             group compares its fingerprint (ops, order, dtypes, shapes of
             collective inputs); ranks that traced different graphs all raise
             ``GraphMismatch``.
+        skip_restart: after a frame exchange, go on with the first trace
+            where Dynamo's restart cannot change anything: every source the
+            trace consulted folds, with every rank's state, to the entry it
+            used (docs/python.md, "No second trace"). Counted in
+            ``counters["compiler_collectives"]["restart_skipped"]`` and
+            ``["restarted"]``, with one DEBUG line per exchanged compile.
+            ``False`` restarts every time, as PyTorch does (for bisecting).
+            Each rank decides alone: ranks may pass different values.
 
     Every other compile-time agreement of PT2 — the partitioner's decision
     sync, Inductor's distributed autotuning and its SPMD check — runs on the
@@ -225,9 +234,9 @@ def enable(
             is on without ``cache_agreement``, or this torch lacks what an
             agreement asked for hooks into (nothing is changed).
         InvalidArgument: no default process group, already enabled, a bad
-            timeout, ``exchange`` or ``guard_votes``, or a bad ``group`` (not
-            one of the forms above, a rank out of the job or listed twice, or
-            a group without this rank).
+            timeout, ``exchange``, ``guard_votes`` or ``skip_restart``, or a
+            bad ``group`` (not one of the forms above, a rank out of the job
+            or listed twice, or a group without this rank).
         Timeout: a rank did not come to the rendezvous within the deadline
             (the message names it).
         Disagreement: ranks differ in what must be equal (names the ranks
@@ -246,6 +255,8 @@ def enable(
         raise InvalidArgument(f"exchange must be 'auto' or 'always', not {exchange!r}")
     if not (isinstance(guard_votes, bool) or guard_votes == "auto"):
         raise InvalidArgument(f"guard_votes must be True, False or 'auto', not {guard_votes!r}")
+    if not isinstance(skip_restart, bool):
+        raise InvalidArgument(f"skip_restart must be a bool, not {skip_restart!r}")
     decision = _checks.check_torch(allow_untested_torch)
     available = _checks.available(decision.version)
     _checks.check_agreements(cache_agreement, check_graphs, available)
@@ -274,6 +285,11 @@ def enable(
         raise
     st = _state.State(channel, guard_votes, cache_agreement, check_graphs, exchange)
     st.ranks = ranks
+    st.skip_restart = skip_restart
+    st.skip_gate = decision.restart_gate
+    if skip_restart and st.skip_gate is not None:
+        log.info("compiler_collectives: Dynamo's restart after each frame exchange always runs "
+                 "on torch %s: %s", torch.__version__, st.skip_gate)
     st.policy = _policy.Tracking()
     st.switches = _checks.switches()
 
@@ -434,8 +450,10 @@ def channel_info() -> Optional[dict]:
     ranks (``group``, ascending), deadline (seconds), store, next exchange
     number and exchange (``"flat"``, or ``"tree"`` from
     ``CCOL_HIERARCHICAL_FROM`` ranks, default 64), the policy (``exchange``,
-    ``guard_votes``, ``votes_on``: whether every compiled call votes now)
-    and the agreements' switches, or None when not enabled."""
+    ``guard_votes``, ``votes_on``: whether every compiled call votes now;
+    ``skip_restart``: whether Dynamo's restart after a frame exchange is
+    skipped where it cannot change anything, on this torch) and the
+    agreements' switches, or None when not enabled."""
     st = _state.current
     if st is None:
         return None
@@ -453,6 +471,7 @@ def channel_info() -> Optional[dict]:
         "votes_on": st.votes_on,
         "cache_agreement": st.cache_agreement,
         "check_graphs": st.check_graphs,
+        "skip_restart": st.skip_restart and st.skip_gate is None,
     }
 
 
