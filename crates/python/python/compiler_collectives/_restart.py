@@ -12,6 +12,11 @@ trace folds, for each source it consults, every state Dynamo was handed
 ``automatic_dynamic_shapes`` is off), and builds the graph from the folded
 entries.
 
+The restart clears the speculation log, so it replays every analysis the
+preflight made (one that found a graph break, then the one that stopped
+there): the sources it consults are those of ``local_state``, every
+analysis's together, in the order they were first consulted.
+
 Tracing is deterministic given the entries the builder reads. So where,
 for every source the preflight consulted, that fold gives back exactly the
 entry the preflight used (every field, ``excluded_sizes`` and
