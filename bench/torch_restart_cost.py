@@ -10,9 +10,10 @@ Usage (in the torch environment, after ``scripts/setup-python.sh``)::
 
 For each world size of ``--ranks`` it starts that many rank processes (CPU
 Gloo over a FileStore). Each rank compiles, ``--repeats`` times and in each
-of four modes in turn (each repeat starting with the next mode), a fresh function that runs a model of ``--layers``
-linear layers (16×16, each followed by a ReLU), with a backend that only
-counts (so a compile is Dynamo's own work):
+of four modes in turn (each repeat starting with the next mode), a fresh
+function that runs a model of ``--layers`` linear layers (16×16, each
+followed by a ReLU), with a backend that only counts (so a compile is
+Dynamo's own work):
 
 - ``off``: compiler collectives off;
 - ``pytorch``: PyTorch's own exchange (under the PyTorch oracle's one CPU

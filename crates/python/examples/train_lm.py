@@ -45,7 +45,8 @@ the same graphs at the same steps. Options:
 --check-graphs  with the package: ``enable(check_graphs=True)``, every rank checks
     that the others traced the same graph before it compiles one.
 --report PATH   each rank writes its compile steps and losses to PATH.<rank>.json,
-    with step 0's wall time and the time Dynamo spent compiling frames.
+    with step 0's wall time, the time Dynamo spent compiling frames and the
+    package's counters.
 --log-steps     print a line as each step starts.
 """
 
@@ -66,7 +67,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-from torch._dynamo.utils import compilation_time_metrics
+from torch._dynamo.utils import compilation_time_metrics, counters
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 CORPUS = "/usr/share/common-licenses"
@@ -275,6 +276,8 @@ def main() -> int:
                 # "_compile.compile_inner": tracing, the backend), summed.
                 "frame_compile_seconds": sum(
                     compilation_time_metrics.get("_compile.compile_inner", [])),
+                # The package's counters (local compiles, restarts skipped).
+                "package_counters": dict(counters.get("compiler_collectives", {})),
             }
             try:
                 write_report(f"{a.report}.{rank}.json", report)

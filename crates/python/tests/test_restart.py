@@ -18,7 +18,7 @@ from conftest import run_cases
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 HARNESS = os.path.join(REPO, "tests", "pytorch-oracle", "harness.py")
-CASES = ("same_shapes", "one_rank_differs", "prior_on_one_rank", "graph_break")
+CASES = ("same_shapes", "one_rank_differs", "prior_on_one_rank", "graph_break", "mark_dynamic")
 
 
 @pytest.fixture(scope="module")
@@ -110,6 +110,18 @@ def test_a_frame_with_a_graph_break_is_analysed_three_times_fewer(cases):
         assert (skipping["restart_skipped"], skipping["restarted"]) == (2, 2)
         assert restarting["restarted"] == 4
         assert restarting["attempts"] - skipping["attempts"] == 3
+
+
+def test_a_dim_marked_dynamic_makes_its_rank_restart(cases):
+    # The builder changes a marked source's entry after recording it, and
+    # changes the folded one again in the restart (its excluded sizes): no
+    # skip (test_ranks.py's fold-rule test compares those with PyTorch's).
+    for skipping, restarting in _done(cases, "mark_dynamic"):
+        _same_trace(skipping, restarting)
+        assert (skipping["restart_skipped"], skipping["restarted"]) == (0, 1)
+        assert ": restart: L['x']: its entry was changed after it was recorded (a dim marked " \
+               "dynamic)" in skipping["lines"][0]
+        assert [_symbolic(g) for g in skipping["graphs"]] == [True]
 
 
 def test_the_package_traces_as_pytorch_in_every_scenario(tmp_path):

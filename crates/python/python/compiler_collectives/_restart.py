@@ -17,6 +17,11 @@ preflight made (one that found a graph break, then the one that stopped
 there): the sources it consults are those of ``local_state``, every
 analysis's together, in the order they were first consulted.
 
+The builder reads an entry after changing it for a dim marked dynamic
+(``mark_dynamic``, ``dynamic_sources``: a ``|=`` into the entry returned),
+in the preflight and again, on the folded entry, in the restart: a source
+so marked always restarts (``_changed_after_recording``).
+
 Tracing is deterministic given the entries the builder reads. So where,
 for every source the preflight consulted, that fold gives back exactly the
 entry the preflight used (every field, ``excluded_sizes`` and
@@ -73,6 +78,23 @@ def _show(entry) -> str:
     return text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 1] + "…"
 
 
+def _changed_after_recording(entry) -> bool:
+    """Whether the builder changed `entry` after the preflight recorded it:
+    a tensor's entry with a dynamic dim, or excluded sizes or scalar set,
+    which no fresh observation has. The builder ``|=``s a dim marked
+    dynamic (``mark_dynamic``, ``dynamic_sources``) into the entry that
+    ``process_automatic_dynamic`` returned, the preflight's own record or,
+    in the restart, the folded code-state entry, whose result (its
+    ``excluded_sizes`` among others) the fold on copies does not give."""
+    from torch._dynamo.pgo import auto_dynamic
+
+    size = entry.size
+    if isinstance(size, tuple) and any(s is auto_dynamic for s in size):
+        return True
+    return (getattr(entry, "excluded_sizes", None) is not None
+            or getattr(entry, "excluded_scalar", None) is not None)
+
+
 def first_change(tx, observed: dict, all_states) -> Optional[str]:
     """The first source (in the order the preflight consulted them) whose
     entry after Dynamo's fold of ``all_states`` into a copy of this rank's
@@ -87,6 +109,9 @@ def first_change(tx, observed: dict, all_states) -> Optional[str]:
     code_state = pgo.get_code_state().get(code_id(tx))
     merge = bool(torch._dynamo.config.automatic_dynamic_shapes)
     for name, seen in observed.items():
+        if _changed_after_recording(seen):
+            return (f"{name}: its entry was changed after it was recorded (a dim marked "
+                    f"dynamic): ({_show(seen)})")
         if code_state is not None and name in code_state.automatic_dynamic:
             folded = copy.copy(code_state.automatic_dynamic[name])
         else:

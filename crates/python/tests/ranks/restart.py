@@ -15,6 +15,7 @@ disable()):
   both ranks call f on (8, 8).
 - "graph_break": b(x), a frame with a graph break, on (8, 8) on both ranks,
   then on (4, 8) with exchange="always".
+- "mark_dynamic": f on (8, 8) with dim 0 marked dynamic, on both ranks.
 
 Events: "done" with the case, skip_restart, each compile's FX graph code,
 after each step the guards of the frame's cache entries (ids masked) and
@@ -130,6 +131,12 @@ def prior_on_one_rank():
         state = pgo.get_code_state()[pgo.CodeId.make(f.__code__, None)]
         state.automatic_dynamic["L['x']"] = entry
     return steps(f, "f", [(torch.ones(8, 8), 3)])
+
+
+def mark_dynamic():
+    x = torch.ones(8, 8)
+    torch._dynamo.mark_dynamic(x, 0)
+    return steps(f, "f", [(x, 3)])
 
 
 def graph_break():
