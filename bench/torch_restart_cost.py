@@ -60,6 +60,7 @@ CASES = ("first", "differ", "break")
 
 
 def worker(rank: int, world: int, store: str, repeats: int, layers: int) -> None:
+    import gc
     import time
 
     import torch
@@ -86,6 +87,9 @@ def worker(rank: int, world: int, store: str, repeats: int, layers: int) -> None
 
     def timed(case, mode, call):
         attempts[0] = 0
+        # The garbage of earlier compiles is collected here, not inside the
+        # timed call of whichever mode comes next.
+        gc.collect()
         dist.barrier()
         wall, cpu = time.perf_counter(), time.process_time()
         call()

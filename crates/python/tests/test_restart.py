@@ -63,8 +63,8 @@ def test_a_first_compile_with_the_same_shapes_everywhere_is_traced_once(cases):
         assert (skipping["restart_skipped"], skipping["restarted"]) == (1, 0)
         assert (restarting["restart_skipped"], restarting["restarted"]) == (0, 1)
         assert (skipping["attempts"], restarting["attempts"]) == (2, 3)
-        assert "restart skipped (every source the first trace consulted folds to the entry it " \
-               "used: 2)" in skipping["lines"][0]
+        assert "restart skipped (2 sources consulted, each folds to the entry the first " \
+               "trace used)" in skipping["lines"][0]
         # The skip folded the code state as the restart does: the local
         # recompile's automatic dynamic made dim 0 dynamic.
         first, second = skipping["steps"]
@@ -126,9 +126,11 @@ def test_a_dim_marked_dynamic_makes_its_rank_restart(cases):
 
 def test_the_package_traces_as_pytorch_in_every_scenario(tmp_path):
     """The oracle's corpus on this torch, every job expected to finish, in
-    every mode: PyTorch's exchange (patched for CPU) and the package's run at
-    the same time, then compared job by job (harness.py --compare-detail).
-    The cargo oracle test does the same on 2.13.0 and 2.14.1."""
+    every mode that enables the package (in no_collectives both runs are
+    PyTorch alone): PyTorch's exchange (patched for CPU) and the package's
+    run at the same time, then compared job by job (harness.py
+    --compare-detail). The cargo oracle test does the same on 2.13.0 and
+    2.14.1."""
     scenarios = os.path.join(REPO, "tests", "scenarios")
     files = sorted(os.path.join(scenarios, f) for f in os.listdir(scenarios)
                    if f.endswith(".json") and not f.endswith(".schema.json"))
@@ -139,7 +141,9 @@ def test_the_package_traces_as_pytorch_in_every_scenario(tmp_path):
     env.pop("CCOL_ORACLE_DETAIL_DIR", None)
     runs = [
         subprocess.Popen([sys.executable, HARNESS, "--batch", "--finishing", "--detail-dir",
-                          str(tmp_path), "--exchange", exchange, *files],
+                          str(tmp_path), "--exchange", exchange, "--mode", "collectives",
+                          "--mode", "guard_collectives",
+                          "--mode", "collectives_and_guard_collectives", *files],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         for exchange in ("pytorch", "package")
     ]
@@ -154,5 +158,5 @@ def test_the_package_traces_as_pytorch_in_every_scenario(tmp_path):
     assert compared.returncode == 0, compared.stdout[-6000:]
     summary = json.loads(compared.stdout.splitlines()[-1])
     assert summary["differ"] == 0
-    assert summary["compared"] >= 60
+    assert summary["compared"] >= 40
     assert summary["restart_skipped"] > 0 and summary["restarted"] > 0

@@ -219,7 +219,8 @@ def make_run_compiler_collective(original):
             # A frame whose compile began before enable() (or after
             # disable()) with a group of Dynamo's own.
             return original(self)
-        log.info("compiler_collective %s", ds.local_state)
+        # Dynamo logs the same at INFO on its own logger.
+        log.debug("compiler_collective %s", ds.local_state)
         torch._logging.trace_structured(
             "artifact",
             metadata_fn=lambda: {"name": "compiler_collective", "encoding": "string"},

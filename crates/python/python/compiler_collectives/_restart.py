@@ -174,8 +174,8 @@ def after_exchange(st, tx, observed: dict, all_states, key: str) -> bool:
             reason = f"cannot fold the code state ({type(e).__name__}: {e})"
     if reason is None:
         counters[_policy.COUNTERS]["restart_skipped"] += 1
-        log.debug("compiler_collectives: %s: restart skipped (every source the first trace "
-                  "consulted folds to the entry it used: %d)", key, len(observed))
+        log.debug("compiler_collectives: %s: restart skipped (%d sources consulted, each "
+                  "folds to the entry the first trace used)", key, len(observed))
         return True
     counters[_policy.COUNTERS]["restarted"] += 1
     log.debug("compiler_collectives: %s: restart: %s", key, reason)
