@@ -6,13 +6,13 @@ back: docs/python.md, "No second trace".
 Usage (in the torch environment, after ``scripts/setup-python.sh``)::
 
     "$CCOL_TORCH_PYTHON" bench/torch_restart_cost.py [--ranks 2,4] [--repeats 5]
-        [--layers 120] [--warm-runs 3] [--json]
+        [--layers 120] [--warm-runs 3] [--with-restart-mode] [--json]
 
 For each world size of ``--ranks`` it starts that many rank processes (CPU
 Gloo over a FileStore). Each rank compiles, ``--repeats`` times and in each
-of four modes in turn (each repeat starting with the next mode), a fresh
-function that runs a model of ``--layers`` linear layers (16×16, each
-followed by a ReLU), with a backend that only counts (so a compile is
+of three (or four) modes in turn (each repeat starting with the next mode),
+a fresh function that runs a model of ``--layers`` linear layers (16×16,
+each followed by a ReLU), with a backend that only counts (so a compile is
 Dynamo's own work):
 
 - ``off``: compiler collectives off;
@@ -20,7 +20,10 @@ Dynamo's own work):
   patch), which always restarts;
 - ``package``: the package (``exchange="always"``: every compile exchanged,
   as PyTorch's), skipping the restart where it cannot change anything;
-- ``package_restart``: the package with ``skip_restart=False``.
+- ``package_restart`` (``--with-restart-mode``): the package with
+  ``skip_restart=False``. (With it, the package's own figures came out
+  0.2-0.4 s slower on the 2-core machine, with the same analyses: see
+  docs/performance.md; the three modes alone are the comparison.)
 
 Three cases, each a call timed after a barrier (wall: the slowest rank's;
 CPU: the process CPU time of that call, the slowest rank's; attempts:
@@ -55,11 +58,13 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from torch_compiler_collective import emit_rows, join_job, run_ranks, use_exchange  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-MODES = ("off", "pytorch", "package", "package_restart")
+MODES = ("off", "pytorch", "package")
+#: With ``--with-restart-mode``: the package with ``skip_restart=False`` too.
+RESTART_MODE = "package_restart"
 CASES = ("first", "differ", "break")
 
 
-def worker(rank: int, world: int, store: str, repeats: int, layers: int) -> None:
+def worker(rank: int, world: int, store: str, repeats: int, layers: int, modes) -> None:
     import gc
     import time
 
@@ -83,7 +88,7 @@ def worker(rank: int, world: int, store: str, repeats: int, layers: int) -> None
     model = torch.nn.Sequential(*[m for _ in range(layers)
                                   for m in (torch.nn.Linear(16, 16), torch.nn.ReLU())])
     half = layers  # modules in the first half (a Linear and a ReLU per layer)
-    raw = {c: {m: {"wall": [], "cpu": [], "attempts": []} for m in MODES} for c in CASES}
+    raw = {c: {m: {"wall": [], "cpu": [], "attempts": []} for m in modes} for c in CASES}
 
     def timed(case, mode, call):
         attempts[0] = 0
@@ -100,7 +105,7 @@ def worker(rank: int, world: int, store: str, repeats: int, layers: int) -> None
     for k in range(repeats):
         # Each repeat starts with another mode: none always runs first or
         # last in a process whose memory grows with its compiles.
-        for mode in MODES[k % len(MODES):] + MODES[:k % len(MODES)]:
+        for mode in modes[k % len(modes):] + modes[:k % len(modes)]:
             for case in CASES:
                 use_exchange("package" if mode.startswith("package") else mode, original,
                              patched, skip_restart=mode == "package")
@@ -126,21 +131,21 @@ def worker(rank: int, world: int, store: str, repeats: int, layers: int) -> None
     dist.destroy_process_group()
 
 
-def trace_rows(world: int, repeats: int, layers: int) -> list:
-    ranks = run_ranks(__file__, world, [repeats, layers])
+def trace_rows(world: int, repeats: int, layers: int, modes) -> list:
+    ranks = run_ranks(__file__, world, [repeats, layers, ",".join(modes)])
     p50 = statistics.median
     rows = []
     for case in CASES:
         row = {"what": case, "ranks": world, "layers": layers, "repeats": repeats,
-               "torch": ranks[0]["torch"]}
-        for m in MODES:
+               "torch": ranks[0]["torch"], "modes": list(modes)}
+        for m in modes:
             wall = [max(r["raw"][case][m]["wall"][k] for r in ranks) for k in range(repeats)]
             cpu = [max(r["raw"][case][m]["cpu"][k] for r in ranks) for k in range(repeats)]
             row[f"{m}_wall_s"] = wall
             row[f"{m}_wall_s_p50"] = p50(wall)
             row[f"{m}_cpu_s_p50"] = p50(cpu)
             row[f"{m}_attempts"] = ranks[0]["raw"][case][m]["attempts"][0]
-        for m in MODES[1:]:
+        for m in modes[1:]:
             # Paired compile by compile (the modes alternate), then the median.
             row[f"{m}_over_off_p50"] = p50(
                 [a / b for a, b in zip(row[f"{m}_wall_s"], row["off_wall_s"])])
@@ -197,7 +202,7 @@ def print_rows(rows) -> None:
                       f"{d['first_step_s']:.2f} s, frame compiles {d['frame_compile_s']:.2f} s")
             continue
         parts = []
-        for m in MODES:
+        for m in r["modes"]:
             ratio = "" if m == "off" else f" = {r[f'{m}_over_off_p50']:.2f}x off"
             parts.append(f"{m} {r[f'{m}_wall_s_p50']:.3f} s{ratio} (cpu "
                          f"{r[f'{m}_cpu_s_p50']:.3f} s, {r[f'{m}_attempts']} attempts)")
@@ -209,20 +214,24 @@ def print_rows(rows) -> None:
 
 def main(argv) -> int:
     if argv and argv[0] == "--worker":
-        worker(int(argv[1]), int(argv[2]), argv[3], int(argv[4]), int(argv[5]))
+        worker(int(argv[1]), int(argv[2]), argv[3], int(argv[4]), int(argv[5]),
+               tuple(argv[6].split(",")))
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ranks", default="2,4", help="world sizes")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--layers", type=int, default=120)
     ap.add_argument("--warm-runs", type=int, default=3, help="0: no train_lm.py runs")
+    ap.add_argument("--with-restart-mode", action="store_true",
+                    help="a fourth mode: the package with skip_restart=False")
     ap.add_argument("--json", action="store_true", help="one JSON line per row")
     a = ap.parse_args(argv)
     if a.repeats < 1 or a.layers < 2 or a.warm_runs < 0:
         ap.error("--repeats must be at least 1, --layers at least 2, --warm-runs at least 0")
     rows = []
     for w in (int(w) for w in a.ranks.split(",") if w):
-        rows += trace_rows(w, a.repeats, a.layers)
+        rows += trace_rows(w, a.repeats, a.layers,
+                           MODES + ((RESTART_MODE,) if a.with_restart_mode else ()))
     if a.warm_runs:
         rows += warm_rows(a.warm_runs)
     return emit_rows(rows, a.json, print_rows)

@@ -142,7 +142,8 @@ def test_the_restart_bench_counts_dynamos_analyses_in_each_mode():
     # A smoke run (one repeat of 4 layers at 2 ranks, no train_lm.py runs).
     out = subprocess.run(
         [sys.executable, str(BENCH.parent / "torch_restart_cost.py"), "--ranks", "2",
-         "--repeats", "1", "--layers", "4", "--warm-runs", "0", "--json"],
+         "--repeats", "1", "--layers", "4", "--warm-runs", "0", "--with-restart-mode",
+         "--json"],
         capture_output=True, text=True, timeout=600,
     )
     assert out.returncode == 0, out.stderr[-4000:]
