@@ -21,7 +21,7 @@ import torch.distributed as dist
 
 import compiler_collectives
 import compiler_collectives.torch as cct
-from compiler_collectives import _checks, _compat
+from compiler_collectives import _checks, _compat, _decide
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 GENERATOR = os.path.join(REPO, "scripts", "torch-table.py")
@@ -124,7 +124,7 @@ def test_the_table_covers_the_supported_versions_and_marks_required_entries():
 def test_a_torch_matching_a_known_version_passes_whatever_its_version_string():
     versions = TABLE["versions"]
     for claimed in ("2.14.0", "2.14.1", "2.14.7+cu999", "3.0.0"):
-        d = _compat.decide(TABLE, versions["2.14.1"], {}, claimed, False)
+        d = _decide.decide(TABLE, versions["2.14.1"], {}, claimed, False)
         assert d.matched and d.warning is None
         assert d.version == (_compat.plain(claimed) if claimed.startswith("2.14.") and
                              _compat.plain(claimed) in versions else "2.14.1")

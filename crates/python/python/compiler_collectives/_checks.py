@@ -15,7 +15,7 @@ from typing import Union
 import torch
 import torch.distributed as dist
 
-from . import _cache_vote, _compat
+from . import _cache_vote, _compat, _decide
 from ._errors import IncompatibleTorch, InvalidArgument, Unsupported
 
 log = logging.getLogger("compiler_collectives.torch")
@@ -74,7 +74,7 @@ def check_live(paths) -> None:
         )
 
 
-def check_torch(allow_untested: bool = False) -> "_compat.Decision":
+def check_torch(allow_untested: bool = False) -> "_decide.Decision":
     """Which tested torch this one is (every table entry equal to that
     version's), read from the installed torch's source and its live objects
     (those of :data:`DEFERRED_MODULES` only where already imported: the
@@ -101,8 +101,8 @@ def check_torch(allow_untested: bool = False) -> "_compat.Decision":
             if why is not None:
                 problems[path] = why
     try:
-        decision = _compat.decide(table, observed, problems, torch.__version__, allow_untested)
-    except _compat.Refusal as e:
+        decision = _decide.decide(table, observed, problems, torch.__version__, allow_untested)
+    except _decide.Refusal as e:
         raise IncompatibleTorch(str(e)) from None
     if decision.warning is not None:
         log.warning("%s", decision.warning)
