@@ -533,6 +533,59 @@ impl CompileChannel {
         })
     }
 
+    /// Sends `data` to the channel's rank `peer` under `tag`, point to
+    /// point (the transport's `send`: messages between two ranks under one
+    /// tag arrive in order); may return before `peer` took it. Used by
+    /// `compile_once` (`_compile_once.py`): an owner's progress while it
+    /// compiles, and the artifacts. Cost: one message. Raises `PeerLost`
+    /// naming `peer` when it is gone, `InvalidArgument` for a bad peer,
+    /// `ChannelUnusable` after an earlier error.
+    fn send_bytes(
+        &self,
+        py: Python<'_>,
+        key: &str,
+        peer: u32,
+        tag: u32,
+        data: &[u8],
+    ) -> PyResult<()> {
+        let timeout = self.timeout;
+        self.with_channel(py, key, |c| {
+            c.transport().send(
+                peer,
+                tag,
+                data,
+                compiler_collectives_core::Deadline::after(timeout),
+            )
+        })
+    }
+
+    /// The next message from the channel's rank `peer` under `tag`,
+    /// waiting at most `timeout_s` seconds for it. Raises `Timeout` naming
+    /// `peer` past it, `PeerLost` naming `peer` as soon as the transport
+    /// finds it gone (its connection closed: a killed process), a
+    /// `DecodeError` naming it for a message over `max_bytes`;
+    /// the channel is unusable after any error.
+    fn recv_bytes<'py>(
+        &self,
+        py: Python<'py>,
+        key: &str,
+        peer: u32,
+        tag: u32,
+        max_bytes: usize,
+        timeout_s: f64,
+    ) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
+        let wait = seconds("timeout_s", timeout_s)?;
+        let got = self.with_channel(py, key, |c| {
+            c.transport().recv(
+                peer,
+                tag,
+                max_bytes,
+                compiler_collectives_core::Deadline::after(wait),
+            )
+        })?;
+        Ok(pyo3::types::PyBytes::new(py, &got))
+    }
+
     /// Tells the other ranks this rank has no more exchanges and closes the
     /// group (theirs then end with `PeerLost` naming this rank, not a
     /// timeout). Later calls raise `ChannelUnusable`. Idempotent.

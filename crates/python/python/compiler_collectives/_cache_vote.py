@@ -50,8 +50,9 @@ TORCH_FLAG = "_sync_cache_decision_cross_ranks"
 def _wanted(st) -> bool:
     """Whether this process votes: ``enable(cache_agreement=True)``, or
     torch's own flag (2.15) on while the package is enabled; never in a
-    group of one, never in a local compile (``_policy``)."""
-    if st.channel.world_size < 2 or not _policy.exchanging():
+    group of one, never in a local compile (``_policy``), never under
+    ``compile_once`` (which decides instead: ``_compile_once``)."""
+    if st.channel.world_size < 2 or not _policy.exchanging() or st.compile_once:
         return False
     if st.cache_agreement:
         return True

@@ -129,6 +129,19 @@ AGREEMENT_ENTRIES = {
         "torch._inductor.distributed_autotune._SerializedChoice",
     ],
     "graph_check": ["torch._dynamo.output_graph.OutputGraph.call_user_compiler"],
+    "compile_once": [
+        "torch._functorch._aot_autograd.autograd_cache.AOTAutogradCache.try_load",
+        "torch._functorch._aot_autograd.autograd_cache.AOTAutogradCache._lookup",
+        "torch._functorch._aot_autograd.autograd_cache.AOTAutogradCache.save",
+        "torch._functorch._aot_autograd.autograd_cache.AOTAutogradCache._get_tmp_dir_for_key",
+        "torch._inductor.codecache.FxGraphCache._lookup_graph",
+        "torch._inductor.codecache.FxGraphCache._save_graph",
+        "torch._inductor.codecache.FxGraphCache._get_tmp_dir_for_key",
+        "torch._inductor.codecache.CppCodeCache._load_library",
+        "torch._inductor.codecache.get_lock_dir",
+        "torch._functorch.aot_autograd.aot_stage2_compile",
+        "torch._functorch.config.force_non_lazy_backward_lowering",
+    ],
     "spmd_check": [
         "torch._inductor.fx_passes.spmd_check.spmd_check",
         "torch._inductor.fx_passes.spmd_check._compute_hash",
@@ -182,6 +195,53 @@ def check_agreements(cache_agreement: bool, check_graphs: bool, available: set) 
             "cache_agreement=True (every rank then compiles, or none), or turn it off. "
             "Nothing was changed."
         )
+
+
+#: Inductor passes that call ``dist.get_rank()`` after the cache key is
+#: computed (pytorch/pytorch issue 188332): a graph they compiled holds one
+#: rank's code under a key every rank shares. ``compile_once`` refuses them
+#: on (the value that turns each off).
+RANK_BAKING_PASSES = (
+    ("torch._inductor.config.bucket_all_gathers_fx", "none"),
+    ("torch._inductor.config.bucket_reduce_scatters_fx", "none"),
+    ("torch._inductor.config.aten_distributed_optimizations.enable_overlap_scheduling", False),
+)
+
+
+def check_compile_once(compile_once: bool, max_artifact_bytes: int, available: set,
+                       version: str) -> None:
+    """What ``enable`` refuses about ``compile_once`` (nothing changed yet):
+    a non-bool, a ``max_artifact_bytes`` that is not a positive int, a torch
+    that lacks a function it hooks into (``Unsupported`` naming it), a pass
+    of :data:`RANK_BAKING_PASSES` on."""
+    if not isinstance(compile_once, bool):
+        raise InvalidArgument(f"compile_once must be a bool, not {compile_once!r}")
+    if (not isinstance(max_artifact_bytes, int) or isinstance(max_artifact_bytes, bool)
+            or max_artifact_bytes <= 0):
+        raise InvalidArgument(
+            f"max_artifact_bytes must be a positive int (bytes), not {max_artifact_bytes!r}")
+    if not compile_once:
+        return
+    if "compile_once" not in available:
+        known = _compat.load_table()["versions"][version]
+        missing = [p for p in AGREEMENT_ENTRIES["compile_once"] if not known.get(p)]
+        raise Unsupported(
+            f"compile_once=True: torch {torch.__version__} (following {version} of the version "
+            f"table) lacks what it hooks into: {', '.join(missing)}. Nothing was changed.")
+    on = []
+    for path, off in RANK_BAKING_PASSES:
+        module, name = path.rsplit(".", 1)
+        try:
+            value = getattr(resolve(module), name, off)
+        except (ImportError, AttributeError):
+            continue
+        if value != off:
+            on.append(f"{path}={value!r}")
+    if on:
+        raise Unsupported(
+            "compile_once=True: " + ", ".join(on) + " calls dist.get_rank() after the cache key "
+            "is computed, so a graph one rank compiled would run another rank's code on every "
+            "rank. Turn it off, or leave compile_once off. Nothing was changed.")
 
 
 def warn_about_cache_skew(cache_agreement: bool) -> None:
@@ -345,6 +405,10 @@ CONFIG = [
     ["torch._inductor.config.aten_distributed_optimizations.spmd_check"],
     ["torch._inductor.config.aten_distributed_optimizations.spmd_mismatch"],
     ["torch.compiler.config.force_disable_caches"],
+    ["torch._functorch.config.force_non_lazy_backward_lowering"],
+    ["torch._inductor.config.bucket_all_gathers_fx"],
+    ["torch._inductor.config.bucket_reduce_scatters_fx"],
+    ["torch._inductor.config.aten_distributed_optimizations.enable_overlap_scheduling"],
     ["torch.compiler.config.cache_key_tag"],
 ]
 
@@ -370,7 +434,8 @@ def settings(version: str) -> list:
 
 def must_agree(guard_votes, allow_untested: bool, version: str,
                cache_agreement: bool = False, check_graphs: bool = False,
-               exchange: str = "auto") -> str:
+               exchange: str = "auto", compile_once: bool = False,
+               max_artifact_bytes: int = 0) -> str:
     from ._native import VERSION, WIRE_VERSION
 
     fields = [
@@ -383,6 +448,8 @@ def must_agree(guard_votes, allow_untested: bool, version: str,
         f"allow_untested_torch={allow_untested}",
         f"cache_agreement={cache_agreement}",
         f"check_graphs={check_graphs}",
+        f"compile_once={compile_once}",
+        f"max_artifact_bytes={max_artifact_bytes}",
     ]
     for path, value in settings(version):
         fields.append(f"{path}={'<absent in torch ' + version + '>' if value is None else value}")

@@ -24,6 +24,7 @@ __all__ = [
     "Unsupported",
     "ChannelUnusable",
     "IncompatibleTorch",
+    "PeerCompileFailed",
 ]
 
 
@@ -190,6 +191,39 @@ class ChannelUnusable(Error):
     kind = "channel_unusable"
 
 
+class PeerCompileFailed(Error):
+    """``enable(compile_once=True)``: the rank that compiled a graph for this
+    one (its owner) raised while compiling it. Raised on every rank that
+    waited for it, as soon as the owner's message arrives; the owner raises
+    its own exception.
+
+    Attributes (besides :class:`Error`'s):
+        owner: the owner's job rank.
+        compile_key: the AOTAutograd cache key of the graph.
+        exc_type: the owner's exception's class (``module.QualName``).
+        exc_message: its message (at most 2000 characters).
+    """
+
+    kind = "peer_compile_failed"
+
+    def __init__(self, message: str, *, owner: int = -1, compile_key: str = "",
+                 exc_type: str = "", exc_message: str = "", **fields) -> None:
+        super().__init__(message, **fields)
+        self.owner = int(owner)
+        self.compile_key = compile_key
+        self.exc_type = exc_type
+        self.exc_message = exc_message
+
+    def __reduce__(self):
+        return (_rebuild_peer_compile_failed,
+                (self.message, self.owner, self.compile_key, self.exc_type, self.exc_message))
+
+
+def _rebuild_peer_compile_failed(message, owner, compile_key, exc_type, exc_message):
+    return PeerCompileFailed(message, owner=owner, compile_key=compile_key, exc_type=exc_type,
+                             exc_message=exc_message)
+
+
 class IncompatibleTorch(Unsupported):
     """``enable()`` refused: the installed torch is not the version, or its
     functions are not the source, this package was written for."""
@@ -199,7 +233,7 @@ class IncompatibleTorch(Unsupported):
 # tracebacks and ``repr`` print it and pickle finds it), not this module's.
 for _cls in (Error, Timeout, PeerLost, Desync, VersionMismatch, Disagreement, GraphMismatch,
              DecodeError, BackendError, InvalidArgument, Unsupported, ChannelUnusable,
-             IncompatibleTorch):
+             IncompatibleTorch, PeerCompileFailed):
     _cls.__module__ = "compiler_collectives"
 del _cls
 

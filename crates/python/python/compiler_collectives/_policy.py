@@ -122,6 +122,8 @@ def exchanging() -> bool:
     maybe on an autograd thread, inside the forward's saved
     ``CompileContext``), whether its forward was; elsewhere, whenever this
     thread is not inside :func:`local`."""
+    if getattr(_tls, "alone_depth", 0) > 0:
+        return False
     c = current()
     if c is not None:
         return c.exchanged
@@ -207,6 +209,12 @@ def make_compile(original):
         stack.append(c)
         try:
             result = original(code, *args, **kwargs)
+        except BaseException as e:
+            if st.compile_once:
+                from . import _compile_once
+
+                _compile_once.abandon(e)
+            raise
         finally:
             stack.pop()
         if not c.exchanged:
@@ -266,6 +274,19 @@ def local() -> Iterator[None]:
         if snapshot is not _UNSET:
             _restore_code_state(snapshot)
         log.debug("compiler_collectives: leaving local() (depth %d)", depth + 1)
+
+
+@contextlib.contextmanager
+def alone() -> Iterator[None]:
+    """This thread compiles as a group of one: the agreements that run
+    inside a compile stand aside (``exchanging()`` is False), with no change
+    to Dynamo's code state. ``compile_once``'s owner compiles so."""
+    depth = getattr(_tls, "alone_depth", 0)
+    _tls.alone_depth = depth + 1
+    try:
+        yield
+    finally:
+        _tls.alone_depth = depth
 
 
 _UNSET = object()

@@ -58,6 +58,14 @@ class State:
         self.skip_restart = True
         self.skip_gate: Optional[str] = None
         self.cache_agreement = cache_agreement
+        # enable(compile_once=..., max_artifact_bytes=...), and what
+        # ``_compile_once`` keeps: the cache directory's token and groups,
+        # the keys logged as rank-specific.
+        self.compile_once = False
+        self.max_artifact_bytes = 0
+        self.compile_once_dirs = None
+        self.compile_once_specific: set = set()
+        self.compile_once_lookups = 0
         self.check_graphs = check_graphs
         # The first error of an exchange that has not reached the caller yet
         # (a failed guard vote, or one Dynamo suppressed).

@@ -59,6 +59,7 @@ from . import (
     _autotune,
     _cache_vote,
     _checks,
+    _compile_once,
     _compat,
     _frames,
     _graph_check,
@@ -148,6 +149,8 @@ def enable(
     cache_agreement: bool = False,
     check_graphs: bool = False,
     skip_restart: bool = True,
+    compile_once: bool = False,
+    max_artifact_bytes: int = _compile_once.DEFAULT_MAX_ARTIFACT_BYTES,
 ) -> None:
     """Puts Dynamo's compiler collectives (and its guard collectives) on
     this package's channel, under an agreement policy that never stops a
@@ -211,6 +214,21 @@ def enable(
             ``["restarted"]``, with one DEBUG line per exchanged compile.
             ``False`` restarts every time, as PyTorch does (for bisecting).
             Each rank decides alone: ranks may pass different values.
+        compile_once: each distinct graph is compiled by one rank of the
+            group and loaded by the others: at each AOTAutograd cache lookup
+            of an exchanged compile the ranks exchange their key and whether
+            they loaded it; a rank that loaded it sends the entries (and
+            the kernels' shared objects) to the ranks whose cache directory
+            lacks them, and where none did, one owner per key (each lookup's
+            next rank in turn) compiles while the others wait
+            (docs/python.md, "Compile once"). Turns
+            ``torch._functorch.config.force_non_lazy_backward_lowering`` on
+            until ``disable``. Ranks load pickled entries and shared objects
+            that a peer compiled: the job's ranks trust each other. Decides
+            instead of ``cache_agreement`` where both are on.
+        max_artifact_bytes: the most bytes of files one key ships to a
+            rank with ``compile_once`` (default 1 GiB); past it, the ranks
+            that would receive them compile themselves, with a WARNING.
 
     Every other compile-time agreement of PT2 — the partitioner's decision
     sync, Inductor's distributed autotuning and its SPMD check — runs on the
@@ -260,6 +278,7 @@ def enable(
     decision = _checks.check_torch(allow_untested_torch)
     available = _checks.available(decision.version)
     _checks.check_agreements(cache_agreement, check_graphs, available)
+    _checks.check_compile_once(compile_once, max_artifact_bytes, available, decision.version)
     timeout_s = _checks.timeout_seconds(timeout)
     if not (dist.is_available() and dist.is_initialized()):
         raise InvalidArgument(
@@ -287,6 +306,8 @@ def enable(
     st.ranks = ranks
     st.skip_restart = skip_restart
     st.skip_gate = decision.restart_gate
+    st.compile_once = compile_once
+    st.max_artifact_bytes = max_artifact_bytes
     if skip_restart and st.skip_gate is not None:
         log.info("compiler_collectives: Dynamo's restart after each frame exchange always runs "
                  "on torch %s: %s", torch.__version__, st.skip_gate)
@@ -302,7 +323,8 @@ def enable(
         channel.agree(
             ENABLE_KEY,
             _checks.must_agree(guard_votes, allow_untested_torch, decision.version,
-                               cache_agreement, check_graphs, exchange),
+                               cache_agreement, check_graphs, exchange, compile_once,
+                               max_artifact_bytes),
         )
     except BaseException as e:
         for undo in reversed(st.restore):
@@ -397,6 +419,8 @@ def _install_agreements(st: _state.State, available: set) -> None:
         _graph_check.install_spmd_check(st, _patch)
     if st.check_graphs:
         _graph_check.install_graph_check(st, _patch, _frames.frame_key)
+    if st.compile_once:
+        _compile_once.install(st, _patch)
 
 
 def _install_when_imported(st: _state.State, agreement: str, install) -> None:
@@ -472,6 +496,8 @@ def channel_info() -> Optional[dict]:
         "cache_agreement": st.cache_agreement,
         "check_graphs": st.check_graphs,
         "skip_restart": st.skip_restart and st.skip_gate is None,
+        "compile_once": st.compile_once,
+        "max_artifact_bytes": st.max_artifact_bytes,
     }
 
 

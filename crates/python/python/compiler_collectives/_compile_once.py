@@ -1,0 +1,751 @@
+"""Compile once per job (``enable(compile_once=True)``; docs/python.md,
+"Compile once").
+
+At each AOTAutograd cache lookup of an exchanged compile, the ranks of the
+group exchange the key they computed and whether they *loaded* it (an
+AOTAutograd hit whose FX graph then missed is a miss). Then, for each
+distinct key, among the ranks that computed it:
+
+- some rank loaded it: one of those (the *source*) tells the others, and
+  sends the files a load needs to the ranks whose cache directory lacks
+  them; they install the files and look up again, and nobody compiles;
+- no rank loaded it: one rank (the *owner*, each lookup's next rank in
+  turn, so that keys spread over the ranks) compiles while the others wait; then it
+  sends the files as above;
+- ranks whose keys differ each compile their own, as without the package
+  (one INFO line per key, counted).
+
+The order of lookups is the same on every rank because the package turns
+``torch._functorch.config.force_non_lazy_backward_lowering`` on: the
+backward is compiled with the forward, and the AOTAutograd entry is
+complete when the forward's compile returns (with it off, a rank that
+missed looks the backward's FX graph up at its first ``.backward()``, where
+a rank that hit never does).
+
+While the owner compiles, it sends a beat to every waiting rank each
+:func:`beat_period` seconds, point to point on the channel; a waiting rank
+fails only when the owner is gone (``PeerLost`` naming it, as soon as the
+transport sees its connection close) or sends nothing for the exchange
+deadline (``Timeout`` naming it). An owner whose compile raises tells every
+waiting rank at once (:class:`~compiler_collectives.PeerCompileFailed`).
+Inside the owner's compile the agreements that run within a compile (the
+partitioner's sync, autotuning, the SPMD check) stand aside: it compiles as
+a group of one (``_policy.alone``).
+
+Ranks that share a cache directory (found at the first lookup, and again
+whenever a rank's ``cache_dir()`` changes: each rank writes a random token
+into its own directory and looks for its peers') move no bytes: they read
+the owner's entries from disk. For every other directory, one rank of it
+receives the files and tells the others of its directory when they are
+installed. Each file travels with the SHA-256 its sender announced; the
+receiver checks the digest and the path before anything reaches torch's
+loader, and installs atomically (a kernel's shared object under Inductor's
+own per-kernel lock). A rank that rejects a transfer, or whose files pass
+``max_artifact_bytes``, compiles itself (a WARNING, counted).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import secrets
+import threading
+import time
+from typing import Any, Optional
+
+from . import _policy
+from ._errors import Error, PeerCompileFailed
+
+log = logging.getLogger("compiler_collectives.compile_once")
+
+#: The compile key of the lookup exchange.
+LOOKUP_KEY = "torch.compile_once"
+#: The compile key of the exchange of cache-directory views.
+DIRS_KEY = "torch.compile_once.dirs"
+#: The point-to-point tag of every compile-once message.
+TAG = 0x434F
+#: The largest message: a file travels in chunks of at most this (bytes).
+CHUNK_BYTES = 4 << 20
+#: The default of ``enable(max_artifact_bytes=...)``: the most bytes of
+#: files one key ships (larger: the receiving ranks compile themselves).
+DEFAULT_MAX_ARTIFACT_BYTES = 1 << 30
+#: Dynamo's counters (``torch._dynamo.utils.counters``) under this name.
+COUNTERS = "compiler_collectives"
+#: The longest exception message an owner's failure carries (characters).
+MAX_MESSAGE = 2000
+#: Where the package's own files live in a cache directory (the tokens).
+OWN_DIR = "compiler_collectives"
+
+# A file a load needs, relative to Inductor's cache directory: an
+# AOTAutograd entry, an FX graph entry, or a kernel's shared object.
+_SHIPPABLE = re.compile(
+    r"^(aotautograd/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+"
+    r"|fxgraph/[A-Za-z0-9_]{2}/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+"
+    r"|[A-Za-z0-9_]{2}/[A-Za-z0-9_.-]+\.so)$"
+)
+
+_tls = threading.local()
+
+
+def beat_period(timeout_s: float) -> float:
+    """Seconds between an owner's beats: a quarter of the exchange
+    deadline, at most 1 s, so that a waiting rank hears several within it."""
+    return max(0.01, min(1.0, timeout_s / 4))
+
+
+def count(name: str, n: int = 1) -> None:
+    from torch._dynamo.utils import counters
+
+    counters[COUNTERS][f"compile_once_{name}"] += n
+
+
+def _cache_dir() -> str:
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    return cache_dir()
+
+
+class Record:
+    """What one lookup or compile touched in the cache: the AOTAutograd key,
+    the FX graph keys looked up or saved, the kernels' shared objects
+    loaded, and whether the AOTAutograd entry was saved."""
+
+    def __init__(self) -> None:
+        self.key: Optional[str] = None
+        self.fx_keys: list[str] = []
+        self.libraries: list[str] = []
+        self.saved = False
+
+
+def _recording() -> list:
+    stack = getattr(_tls, "records", None)
+    if stack is None:
+        stack = _tls.records = []
+    return stack
+
+
+def _note(what: str, value: Any) -> None:
+    for rec in _recording():
+        if what == "saved":
+            rec.saved = True
+        elif what == "key" and rec.key is None:
+            rec.key = value
+        elif what == "fx" and value not in rec.fx_keys:
+            rec.fx_keys.append(value)
+        elif what == "lib" and value not in rec.libraries:
+            rec.libraries.append(value)
+
+
+class _Recording:
+    def __init__(self, rec: Record) -> None:
+        self.rec = rec
+
+    def __enter__(self) -> Record:
+        _recording().append(self.rec)
+        return self.rec
+
+    def __exit__(self, *exc) -> None:
+        _recording().remove(self.rec)
+
+
+def files_of(rec: Record, root: str) -> list[str]:
+    """The files (relative to `root`, the cache directory) a load of
+    `rec`'s key needs: every AOTAutograd entry of the key, every entry of
+    its FX graphs, and the kernels' shared objects it loaded (those under
+    `root`)."""
+    from torch._functorch._aot_autograd.autograd_cache import AOTAutogradCache
+    from torch._inductor.codecache import FxGraphCache
+
+    out: list[str] = []
+    dirs = [AOTAutogradCache._get_tmp_dir_for_key(rec.key)] if rec.key else []
+    dirs += [FxGraphCache._get_tmp_dir_for_key(k) for k in rec.fx_keys]
+    for d in dirs:
+        try:
+            names = sorted(os.listdir(d))
+        except OSError:
+            continue
+        out += [os.path.relpath(os.path.join(d, n), root) for n in names
+                if not n.startswith(".") and os.path.isfile(os.path.join(d, n))]
+    for path in rec.libraries:
+        rel = os.path.relpath(os.path.realpath(path), os.path.realpath(root))
+        if not rel.startswith(".."):
+            out.append(rel)
+    return [r for r in out if _SHIPPABLE.match(r.replace(os.sep, "/"))]
+
+
+def _digest(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def manifest(rec: Record, root: str) -> list[dict]:
+    """``{"path", "size", "sha256"}`` of each file of :func:`files_of`."""
+    out = []
+    for rel in files_of(rec, root):
+        full = os.path.join(root, rel)
+        out.append({"path": rel.replace(os.sep, "/"), "size": os.path.getsize(full),
+                    "sha256": _digest(full)})
+    return out
+
+
+class Rejected(Exception):
+    """A received file failed its checks (path, size or digest)."""
+
+
+def check_entry(entry: Any, limit: int) -> tuple[str, int, str]:
+    """The path, size and digest of one manifest entry from a peer, checked:
+    a relative path of the shapes a load needs (no ``..``, no absolute
+    path), a size within `limit`, a 64-hex-digit digest. Raises
+    :class:`Rejected`."""
+    if not isinstance(entry, dict):
+        raise Rejected(f"a manifest entry is a {type(entry).__name__}, not an object")
+    path, size, digest = entry.get("path"), entry.get("size"), entry.get("sha256")
+    if not isinstance(path, str) or not _SHIPPABLE.match(path) or ".." in path.split("/"):
+        raise Rejected(f"the path {path!r} is not one of a cache entry or a kernel")
+    if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= limit:
+        raise Rejected(f"the size {size!r} of {path} is not within 0..{limit}")
+    if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
+        raise Rejected(f"the digest {digest!r} of {path} is not a SHA-256")
+    return path, size, digest
+
+
+def _place(tmp: str, full: str) -> bool:
+    """Renames the verified `tmp` to `full`, unless a file is there
+    already (kept: a kernel in use must not change under its users; one
+    with other bytes is counted as a kernel the shipped one could not
+    replace). A kernel's shared object is placed under Inductor's lock of
+    that kernel. Returns whether `full` was written."""
+
+    def place() -> bool:
+        if os.path.exists(full):
+            os.unlink(tmp)
+            return False
+        os.replace(tmp, full)
+        return True
+
+    if full.endswith(".so"):
+        from torch._inductor.codecache import LOCK_TIMEOUT, get_lock_dir
+        from torch.utils._filelock import FileLock
+
+        name = os.path.basename(full).split(".", 1)[0]
+        with FileLock(os.path.join(get_lock_dir(), name + ".lock"), timeout=LOCK_TIMEOUT):
+            return place()
+    return place()
+
+
+#: Set by tests only (``tests/ranks/compile_once.py``): ``in_owner_compile``
+#: (a callable the owner calls as its compile starts: it sleeps, raises or
+#: kills the process), ``corrupt`` (the sender flips a byte of the first
+#: chunk it sends).
+test_hooks: dict = {}
+
+
+class Plan:
+    """What every rank of the group does for this lookup, computed alike on
+    every rank from what the lookup exchange gathered, and `index` (how many
+    lookup exchanges came before this one: the same on every rank). The
+    source is the ``index``-th rank of its pool, in turn: the keys of a job
+    spread over the ranks evenly, in the order they are compiled.
+
+    Attributes:
+        key: this rank's AOTAutograd key ("" where its key computation
+            bypassed the cache: it compiles alone).
+        ranks: the channel ranks that computed the same key, ascending.
+        source: the rank that compiles (``compiling``) or that loaded it
+            and sends it (``holders`` is not empty).
+        misses: the ranks of ``ranks`` that wait for the source.
+        receivers: channel rank -> the ranks of its cache directory that it
+            tells when the files are installed; every receiver gets the
+            files from the source.
+        on_disk: the ranks that read the files from a directory they share
+            with the source or a holder.
+    """
+
+    def __init__(self, keys: list[str], loaded: list[bool], groups: list[frozenset],
+                 me: int, index: int = 0) -> None:
+        n = len(keys)
+        self.key = keys[me]
+        self.ranks = [r for r in range(n) if keys[r] == self.key]
+        self.holders = [r for r in self.ranks if loaded[r]]
+        pool = self.holders or self.ranks
+        self.source = pool[index % len(pool)]
+        self.compiling = not self.holders
+        self.misses = [r for r in self.ranks if not loaded[r] and r != self.source]
+        have = set(groups[self.source])
+        for r in self.holders:
+            have |= groups[r]
+        self.on_disk = [m for m in self.misses if m in have]
+        self.receivers: dict[int, list[int]] = {}
+        for m in self.misses:
+            if m in have:
+                continue
+            first = min(x for x in self.misses if x in groups[m])
+            peers = self.receivers.setdefault(first, [])
+            if m != first:
+                peers.append(m)
+
+    def receiver_of(self, rank: int) -> Optional[int]:
+        """The receiver of `rank`'s directory (itself when it is one)."""
+        for r, peers in self.receivers.items():
+            if rank == r or rank in peers:
+                return r
+        return None
+
+
+def groups_from_views(views: list[list[str]], n: int) -> list[frozenset]:
+    """Each rank's set of ranks sharing its cache directory, from every
+    rank's view (the ranks whose tokens it found), each rank with itself.
+    A view naming something other than ranks is this rank alone."""
+    out = []
+    for r, view in enumerate(views):
+        try:
+            seen = {int(x) for x in (view[0].split(",") if view and view[0] else [])}
+        except ValueError:
+            seen = set()
+        out.append(frozenset(x for x in seen if 0 <= x < n) | {r})
+    return out
+
+
+class Dirs:
+    """This rank's cache directory as the lookups last saw it: its path,
+    the token this rank wrote into it, and every rank's directory group
+    (None until the ranks compared their views)."""
+
+    def __init__(self) -> None:
+        self.root: Optional[str] = None
+        self.token = ""
+        self.groups: Optional[list[frozenset]] = None
+
+    def current_token(self) -> str:
+        """The token of ``cache_dir()``, written there when the directory
+        is new to this rank (which makes every rank compare views again)."""
+        root = _cache_dir()
+        if root != self.root:
+            token = secrets.token_hex(12)
+            where = os.path.join(root, OWN_DIR, "tokens")
+            os.makedirs(where, exist_ok=True)
+            with open(os.path.join(where, token), "w") as f:
+                f.write(f"{os.getpid()}\n")
+            self.root, self.token, self.groups = root, token, None
+        return self.token
+
+    def view(self, tokens: list[str]) -> str:
+        """The ranks whose token is in this rank's directory."""
+        where = os.path.join(self.root or _cache_dir(), OWN_DIR, "tokens")
+        return ",".join(str(r) for r, t in enumerate(tokens)
+                        if re.fullmatch(r"[0-9a-f]{24}", t) and os.path.exists(
+                            os.path.join(where, t)))
+
+
+def _send(st, peer: int, kind: bytes, body: bytes = b"") -> None:
+    st.channel.send_bytes(LOOKUP_KEY, peer, TAG, kind + body)
+
+
+def _recv(st, peer: int) -> tuple[bytes, bytes]:
+    msg = st.channel.recv_bytes(LOOKUP_KEY, peer, TAG, CHUNK_BYTES + 1, st.channel.timeout_s)
+    return msg[:1], msg[1:]
+
+
+class Beats:
+    """The owner's beats to the waiting ranks while it compiles: a thread
+    that sends each of them a beat every :func:`beat_period` seconds."""
+
+    def __init__(self, st, peers: list[int]) -> None:
+        self.st, self.peers = st, peers
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="ccol-compile-once-beats",
+                                       daemon=True)
+        if peers:
+            self.thread.start()
+
+    def _run(self) -> None:
+        period = beat_period(self.st.channel.timeout_s)
+        while not self.stop_event.wait(period):
+            try:
+                for p in self.peers:
+                    _send(self.st, p, b"B")
+            except Error as e:  # the peer is gone: the waiting ranks fail on their own
+                log.debug("compiler_collectives: a compile-once beat failed: %s", e)
+                return
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        if self.thread.is_alive():
+            self.thread.join()
+
+
+class Duty:
+    """What this rank owes the waiting ranks of `plan` once its compile (or
+    load) of the key is over: a beat thread while it lasts, then the done
+    message and the files, or the error."""
+
+    def __init__(self, st, plan: Plan, compiling: bool) -> None:
+        self.st, self.plan = st, plan
+        self.record = Record()
+        self.record.key = plan.key
+        self.beats = Beats(st, plan.misses) if compiling else None
+        self.settled = False
+
+    def fail(self, e: BaseException) -> None:
+        """Tells every waiting rank that the compile raised `e`."""
+        if self.settled:
+            return
+        self.settled = True
+        if self.beats is not None:
+            self.beats.stop()
+        body = json.dumps({"type": f"{type(e).__module__}.{type(e).__qualname__}",
+                           "message": str(e)[:MAX_MESSAGE]}).encode()
+        for m in self.plan.misses:
+            try:
+                _send(self.st, m, b"E", body)
+            except Error as err:
+                log.debug("compiler_collectives: cannot tell rank %d of the failure: %s", m, err)
+
+    def done(self, saved: bool) -> None:
+        """Tells every waiting rank the key is ready, and sends the files to
+        the receivers (none past ``max_artifact_bytes``)."""
+        if self.settled:
+            return
+        self.settled = True
+        if self.beats is not None:
+            self.beats.stop()
+        st, plan = self.st, self.plan
+        root = _cache_dir()
+        files = manifest(self.record, root) if saved and plan.receivers else []
+        total = sum(f["size"] for f in files)
+        ship = saved and bool(plan.receivers) and total <= st.max_artifact_bytes
+        body = json.dumps({"saved": saved, "ship": ship, "total": total,
+                           "files": files if ship else []}).encode()
+        if ship:
+            log.debug("compiler_collectives: compile_once: key %s: %d files, %d bytes: %s",
+                      plan.key, len(files), total, [f["path"] for f in files])
+        for m in plan.misses:
+            _send(st, m, b"D", body)
+            if ship and m in plan.receivers:
+                self._send_files(m, root, files)
+                count("sent")
+                count("bytes_sent", total)
+
+    def _send_files(self, peer: int, root: str, files: list[dict]) -> None:
+        first = True
+        for f in files:
+            try:
+                with open(os.path.join(root, *f["path"].split("/")), "rb") as fh:
+                    while True:
+                        chunk = fh.read(CHUNK_BYTES)
+                        if not chunk:
+                            break
+                        if first and test_hooks.get("corrupt"):
+                            chunk = bytes([chunk[0] ^ 0xFF]) + chunk[1:]
+                        first = False
+                        _send(self.st, peer, b"C", chunk)
+            except OSError as e:
+                _send(self.st, peer, b"X", str(e).encode()[:MAX_MESSAGE])
+                return
+
+
+def _failed(st, plan: Plan, body: bytes) -> PeerCompileFailed:
+    try:
+        info = json.loads(body.decode())
+        kind, message = str(info["type"]), str(info["message"])
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        kind, message = "unknown", body[:MAX_MESSAGE].decode(errors="replace")
+    owner = st.ranks[plan.source] if st.ranks else plan.source
+    return PeerCompileFailed(
+        f"compile_once: job rank {owner}, which compiled the graph of AOTAutograd key "
+        f"{plan.key} for this rank, failed: {kind}: {message}",
+        owner=owner, compile_key=plan.key, exc_type=kind, exc_message=message,
+    )
+
+
+def _receive_files(st, source: int, info: dict) -> bool:
+    """Receives the announced files from `source` into temporary files
+    beside their places, checks each one's size and digest, and places them
+    only when every one passed. Reads every announced chunk whatever
+    happens (the next message from `source` must be the next one it sent).
+    Returns whether they were installed."""
+    root = _cache_dir()
+    limit = st.max_artifact_bytes
+    temps: list[tuple[str, str]] = []
+    why = None
+    try:
+        entries = [check_entry(e, limit) for e in info.get("files", [])]
+    except Rejected as e:
+        # Nothing can be read in step with the sender: its chunks are lost
+        # with the channel (the sender times out on nothing: sends return).
+        raise Error(f"compile_once: rank {source} announced a bad file: {e}") from None
+    for path, size, digest in entries:
+        full = os.path.join(root, *path.split("/"))
+        h, got = hashlib.sha256(), 0
+        tmp = None
+        if why is None:
+            os.makedirs(os.path.dirname(full), exist_ok=True)
+            tmp = f"{full}.ccol-{os.getpid()}-{secrets.token_hex(4)}.tmp"
+        out = open(tmp, "wb") if tmp else None
+        try:
+            while got < size:
+                kind, chunk = _recv(st, source)
+                if kind == b"X":
+                    why = f"rank {source} could not read {path}: {chunk.decode(errors='replace')}"
+                    break
+                if kind != b"C" or got + len(chunk) > size:
+                    raise Error(f"compile_once: rank {source} sent {len(chunk)} bytes of {path} "
+                                f"out of order")
+                got += len(chunk)
+                h.update(chunk)
+                if out is not None:
+                    out.write(chunk)
+        finally:
+            if out is not None:
+                out.close()
+        if tmp:
+            temps.append((tmp, full))
+        if kind == b"X":
+            break
+        if why is None and h.hexdigest() != digest:
+            why = f"{path}: its SHA-256 is not the one rank {source} announced"
+    if why is not None:
+        for tmp, _ in temps:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        log.warning("compiler_collectives: compile_once rejected the files of key %s from job "
+                    "rank %s (%s): this rank compiles it itself", info.get("key", "?"),
+                    st.ranks[source] if st.ranks else source, why)
+        count("rejected")
+        return False
+    # The AOTAutograd entry last: a lookup that finds it finds the rest.
+    temps.sort(key=lambda t: os.path.relpath(t[1], root).startswith("aotautograd"))
+    for tmp, full in temps:
+        _place(tmp, full)
+    count("bytes_received", sum(size for _, size, _ in entries))
+    return True
+
+
+def _wanted(st) -> bool:
+    """Whether this lookup takes part: ``compile_once`` on, a group of
+    more than one rank, an exchanged compile (not ``local()``, not inside
+    an owner's compile)."""
+    return st.compile_once and st.channel.world_size >= 2 and _policy.exchanging()
+
+
+def _exchange(st, key: str, loaded: bool) -> tuple[list[str], list[bool], list[frozenset]]:
+    """The lookup exchange: every rank's key and whether it loaded it, and
+    (when a rank's cache directory is new to it) every rank's view of who
+    shares its directory."""
+    dirs: Dirs = st.compile_once_dirs
+    token = dirs.current_token()
+    rows = st.channel.gather_texts(
+        LOOKUP_KEY, [key, "1" if loaded else "0", token, "?" if dirs.groups is None else "="])
+    n = len(rows)
+    keys = [r[0] if r else "" for r in rows]
+    loaded_all = [bool(r) and len(r) > 1 and r[1] == "1" for r in rows]
+    if any(len(r) < 4 or r[3] != "=" for r in rows):
+        tokens = [r[2] if len(r) > 2 else "" for r in rows]
+        views = st.channel.gather_texts(DIRS_KEY, [dirs.view(tokens)])
+        dirs.groups = groups_from_views(views, n)
+        log.debug("compiler_collectives: compile_once: cache directories shared by ranks %s",
+                  sorted({tuple(sorted(g)) for g in dirs.groups}))
+    return keys, loaded_all, dirs.groups
+
+
+def _log_key(st, plan: Plan, keys: list[str], what: str) -> None:
+    job = (lambda r: st.ranks[r]) if st.ranks else (lambda r: r)
+    if len(plan.ranks) < len(keys):
+        groups: dict[str, list[int]] = {}
+        for r, k in enumerate(keys):
+            groups.setdefault(k, []).append(job(r))
+        if plan.key not in st.compile_once_specific:
+            st.compile_once_specific.add(plan.key)
+            count("rank_specific")
+            log.info("compiler_collectives: compile_once: the ranks computed different "
+                     "AOTAutograd keys (a graph that holds something rank-specific); each group "
+                     "compiles its own: %s",
+                     "; ".join(f"job ranks {g}" for g in groups.values()))
+    log.info("compiler_collectives: compile_once: key %s: %s (job rank %s %s)", plan.key, what,
+             job(plan.source), "compiles" if plan.compiling else "loaded it")
+
+
+def make_try_load(st, original):
+    """Wraps ``AOTAutogradCache.try_load``: the lookup, then the exchange
+    and this rank's part of the plan (module docs)."""
+
+    def try_load(*args: Any, **kwargs: Any):
+        if not _wanted(st):
+            return original(*args, **kwargs)
+        rec = Record()
+        with _Recording(rec):
+            compiled_fn, aot_config = original(*args, **kwargs)
+        keys, loaded, groups = _exchange(st, rec.key or "", compiled_fn is not None)
+        index = st.compile_once_lookups
+        st.compile_once_lookups += 1
+        me = st.channel.rank
+        if not keys[me]:
+            count("bypassed")
+            return compiled_fn, aot_config
+        plan = Plan(keys, loaded, groups, me, index)
+        if me == plan.source:
+            if plan.compiling:
+                _log_key(st, plan, keys, "compiled here")
+                count("compiled")
+                _tls.duty = Duty(st, plan, compiling=True)
+                return compiled_fn, aot_config
+            duty = Duty(st, plan, compiling=False)
+            duty.record = rec
+            _log_key(st, plan, keys, "loaded here" + (", sent" if plan.misses else ""))
+            duty.done(saved=True)
+            return compiled_fn, aot_config
+        if compiled_fn is not None:
+            return compiled_fn, aot_config
+        return _wait_and_load(st, plan, keys, original, args, kwargs, aot_config)
+
+    try_load.__wrapped__ = original
+    return try_load
+
+
+def _wait_and_load(st, plan: Plan, keys, original, args, kwargs, aot_config):
+    """A rank that missed: waits for the source (beats while it compiles),
+    receives or reads the files, and looks up again; compiles alone where
+    that cannot be done."""
+    started = time.perf_counter()
+    while True:
+        kind, body = _recv(st, plan.source)
+        if kind == b"B":
+            continue
+        if kind == b"E":
+            raise _failed(st, plan, body)
+        if kind == b"D":
+            break
+        raise Error(f"compile_once: rank {plan.source} sent a message of kind {kind!r} where "
+                    "the end of its compile was expected")
+    try:
+        info = json.loads(body.decode())
+        if not isinstance(info, dict):
+            raise ValueError("not an object")
+    except (ValueError, UnicodeDecodeError) as e:
+        raise Error(f"compile_once: rank {plan.source}'s done message does not decode: {e}")
+    me = st.channel.rank
+    ok = bool(info.get("saved"))
+    how = "read from a shared cache directory"
+    if not ok:
+        log.info("compiler_collectives: compile_once: key %s was not saved by its source (not "
+                 "cacheable): this rank compiles it itself", plan.key)
+    elif me in plan.receivers:
+        if not info.get("ship"):
+            log.warning("compiler_collectives: compile_once: the files of key %s are %s bytes, "
+                        "past max_artifact_bytes (%s): this rank compiles it itself",
+                        plan.key, info.get("total"), st.max_artifact_bytes)
+            ok = False
+        else:
+            ok = _receive_files(st, plan.source, info)
+            how = "received"
+        for peer in plan.receivers[me]:
+            _send(st, peer, b"I" if ok else b"F")
+    elif me not in plan.on_disk:
+        receiver = plan.receiver_of(me)
+        if receiver is not None:
+            kind, _ = _recv(st, receiver)
+            ok = kind == b"I"
+    waited = time.perf_counter() - started
+    if ok:
+        rec = Record()
+        with _Recording(rec):
+            compiled_fn, aot_config = original(*args, **kwargs)
+        shipped = {f.get("path") for f in info.get("files", []) if isinstance(f, dict)}
+        root = os.path.realpath(_cache_dir())
+        built = [p for p in rec.libraries
+                 if os.path.relpath(os.path.realpath(p), root).replace(os.sep, "/") not in shipped]
+        if built and how == "received":
+            log.debug("compiler_collectives: compile_once: key %s loaded kernels it was not "
+                      "sent: %s", plan.key, built)
+        if compiled_fn is not None:
+            count("received" if how == "received" else "loaded_shared")
+            log.info("compiler_collectives: compile_once: key %s %s and loaded (job rank %s "
+                     "%s; %.2f s waiting and receiving, %.2f s loading)", plan.key, how,
+                     st.ranks[plan.source] if st.ranks else plan.source,
+                     "compiled it" if plan.compiling else "had it", waited,
+                     time.perf_counter() - started - waited)
+            return compiled_fn, aot_config
+        log.warning("compiler_collectives: compile_once: key %s did not load after the "
+                    "transfer: this rank compiles it itself", plan.key)
+    count("fell_back")
+    _tls.duty = Duty(st, Plan([plan.key], [False], [frozenset({0})], 0), compiling=False)
+    return None, aot_config
+
+
+def make_stage2(original):
+    """Wraps ``aot_stage2_compile``: where this rank owes a compile to
+    waiting ranks (or compiles after a fallback), runs it as a group of one
+    with beats to them, then settles (done with the files, or the error)."""
+
+    def aot_stage2_compile(*args: Any, **kwargs: Any):
+        duty: Optional[Duty] = getattr(_tls, "duty", None)
+        if duty is None:
+            return original(*args, **kwargs)
+        _tls.duty = None
+        try:
+            with _Recording(duty.record), _policy.alone():
+                if duty.beats is not None and test_hooks.get("in_owner_compile"):
+                    test_hooks["in_owner_compile"]()
+                result = original(*args, **kwargs)
+        except BaseException as e:
+            duty.fail(e)
+            raise
+        duty.done(saved=duty.record.saved)
+        return result
+
+    aot_stage2_compile.__wrapped__ = original
+    return aot_stage2_compile
+
+
+def abandon(e: BaseException) -> None:
+    """A compile ended with `e` before this rank's owed compile ran (Dynamo
+    raised between the lookup and the compile): the waiting ranks get the
+    error. Called by ``_policy``'s compile wrapper."""
+    duty: Optional[Duty] = getattr(_tls, "duty", None)
+    if duty is not None:
+        _tls.duty = None
+        duty.fail(e)
+
+
+def install(st, patch) -> None:
+    """Puts compile-once on AOTAutograd's cache (``patch(st, owner, name,
+    value)`` records each undo) and turns
+    ``force_non_lazy_backward_lowering`` on until ``disable``."""
+    import torch._functorch.aot_autograd as aot_autograd
+    import torch._functorch.config as functorch_config
+    from torch._functorch._aot_autograd.autograd_cache import AOTAutogradCache
+    from torch._inductor.codecache import CppCodeCache, FxGraphCache
+
+    st.compile_once_dirs = Dirs()
+    st.compile_once_specific = set()
+    st.compile_once_lookups = 0
+    patch(st, functorch_config, "force_non_lazy_backward_lowering", True)
+    try_load = AOTAutogradCache.__dict__["try_load"].__func__
+    patch(st, AOTAutogradCache, "try_load", staticmethod(make_try_load(st, try_load)))
+    patch(st, aot_autograd, "aot_stage2_compile", make_stage2(aot_autograd.aot_stage2_compile))
+
+    def noting(owner, name: str, what: str, arg: int, kind) -> None:
+        raw = owner.__dict__[name]
+        fn = raw.__func__
+
+        def wrapper(*args: Any, **kwargs: Any):
+            if _recording():
+                _note(what, args[arg] if len(args) > arg else None)
+            return fn(*args, **kwargs)
+
+        wrapper.__wrapped__ = fn
+        patch(st, owner, name, kind(wrapper))
+
+    noting(AOTAutogradCache, "_lookup", "key", 0, staticmethod)
+    noting(AOTAutogradCache, "save", "saved", 0, staticmethod)
+    noting(FxGraphCache, "_lookup_graph", "fx", 0, staticmethod)
+    noting(FxGraphCache, "_save_graph", "fx", 0, staticmethod)
+    noting(CppCodeCache, "_load_library", "lib", 1, classmethod)

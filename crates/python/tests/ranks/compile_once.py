@@ -1,0 +1,123 @@
+"""The rank program of test_compile_once.py.
+
+A model of CCOL_CO_PIECES pieces (a graph break between each, so one
+Inductor graph pair per piece: forward and backward), trained for
+CCOL_CO_STEPS steps with DDP-style gradients (an all_reduce of each
+gradient after ``backward()``, on torch's Gloo group), compiled by Inductor
+on CPU. Each rank's Inductor cache directory is CCOL_CO_DIR_<rank> (the
+test gives ranks of one simulated node the same one).
+
+CCOL_CO_MODE: "package" (``enable(compile_once=True)``), "package_off"
+(``enable()``), "alone" (no package). CCOL_CO_HOOK, set on every rank
+(only an owner's compile or a sender acts on it): "raise" (the owner's
+compile raises), "sleep=S" (it sleeps S seconds first), "kill" (the owner
+kills itself, SIGKILL); each emits an "owner" event with the time first.
+CCOL_CO_CORRUPT=1: a sender flips a byte of the first chunk it sends. CCOL_CO_RANK_SPECIFIC=1: the first piece bakes the rank into its
+graph (a constant), so each rank's key for it differs. CCOL_CO_TIMEOUT:
+enable's deadline.
+
+Events: "step" (the losses, the Inductor lowerings counted here: each
+compile creates one GraphLowering; the package's counters; AOTAutograd's
+cache counters; seconds to the end of the first step) or "raised" (the
+error's class, message and attributes)."""
+
+from prelude import *
+
+import torch.nn as nn
+from torch._dynamo.utils import counters
+
+os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.environ[f"CCOL_CO_DIR_{RANK}"]
+
+import torch._inductor.graph as inductor_graph  # noqa: E402
+from compiler_collectives import _compile_once  # noqa: E402
+
+lowerings = [0]
+_init = inductor_graph.GraphLowering.__init__
+
+
+def _counting_init(self, *args, **kwargs):
+    lowerings[0] += 1
+    _init(self, *args, **kwargs)
+
+
+inductor_graph.GraphLowering.__init__ = _counting_init
+
+if os.environ.get("CCOL_CO_LOG"):
+    import logging
+
+    logging.basicConfig(format=f"%(relativeCreated)d rank {RANK} %(name)s: %(message)s")
+    logging.getLogger("compiler_collectives").setLevel(os.environ["CCOL_CO_LOG"])
+mode = os.environ.get("CCOL_CO_MODE", "package")
+hook, _, hook_value = os.environ.get("CCOL_CO_HOOK", "").partition("=")
+
+
+def in_owner_compile():
+    emit(event="owner", time=time.time(), hook=hook)
+    if hook == "raise":
+        raise RuntimeError(f"the owner's compile failed on purpose (job rank {RANK})")
+    if hook == "sleep":
+        time.sleep(float(hook_value))
+    if hook == "kill":
+        os.kill(os.getpid(), 9)
+
+
+if hook:
+    _compile_once.test_hooks["in_owner_compile"] = in_owner_compile
+if os.environ.get("CCOL_CO_CORRUPT") == "1":
+    _compile_once.test_hooks["corrupt"] = True
+if mode != "alone":
+    cct.enable(timeout=float(os.environ.get("CCOL_CO_TIMEOUT", "60")),
+               compile_once=mode == "package")
+
+scale = RANK + 1 if os.environ.get("CCOL_CO_RANK_SPECIFIC") == "1" else 1
+pieces = min(3, int(os.environ.get("CCOL_CO_PIECES", "2")))
+torch.manual_seed(0)
+layers = nn.ModuleList(nn.Linear(8, 8) for _ in range(pieces))
+
+
+@torch.compile(backend="inductor")
+def forward(x):
+    # Graph breaks outside any loop (Dynamo skips a frame whose loop breaks).
+    x = torch.relu(layers[0](x)) * scale
+    if pieces > 1:
+        torch._dynamo.graph_break()
+        x = torch.relu(layers[1](x)) * 2
+    if pieces > 2:
+        torch._dynamo.graph_break()
+        x = torch.relu(layers[2](x)) * 3
+    return x.square().mean()
+
+
+started = time.perf_counter()
+losses, first_step = [], None
+try:
+    for step in range(int(os.environ.get("CCOL_CO_STEPS", "2"))):
+        g = torch.Generator().manual_seed(100 * step + RANK)
+        x = torch.randn(4, 8, generator=g)
+        loss = forward(x)
+        loss.backward()
+        for p in layers.parameters():
+            dist.all_reduce(p.grad)
+            p.grad /= WORLD
+        with torch.no_grad():
+            for p in layers.parameters():
+                p -= 0.1 * p.grad
+                p.grad = None
+        losses.append(loss.item())
+        if first_step is None:
+            first_step = time.perf_counter() - started
+except compiler_collectives.Error as e:
+    emit(event="raised", cls=type(e).__name__, message=str(e), time=time.time(),
+         missing_ranks=list(e.missing_ranks),
+         owner=getattr(e, "owner", None), exc_type=getattr(e, "exc_type", None),
+         exc_message=getattr(e, "exc_message", None), seconds=time.perf_counter() - started)
+    sys.exit(0)
+except RuntimeError as e:
+    emit(event="raised", cls=type(e).__name__, message=str(e)[:500],
+         seconds=time.perf_counter() - started)
+    sys.exit(0)
+emit(event="step", losses=[float.hex(v) for v in losses], lowerings=lowerings[0],
+     package=dict(counters["compiler_collectives"]), aot=dict(counters["aot_autograd"]),
+     first_step=first_step)
+cct.disable()
+dist.destroy_process_group()

@@ -1,0 +1,160 @@
+"""Compile once per job (docs/python.md, "Compile once"): each distinct graph
+is lowered by one rank of the job and loaded by the others, from a shared
+cache directory or over the channel; an owner's failure reaches the ranks
+waiting for it. Real ranks, Inductor on CPU (tests/ranks/compile_once.py);
+each run is a few seconds of C++ builds, so the models are small."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import run_ranks
+
+PROGRAM = "compile_once.py"
+
+
+def _run(tmp_path, dirs, **env):
+    """Two ranks of tests/ranks/compile_once.py, rank r's Inductor cache
+    directory tmp_path/dirs[r]; each rank's exit status 0."""
+    full = {f"CCOL_CO_DIR_{r}": str(tmp_path / d) for r, d in enumerate(dirs)}
+    full.update({k: str(v) for k, v in env.items()})
+    (tmp_path / "job").mkdir()
+    ranks = run_ranks(tmp_path / "job", 2, PROGRAM, env=full, limit=240)
+    for r in ranks:
+        assert r.returncode == 0, r.stderr[-3000:]
+    return ranks
+
+
+def _event(rank, name):
+    found = [e for e in rank.events if e["event"] == name]
+    assert len(found) == 1, (rank.events, rank.stderr[-3000:])
+    return found[0]
+
+
+@pytest.fixture(scope="module")
+def one_node(tmp_path_factory):
+    """Two ranks sharing one cache directory, two pieces, the first of them
+    rank-specific: 3 distinct graph pairs in the job."""
+    tmp = tmp_path_factory.mktemp("one_node")
+    return tmp, _run(tmp, ["shared", "shared"], CCOL_CO_PIECES=2, CCOL_CO_RANK_SPECIFIC=1,
+                     CCOL_CO_LOG="INFO")
+
+
+@pytest.fixture(scope="module")
+def off(tmp_path_factory):
+    """The same job with the package and compile_once off, each rank its own
+    directory."""
+    tmp = tmp_path_factory.mktemp("off")
+    return _run(tmp, ["a", "b"], CCOL_CO_PIECES=2, CCOL_CO_RANK_SPECIFIC=1,
+                CCOL_CO_MODE="package_off")
+
+
+def test_the_job_lowers_each_distinct_graph_once(one_node, off):
+    _, ranks = one_node
+    steps = [_event(r, "step") for r in ranks]
+    # Forward and backward of: piece 0 on rank 0, piece 0 on rank 1, piece 1.
+    assert sum(s["lowerings"] for s in steps) == 6
+    assert sum(_event(r, "step")["lowerings"] for r in off) == 8
+    assert sum(s["package"].get("compile_once_compiled", 0) for s in steps) == 3
+    assert sum(s["package"].get("compile_once_loaded_shared", 0) for s in steps) == 1
+    assert all(s["package"].get("compile_once_bytes_sent", 0) == 0 for s in steps)
+
+
+def test_losses_are_equal_to_the_bit_with_compile_once_off(one_node, off):
+    _, ranks = one_node
+    for on, without in zip(ranks, off):
+        assert _event(on, "step")["losses"] == _event(without, "step")["losses"]
+
+
+def test_keys_that_differ_by_rank_are_compiled_on_their_rank_and_counted(one_node):
+    _, ranks = one_node
+    for r in ranks:
+        package = _event(r, "step")["package"]
+        assert package.get("compile_once_rank_specific") == 1, package
+        assert "each group compiles its own: job ranks [0]; job ranks [1]" in r.stderr
+
+
+def test_a_cold_rank_receives_what_a_warm_rank_loaded(one_node, tmp_path):
+    warm, _ = one_node
+    ranks = _run(tmp_path, ["warm", "cold"], CCOL_CO_PIECES=2, CCOL_CO_RANK_SPECIFIC=1,
+                 CCOL_CO_DIR_0=str(warm / "shared"))
+    hot, cold = (_event(r, "step") for r in ranks)
+    assert hot["lowerings"] == 0, hot
+    assert cold["package"].get("compile_once_received") == 1, cold
+    assert cold["package"]["compile_once_bytes_received"] == hot["package"][
+        "compile_once_bytes_sent"] > 0
+    # Piece 0 holds the rank: rank 1's key for it is its own, which rank 0
+    # never looks up, so rank 1 compiles it (its forward and backward).
+    assert cold["package"]["compile_once_rank_specific"] == 1
+    assert cold["package"]["compile_once_compiled"] == 1
+    assert cold["lowerings"] == 2, cold
+
+
+def test_ranks_with_their_own_directories_compile_each_graph_once(tmp_path):
+    ranks = _run(tmp_path, ["a", "b"], CCOL_CO_PIECES=1)
+    steps = [_event(r, "step") for r in ranks]
+    owner = next(s for s in steps if s["package"].get("compile_once_compiled"))
+    other = next(s for s in steps if s is not owner)
+    assert owner["lowerings"] == 2 and other["lowerings"] == 0, steps
+    assert other["package"]["compile_once_received"] == 1
+    assert other["package"]["compile_once_bytes_received"] == owner["package"][
+        "compile_once_bytes_sent"] > 0
+    # The receiver's directory holds what a load needs, and nothing more:
+    # the AOTAutograd entry, both FX graph entries, every kernel it loaded.
+    received = tmp_path / ("b" if steps[0] is owner else "a")
+    assert len(list((received / "aotautograd").glob("*/*"))) == 1
+    assert len(list((received / "fxgraph").glob("*/*/*"))) == 2
+    assert list(received.glob("*/*.main.so"))
+
+
+def _faulty(tmp_path, hook):
+    return _run(tmp_path, ["a", "b"], CCOL_CO_PIECES=1, CCOL_CO_HOOK=hook, CCOL_CO_TIMEOUT=20)
+
+
+def _owner_and_waiter(ranks):
+    owners = [r for r in ranks if any(e["event"] == "owner" for e in r.events)]
+    assert len(owners) == 1, [r.events for r in ranks]
+    return owners[0], next(r for r in ranks if r is not owners[0])
+
+
+def test_an_owner_whose_compile_raises_fails_the_waiting_rank_within_a_second(tmp_path):
+    owner, waiter = _owner_and_waiter(_faulty(tmp_path, "raise"))
+    raised = _event(waiter, "raised")
+    assert raised["cls"] == "PeerCompileFailed", raised
+    assert raised["owner"] == owner.rank
+    assert raised["exc_type"] == "builtins.RuntimeError"
+    assert raised["exc_message"] == f"the owner's compile failed on purpose (job rank {owner.rank})"
+    assert raised["time"] - _event(owner, "owner")["time"] < 1.0
+    # The owner raises its own exception (through Dynamo's backend error).
+    assert "failed on purpose" in _event(owner, "raised")["message"]
+
+
+def test_an_owner_killed_while_compiling_is_named_by_peer_lost_within_5_s(tmp_path):
+    (tmp_path / "job").mkdir()
+    owner, waiter = _owner_and_waiter(
+        run_ranks(tmp_path / "job", 2, PROGRAM, limit=120, env={
+            "CCOL_CO_DIR_0": str(tmp_path / "a"), "CCOL_CO_DIR_1": str(tmp_path / "b"),
+            "CCOL_CO_PIECES": "1", "CCOL_CO_HOOK": "kill", "CCOL_CO_TIMEOUT": "60"}))
+    assert owner.returncode == -9
+    raised = _event(waiter, "raised")
+    assert raised["cls"] == "PeerLost", raised
+    assert raised["missing_ranks"] == [owner.rank]
+    assert raised["time"] - _event(owner, "owner")["time"] < 5.0
+
+
+def test_an_owner_compiling_past_the_deadline_times_nobody_out_and_a_corrupt_transfer_is_rejected(
+        tmp_path):
+    # The owner sleeps twice the exchange deadline before compiling; its
+    # transfer to the other directory is corrupted in flight.
+    ranks = _run(tmp_path, ["a", "b"], CCOL_CO_PIECES=1, CCOL_CO_HOOK="sleep=4",
+                 CCOL_CO_TIMEOUT=2, CCOL_CO_CORRUPT=1)
+    owner, waiter = _owner_and_waiter(ranks)
+    for r in ranks:
+        assert len(_event(r, "step")["losses"]) == 2
+    package = _event(waiter, "step")["package"]
+    assert package["compile_once_rejected"] == 1, package
+    assert package["compile_once_fell_back"] == 1
+    assert "compile_once_received" not in package
+    # The waiting rank compiled the graph itself (forward and backward).
+    assert _event(waiter, "step")["lowerings"] == 2
+    assert _event(owner, "step")["package"]["compile_once_sent"] == 1
