@@ -6,6 +6,8 @@ each run is a few seconds of C++ builds, so the models are small."""
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
 from conftest import run_ranks
@@ -158,3 +160,124 @@ def test_an_owner_compiling_past_the_deadline_times_nobody_out_and_a_corrupt_tra
     # The waiting rank compiled the graph itself (forward and backward).
     assert _event(waiter, "step")["lowerings"] == 2
     assert _event(owner, "step")["package"]["compile_once_sent"] == 1
+
+
+# The plan, the directory groups and the checks of a peer's manifest: what
+# every rank computes alike from the lookup exchange, without processes.
+
+
+def _plan(keys, loaded, groups, me, index=0):
+    from compiler_collectives._compile_once import Plan
+
+    return Plan(keys, loaded, [frozenset(g) for g in groups], me, index)
+
+
+def test_the_owner_of_each_missed_key_is_the_next_rank_in_turn():
+    keys, loaded, groups = ["k"] * 4, [False] * 4, [{0, 1}, {0, 1}, {2, 3}, {2, 3}]
+    owners = [_plan(keys, loaded, groups, 0, index).source for index in range(6)]
+    assert owners == [0, 1, 2, 3, 0, 1]
+    plan = _plan(keys, loaded, groups, 2, 1)
+    assert plan.compiling and plan.lowers == [1] and plan.misses == [0, 2, 3]
+    # Rank 0 shares rank 1's directory: it reads the files from disk; rank
+    # 2 receives them and tells rank 3, which shares its directory.
+    assert plan.on_disk == [0] and plan.receivers == {2: [3]}
+
+
+def test_a_key_some_rank_loaded_is_sent_by_a_rank_that_loaded_it():
+    plan = _plan(["k"] * 4, [False, True, False, True], [{r} for r in range(4)], 0, 1)
+    assert not plan.compiling and plan.lowers == [] and plan.source == 3
+    assert plan.misses == [0, 2] and plan.receivers == {0: [], 2: []}
+
+
+def test_ranks_whose_keys_differ_plan_apart():
+    keys = ["a", "b", "a", ""]
+    plan = _plan(keys, [False] * 4, [{0, 1, 2, 3}] * 4, 1)
+    assert plan.ranks == [1] and plan.source == 1 and plan.misses == []
+    plan = _plan(keys, [False] * 4, [{0, 1, 2, 3}] * 4, 2, 1)
+    assert plan.ranks == [0, 2] and plan.source == 2 and plan.on_disk == [0]
+
+
+def test_directory_groups_come_from_every_ranks_view():
+    from compiler_collectives._compile_once import groups_from_views
+
+    groups = groups_from_views([["0,1"], ["1,0"], [""], ["3,x"], ["2,9"]], 5)
+    assert groups == [{0, 1}, {0, 1}, {2}, {3}, {2, 4}]
+
+
+@pytest.mark.parametrize("entry, why", [
+    ({"path": "../etc/passwd", "size": 1, "sha256": "0" * 64}, "is not one of"),
+    ({"path": "/tmp/x.so", "size": 1, "sha256": "0" * 64}, "is not one of"),
+    ({"path": "aotautograd/k/../../x", "size": 1, "sha256": "0" * 64}, "is not one of"),
+    ({"path": "ab/cab.py", "size": 1, "sha256": "0" * 64}, "is not one of"),
+    ({"path": "ab/cab.main.so", "size": 11, "sha256": "0" * 64}, "not within 0..10"),
+    ({"path": "ab/cab.main.so", "size": -1, "sha256": "0" * 64}, "not within 0..10"),
+    ({"path": "ab/cab.main.so", "size": True, "sha256": "0" * 64}, "not within 0..10"),
+    ({"path": "ab/cab.main.so", "size": 1, "sha256": "0" * 63}, "is not a SHA-256"),
+    (["ab/cab.main.so"], "not an object"),
+])
+def test_a_peers_manifest_entry_is_checked_before_anything_is_written(entry, why):
+    from compiler_collectives._compile_once import Rejected, check_entry
+
+    with pytest.raises(Rejected, match=why):
+        check_entry(entry, 10)
+
+
+def test_what_a_load_needs_passes_the_checks():
+    from compiler_collectives._compile_once import check_entry
+
+    digest = hashlib.sha256(b"x").hexdigest()
+    for path in ("aotautograd/akey/entry", "fxgraph/ab/fabc/entry", "ab/cabc.main.so",
+                 "ab/cabc.so"):
+        assert check_entry({"path": path, "size": 1, "sha256": digest}, 10) == (path, 1, digest)
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"compile_once": 1}, "InvalidArgument", "compile_once must be a bool"),
+    ({"compile_once": True, "max_artifact_bytes": 0}, "InvalidArgument", "positive int"),
+    ({"compile_once": True, "max_artifact_bytes": 1.5}, "InvalidArgument", "positive int"),
+    ({"compile_once": True, "compile_timeout": -1}, "InvalidArgument", "compile_timeout"),
+    ({"compile_once": True, "compile_timeout": "60"}, "InvalidArgument", "compile_timeout"),
+])
+def test_bad_compile_once_arguments_are_refused(world_of_one, kwargs, error, match):
+    import compiler_collectives
+    import compiler_collectives.torch as cct
+
+    with pytest.raises(getattr(compiler_collectives, error), match=match):
+        cct.enable(timeout=30, **kwargs)
+    assert not cct.is_enabled()
+
+
+def test_a_pass_that_bakes_the_rank_in_after_the_key_is_refused(world_of_one):
+    import torch._inductor.config as inductor_config
+
+    import compiler_collectives
+    import compiler_collectives.torch as cct
+
+    # Not monkeypatch: it deletes what a config module's __dict__ lacks.
+    inductor_config.bucket_all_gathers_fx = "all"
+    try:
+        with pytest.raises(compiler_collectives.Unsupported,
+                           match="bucket_all_gathers_fx='all'"):
+            cct.enable(timeout=30, compile_once=True)
+        assert not cct.is_enabled()
+        cct.enable(timeout=30)  # without compile_once it is the user's choice
+        cct.disable()
+    finally:
+        inductor_config.bucket_all_gathers_fx = "none"
+
+
+def test_compile_once_turns_lazy_backward_lowering_off_until_disable(world_of_one):
+    import torch._functorch.config as functorch_config
+
+    import compiler_collectives.torch as cct
+
+    assert functorch_config.force_non_lazy_backward_lowering is False
+    cct.enable(timeout=30, compile_once=True, compile_timeout=600)
+    try:
+        assert functorch_config.force_non_lazy_backward_lowering is True
+        info = cct.channel_info()
+        assert (info["compile_once"], info["compile_timeout"]) == (True, 600.0)
+        assert info["max_artifact_bytes"] == 1 << 30
+    finally:
+        cct.disable()
+    assert functorch_config.force_non_lazy_backward_lowering is False

@@ -363,6 +363,17 @@ def timeout_seconds(timeout: Union[None, float, int, datetime.timedelta]) -> flo
     return value
 
 
+def compile_timeout_seconds(value) -> float:
+    """``enable(compile_timeout=...)`` (not None) as seconds: a finite,
+    positive number within core's bound (``InvalidArgument`` otherwise)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, datetime.timedelta)):
+        raise InvalidArgument(f"compile_timeout must be None or seconds, not {value!r}")
+    try:
+        return timeout_seconds(value)
+    except InvalidArgument as e:
+        raise InvalidArgument(f"compile_timeout: {e}") from None
+
+
 #: Settings that shape automatic-dynamic, recompile and graph decisions: must
 #: be equal on every rank. Each is a list of where torch versions keep it,
 #: first choice first: the value is read from the first place the followed

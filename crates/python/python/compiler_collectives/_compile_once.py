@@ -57,7 +57,7 @@ import time
 from typing import Any, Optional
 
 from . import _policy
-from ._errors import Error, PeerCompileFailed
+from ._errors import Error, PeerCompileFailed, Timeout
 
 log = logging.getLogger("compiler_collectives.compile_once")
 
@@ -69,6 +69,9 @@ DIRS_KEY = "torch.compile_once.dirs"
 TAG = 0x434F
 #: The largest message: a file travels in chunks of at most this (bytes).
 CHUNK_BYTES = 4 << 20
+#: A sender waits for the receiver's acknowledgement after every this many
+#: chunks: at most WINDOW * CHUNK_BYTES of one transfer are in flight.
+WINDOW = 4
 #: The default of ``enable(max_artifact_bytes=...)``: the most bytes of
 #: files one key ships (larger: the receiving ranks compile themselves).
 DEFAULT_MAX_ARTIFACT_BYTES = 1 << 30
@@ -88,6 +91,11 @@ _SHIPPABLE = re.compile(
 )
 
 _tls = threading.local()
+
+#: Who lowers a graph that no rank loaded: ``"owner"``, the source alone,
+#: while the others wait for its files. The policy is the plan's, so that
+#: another one (every rank lowers, each kernel built once) fits beside it.
+LOWERING = ("owner",)
 
 
 def beat_period(timeout_s: float) -> float:
@@ -265,10 +273,13 @@ class Plan:
             files from the source.
         on_disk: the ranks that read the files from a directory they share
             with the source or a holder.
+        lowers: the ranks that lower the graph, by the lowering policy
+            (:data:`LOWERING`): under ``"owner"``, the source when no rank
+            loaded the key, else none.
     """
 
     def __init__(self, keys: list[str], loaded: list[bool], groups: list[frozenset],
-                 me: int, index: int = 0) -> None:
+                 me: int, index: int = 0, lowering: str = "owner") -> None:
         n = len(keys)
         self.key = keys[me]
         self.ranks = [r for r in range(n) if keys[r] == self.key]
@@ -276,6 +287,10 @@ class Plan:
         pool = self.holders or self.ranks
         self.source = pool[index % len(pool)]
         self.compiling = not self.holders
+        if lowering not in LOWERING:
+            raise ValueError(f"lowering must be one of {LOWERING}, not {lowering!r}")
+        #: The ranks that lower the graph (run AOTAutograd and Inductor).
+        self.lowers = [self.source] if self.compiling else []
         self.misses = [r for r in self.ranks if not loaded[r] and r != self.source]
         have = set(groups[self.source])
         for r in self.holders:
@@ -433,21 +448,55 @@ class Duty:
                 count("bytes_sent", total)
 
     def _send_files(self, peer: int, root: str, files: list[dict]) -> None:
-        first = True
+        first, sent = True, 0
         for f in files:
             try:
                 with open(os.path.join(root, *f["path"].split("/")), "rb") as fh:
-                    while True:
-                        chunk = fh.read(CHUNK_BYTES)
+                    left = f["size"]
+                    while left > 0:
+                        chunk = fh.read(min(CHUNK_BYTES, left))
                         if not chunk:
-                            break
+                            raise OSError(f"{f['path']} is shorter than when it was announced")
+                        left -= len(chunk)
                         if first and test_hooks.get("corrupt"):
                             chunk = bytes([chunk[0] ^ 0xFF]) + chunk[1:]
                         first = False
                         _send(self.st, peer, b"C", chunk)
+                        sent += 1
+                        if sent % WINDOW == 0:
+                            _expect_ack(self.st, peer)
             except OSError as e:
                 _send(self.st, peer, b"X", str(e).encode()[:MAX_MESSAGE])
                 return
+
+
+def _recv_within(st, plan: Plan, started: float) -> tuple[bytes, bytes]:
+    """The source's next message, within the exchange deadline and what is
+    left of ``compile_timeout`` (``Timeout`` naming the source past it)."""
+    limit = st.compile_timeout
+    if limit is None:
+        return _recv(st, plan.source)
+    left = limit - (time.perf_counter() - started)
+    owner = st.ranks[plan.source] if st.ranks else plan.source
+    message = (f"compile_once: job rank {owner} did not finish compiling AOTAutograd key "
+               f"{plan.key} within compile_timeout={limit} s")
+    if left <= 0:
+        raise Timeout(message, missing_ranks=[owner])
+    wait = min(st.channel.timeout_s, left)
+    try:
+        msg = st.channel.recv_bytes(LOOKUP_KEY, plan.source, TAG, CHUNK_BYTES + 1, wait)
+    except Timeout:
+        if wait < st.channel.timeout_s:
+            raise Timeout(message, missing_ranks=[owner]) from None
+        raise
+    return msg[:1], msg[1:]
+
+
+def _expect_ack(st, peer: int) -> None:
+    kind, _ = _recv(st, peer)
+    if kind != b"A":
+        raise Error(f"compile_once: rank {peer} sent a message of kind {kind!r} where an "
+                    "acknowledgement of the chunks it received was expected")
 
 
 def _failed(st, plan: Plan, body: bytes) -> PeerCompileFailed:
@@ -473,7 +522,7 @@ def _receive_files(st, source: int, info: dict) -> bool:
     root = _cache_dir()
     limit = st.max_artifact_bytes
     temps: list[tuple[str, str]] = []
-    why = None
+    why, chunks = None, 0
     try:
         entries = [check_entry(e, limit) for e in info.get("files", [])]
     except Rejected as e:
@@ -498,6 +547,9 @@ def _receive_files(st, source: int, info: dict) -> bool:
                     raise Error(f"compile_once: rank {source} sent {len(chunk)} bytes of {path} "
                                 f"out of order")
                 got += len(chunk)
+                chunks += 1
+                if chunks % WINDOW == 0:
+                    _send(st, source, b"A")
                 h.update(chunk)
                 if out is not None:
                     out.write(chunk)
@@ -556,10 +608,32 @@ def _exchange(st, key: str, loaded: bool) -> tuple[list[str], list[bool], list[f
     return keys, loaded_all, dirs.groups
 
 
+def _device_note() -> str:
+    """Why keys may differ by rank on CUDA: each holds the rank's device."""
+    import torch
+
+    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+        return ""
+    from . import _checks
+
+    for path in ("torch.compiler.config.compile_on_one_rank",
+                 "torch.distributed.config.compile_on_one_rank"):
+        module, name = path.rsplit(".", 1)
+        try:
+            if getattr(_checks.resolve(module), name):
+                return ""
+            break
+        except (ImportError, AttributeError):
+            continue
+    return (" (on CUDA a key holds its device, cuda:N: ranks share a graph only with the same "
+            "device index, across nodes, unless torch.compiler.config.compile_on_one_rank is on)")
+
+
 def _log_key(st, plan: Plan, keys: list[str], what: str) -> None:
     job = (lambda r: st.ranks[r]) if st.ranks else (lambda r: r)
     if len(plan.ranks) < len(keys):
         groups: dict[str, list[int]] = {}
+        note = _device_note()
         for r, k in enumerate(keys):
             groups.setdefault(k, []).append(job(r))
         if plan.key not in st.compile_once_specific:
@@ -567,8 +641,8 @@ def _log_key(st, plan: Plan, keys: list[str], what: str) -> None:
             count("rank_specific")
             log.info("compiler_collectives: compile_once: the ranks computed different "
                      "AOTAutograd keys (a graph that holds something rank-specific); each group "
-                     "compiles its own: %s",
-                     "; ".join(f"job ranks {g}" for g in groups.values()))
+                     "compiles its own: %s%s",
+                     "; ".join(f"job ranks {g}" for g in groups.values()), note)
     log.info("compiler_collectives: compile_once: key %s: %s (job rank %s %s)", plan.key, what,
              job(plan.source), "compiles" if plan.compiling else "loaded it")
 
@@ -592,7 +666,7 @@ def make_try_load(st, original):
             return compiled_fn, aot_config
         plan = Plan(keys, loaded, groups, me, index)
         if me == plan.source:
-            if plan.compiling:
+            if me in plan.lowers:
                 _log_key(st, plan, keys, "compiled here")
                 count("compiled")
                 _tls.duty = Duty(st, plan, compiling=True)
@@ -616,7 +690,7 @@ def _wait_and_load(st, plan: Plan, keys, original, args, kwargs, aot_config):
     that cannot be done."""
     started = time.perf_counter()
     while True:
-        kind, body = _recv(st, plan.source)
+        kind, body = _recv_within(st, plan, started)
         if kind == b"B":
             continue
         if kind == b"E":
@@ -663,8 +737,12 @@ def _wait_and_load(st, plan: Plan, keys, original, args, kwargs, aot_config):
         built = [p for p in rec.libraries
                  if os.path.relpath(os.path.realpath(p), root).replace(os.sep, "/") not in shipped]
         if built and how == "received":
-            log.debug("compiler_collectives: compile_once: key %s loaded kernels it was not "
-                      "sent: %s", plan.key, built)
+            # Their keys differ here (the compile command: include paths,
+            # vector ISA, compiler), so the shipped ones did not hit.
+            count("kernel_misses", len(built))
+            log.info("compiler_collectives: compile_once: key %s loaded %d kernels it was not "
+                     "sent (their compile command differs on this rank): %s", plan.key,
+                     len(built), built)
         if compiled_fn is not None:
             count("received" if how == "received" else "loaded_shared")
             log.info("compiler_collectives: compile_once: key %s %s and loaded (job rank %s "

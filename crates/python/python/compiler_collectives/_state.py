@@ -63,6 +63,7 @@ class State:
         # the keys logged as rank-specific.
         self.compile_once = False
         self.max_artifact_bytes = 0
+        self.compile_timeout: Optional[float] = None
         self.compile_once_dirs = None
         self.compile_once_specific: set = set()
         self.compile_once_lookups = 0

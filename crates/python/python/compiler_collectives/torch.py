@@ -151,6 +151,7 @@ def enable(
     skip_restart: bool = True,
     compile_once: bool = False,
     max_artifact_bytes: int = _compile_once.DEFAULT_MAX_ARTIFACT_BYTES,
+    compile_timeout: Union[None, float, int, datetime.timedelta] = None,
 ) -> None:
     """Puts Dynamo's compiler collectives (and its guard collectives) on
     this package's channel, under an agreement policy that never stops a
@@ -229,6 +230,11 @@ def enable(
         max_artifact_bytes: the most bytes of files one key ships to a
             rank with ``compile_once`` (default 1 GiB); past it, the ranks
             that would receive them compile themselves, with a WARNING.
+        compile_timeout: with ``compile_once``, the longest a rank waits
+            for another rank's compile of one graph, in seconds (``Timeout``
+            naming that rank past it); None (the default): no bound but the
+            owner's beats (a rank fails when the owner is lost, or sends
+            nothing for ``timeout``).
 
     Every other compile-time agreement of PT2 — the partitioner's decision
     sync, Inductor's distributed autotuning and its SPMD check — runs on the
@@ -279,6 +285,8 @@ def enable(
     available = _checks.available(decision.version)
     _checks.check_agreements(cache_agreement, check_graphs, available)
     _checks.check_compile_once(compile_once, max_artifact_bytes, available, decision.version)
+    if compile_timeout is not None:
+        compile_timeout = _checks.compile_timeout_seconds(compile_timeout)
     timeout_s = _checks.timeout_seconds(timeout)
     if not (dist.is_available() and dist.is_initialized()):
         raise InvalidArgument(
@@ -308,6 +316,7 @@ def enable(
     st.skip_gate = decision.restart_gate
     st.compile_once = compile_once
     st.max_artifact_bytes = max_artifact_bytes
+    st.compile_timeout = compile_timeout
     if skip_restart and st.skip_gate is not None:
         log.info("compiler_collectives: Dynamo's restart after each frame exchange always runs "
                  "on torch %s: %s", torch.__version__, st.skip_gate)
@@ -498,6 +507,7 @@ def channel_info() -> Optional[dict]:
         "skip_restart": st.skip_restart and st.skip_gate is None,
         "compile_once": st.compile_once,
         "max_artifact_bytes": st.max_artifact_bytes,
+        "compile_timeout": st.compile_timeout,
     }
 
 
