@@ -76,7 +76,7 @@ def worker(args) -> None:
 
     inductor_graph.GraphLowering.__init__ = counting
     dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
+    rank = dist.get_rank()
     if args.mode == "sync":
         import torch._functorch.config as functorch_config
 

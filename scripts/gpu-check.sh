@@ -12,7 +12,10 @@
 # Then, where CCOL_PYTHON (default python3) has torch with CUDA and the
 # compiler_collectives package, Inductor's distributed GEMM autotuning on the
 # package's channel (crates/python/examples/distributed_autotune_gpu.py,
-# shipped next to the binaries by build-gpu-check.sh; one rank per GPU).
+# shipped next to the binaries by build-gpu-check.sh; one rank per GPU), and
+# compile_once on CUDA (examples/compile_once_gpu.py: two ranks on GPU 0,
+# each its own Inductor and Triton cache; capped at 45 s; prints whether it
+# was active).
 # Knobs: CCOL_NCCL_LIB, CCOL_PYTHON, CCOL_BENCH_ITERS (default 200),
 # CCOL_GPU_CHECK_STEP_S (time limit per step, default 900).
 set -uo pipefail
@@ -100,22 +103,34 @@ else
     done
 fi
 
-autotune="$bin/distributed_autotune_gpu.py"
 py="${CCOL_PYTHON:-python3}"
-if [ ! -f "$autotune" ]; then
-    record "distributed autotune (package)" skip "$autotune missing"
-elif ! "$py" -c "import torch, compiler_collectives.torch; assert torch.cuda.is_available()" >/dev/null 2>&1; then
-    record "distributed autotune (package)" skip "$py has no CUDA torch with compiler_collectives"
-else
-    echo "== Inductor distributed autotuning on the package's channel, $max rank(s)"
-    if timeout "$limit" "$py" -m torch.distributed.run --standalone --nproc-per-node "$max" \
-        "$autotune" >"$log/autotune" 2>&1; then
-        record "distributed autotune (package)" ok "$(grep -c '"ok": true' "$log/autotune") rank(s) ok"
+# package_step NAME SCRIPT RANKS STEP_LIMIT TITLE OK_PATTERN: runs SCRIPT (a
+# torch example of the package) under torchrun with RANKS ranks, where $py
+# has CUDA torch and the package; OK_PATTERN counts the ranks that passed.
+package_step() {
+    local name=$1 script=$2 ranks=$3 cap=$4 title=$5 pattern=$6
+    if [ ! -f "$script" ]; then
+        record "$name" skip "$script missing"
+    elif ! "$py" -c "import torch, compiler_collectives.torch; assert torch.cuda.is_available()" >/dev/null 2>&1; then
+        record "$name" skip "$py has no CUDA torch with compiler_collectives"
     else
-        record "distributed autotune (package)" FAIL "(log below)"
+        echo "== $title"
+        if timeout "$cap" "$py" -m torch.distributed.run --standalone --nproc-per-node "$ranks" \
+            "$script" >"$log/$name" 2>&1; then
+            record "$name" ok "$(grep -c "$pattern" "$log/$name") rank(s) $pattern"
+        else
+            record "$name" FAIL "(log below)"
+        fi
+        cat "$log/$name"
     fi
-    cat "$log/autotune"
-fi
+}
+
+package_step "distributed autotune (package)" "$bin/distributed_autotune_gpu.py" "$max" "$limit" \
+    "Inductor distributed autotuning on the package's channel, $max rank(s)" '"ok": true'
+# Two ranks on GPU 0, each its own Inductor and Triton cache: one compiles,
+# the other receives the entry (Triton bundled into it) and loads.
+package_step "compile once (package)" "$bin/compile_once_gpu.py" 2 45 \
+    "compile_once on CUDA: 2 ranks on one GPU (capped at 45 s)" '"active": true'
 
 echo
 echo "================ gpu-check summary ================"

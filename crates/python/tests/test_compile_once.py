@@ -183,6 +183,15 @@ def test_the_owner_of_each_missed_key_is_the_next_rank_in_turn():
     assert plan.on_disk == [0] and plan.receivers == {2: [3]}
 
 
+def test_a_missed_key_is_lowered_by_a_rank_whose_fx_graph_cache_hit_most():
+    from compiler_collectives._compile_once import Plan
+
+    groups = [frozenset({r}) for r in range(4)]
+    owners = [Plan(["k"] * 4, [False] * 4, groups, 0, index, warmth=[0, 3, 1, 3]).source
+              for index in range(4)]
+    assert owners == [1, 3, 1, 3]
+
+
 def test_a_key_some_rank_loaded_is_sent_by_a_rank_that_loaded_it():
     plan = _plan(["k"] * 4, [False, True, False, True], [{r} for r in range(4)], 0, 1)
     assert not plan.compiling and plan.lowers == [] and plan.source == 3
@@ -216,14 +225,14 @@ def test_directory_groups_come_from_every_ranks_view():
     (["ab/cab.main.so"], "not an object"),
 ])
 def test_a_peers_manifest_entry_is_checked_before_anything_is_written(entry, why):
-    from compiler_collectives._compile_once import Rejected, check_entry
+    from compiler_collectives._shipping import Rejected, check_entry
 
     with pytest.raises(Rejected, match=why):
         check_entry(entry, 10)
 
 
 def test_what_a_load_needs_passes_the_checks():
-    from compiler_collectives._compile_once import check_entry
+    from compiler_collectives._shipping import check_entry
 
     digest = hashlib.sha256(b"x").hexdigest()
     for path in ("aotautograd/akey/entry", "fxgraph/ab/fabc/entry", "ab/cabc.main.so",

@@ -158,7 +158,8 @@ def available(version: str) -> set:
     return {name for name, paths in AGREEMENT_ENTRIES.items() if all(known.get(p) for p in paths)}
 
 
-def check_agreements(cache_agreement: bool, check_graphs: bool, available: set) -> None:
+def check_agreements(cache_agreement: bool, check_graphs: bool, available: set,
+                     compile_once: bool = False) -> None:
     """What ``enable`` refuses about the agreements (nothing changed yet)."""
     for name, value in (("cache_agreement", cache_agreement), ("check_graphs", check_graphs)):
         if not isinstance(value, bool):
@@ -187,12 +188,13 @@ def check_agreements(cache_agreement: bool, check_graphs: bool, available: set) 
             )
 
     optimizations = getattr(inductor_config, "aten_distributed_optimizations", None)
-    if getattr(optimizations, "spmd_check", False) and not cache_agreement:
+    if getattr(optimizations, "spmd_check", False) and not (cache_agreement or compile_once):
         raise Unsupported(
             "torch._inductor.config.aten_distributed_optimizations.spmd_check is on: its check "
             "runs after AOTAutograd's cache lookup, which a rank that hit its cache never "
             "passes, so the ranks that compile would wait on the others. Pass "
-            "cache_agreement=True (every rank then compiles, or none), or turn it off. "
+            "cache_agreement=True (every rank then compiles, or none) or compile_once=True "
+            "(one rank compiles each graph, and checks it alone), or turn it off. "
             "Nothing was changed."
         )
 

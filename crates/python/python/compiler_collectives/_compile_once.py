@@ -46,7 +46,6 @@ own per-kernel lock). A rank that rejects a transfer, or whose files pass
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -58,37 +57,36 @@ from typing import Any, Optional
 
 from . import _policy
 from ._errors import Error, PeerCompileFailed, Timeout
+from ._shipping import (
+    CHUNK_BYTES,
+    KEY,
+    MAX_MESSAGE,
+    TAG,
+    Record,
+    _cache_dir,
+    _note,
+    _recording,
+    _Recording,
+    count,
+    manifest,
+    receive_files,
+    recv,
+    send,
+    send_files,
+    test_hooks,
+)
 
 log = logging.getLogger("compiler_collectives.compile_once")
 
-#: The compile key of the lookup exchange.
-LOOKUP_KEY = "torch.compile_once"
+#: The compile key of the lookup exchange (and of its messages).
+LOOKUP_KEY = KEY
 #: The compile key of the exchange of cache-directory views.
 DIRS_KEY = "torch.compile_once.dirs"
-#: The point-to-point tag of every compile-once message.
-TAG = 0x434F
-#: The largest message: a file travels in chunks of at most this (bytes).
-CHUNK_BYTES = 4 << 20
-#: A sender waits for the receiver's acknowledgement after every this many
-#: chunks: at most WINDOW * CHUNK_BYTES of one transfer are in flight.
-WINDOW = 4
 #: The default of ``enable(max_artifact_bytes=...)``: the most bytes of
 #: files one key ships (larger: the receiving ranks compile themselves).
 DEFAULT_MAX_ARTIFACT_BYTES = 1 << 30
-#: Dynamo's counters (``torch._dynamo.utils.counters``) under this name.
-COUNTERS = "compiler_collectives"
-#: The longest exception message an owner's failure carries (characters).
-MAX_MESSAGE = 2000
 #: Where the package's own files live in a cache directory (the tokens).
 OWN_DIR = "compiler_collectives"
-
-# A file a load needs, relative to Inductor's cache directory: an
-# AOTAutograd entry, an FX graph entry, or a kernel's shared object.
-_SHIPPABLE = re.compile(
-    r"^(aotautograd/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+"
-    r"|fxgraph/[A-Za-z0-9_]{2}/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+"
-    r"|[A-Za-z0-9_]{2}/[A-Za-z0-9_.-]+\.so)$"
-)
 
 _tls = threading.local()
 
@@ -104,162 +102,18 @@ def beat_period(timeout_s: float) -> float:
     return max(0.01, min(1.0, timeout_s / 4))
 
 
-def count(name: str, n: int = 1) -> None:
-    from torch._dynamo.utils import counters
-
-    counters[COUNTERS][f"compile_once_{name}"] += n
-
-
-def _cache_dir() -> str:
-    from torch._inductor.runtime.cache_dir_utils import cache_dir
-
-    return cache_dir()
-
-
-class Record:
-    """What one lookup or compile touched in the cache: the AOTAutograd key,
-    the FX graph keys looked up or saved, the kernels' shared objects
-    loaded, and whether the AOTAutograd entry was saved."""
-
-    def __init__(self) -> None:
-        self.key: Optional[str] = None
-        self.fx_keys: list[str] = []
-        self.libraries: list[str] = []
-        self.saved = False
-
-
-def _recording() -> list:
-    stack = getattr(_tls, "records", None)
-    if stack is None:
-        stack = _tls.records = []
-    return stack
-
-
-def _note(what: str, value: Any) -> None:
-    for rec in _recording():
-        if what == "saved":
-            rec.saved = True
-        elif what == "key" and rec.key is None:
-            rec.key = value
-        elif what == "fx" and value not in rec.fx_keys:
-            rec.fx_keys.append(value)
-        elif what == "lib" and value not in rec.libraries:
-            rec.libraries.append(value)
-
-
-class _Recording:
-    def __init__(self, rec: Record) -> None:
-        self.rec = rec
-
-    def __enter__(self) -> Record:
-        _recording().append(self.rec)
-        return self.rec
-
-    def __exit__(self, *exc) -> None:
-        _recording().remove(self.rec)
-
-
-def files_of(rec: Record, root: str) -> list[str]:
-    """The files (relative to `root`, the cache directory) a load of
-    `rec`'s key needs: every AOTAutograd entry of the key, every entry of
-    its FX graphs, and the kernels' shared objects it loaded (those under
-    `root`)."""
-    from torch._functorch._aot_autograd.autograd_cache import AOTAutogradCache
-    from torch._inductor.codecache import FxGraphCache
-
-    out: list[str] = []
-    dirs = [AOTAutogradCache._get_tmp_dir_for_key(rec.key)] if rec.key else []
-    dirs += [FxGraphCache._get_tmp_dir_for_key(k) for k in rec.fx_keys]
-    for d in dirs:
-        try:
-            names = sorted(os.listdir(d))
-        except OSError:
-            continue
-        out += [os.path.relpath(os.path.join(d, n), root) for n in names
-                if not n.startswith(".") and os.path.isfile(os.path.join(d, n))]
-    for path in rec.libraries:
-        rel = os.path.relpath(os.path.realpath(path), os.path.realpath(root))
-        if not rel.startswith(".."):
-            out.append(rel)
-    return [r for r in out if _SHIPPABLE.match(r.replace(os.sep, "/"))]
-
-
-def _digest(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def manifest(rec: Record, root: str) -> list[dict]:
-    """``{"path", "size", "sha256"}`` of each file of :func:`files_of`."""
-    out = []
-    for rel in files_of(rec, root):
-        full = os.path.join(root, rel)
-        out.append({"path": rel.replace(os.sep, "/"), "size": os.path.getsize(full),
-                    "sha256": _digest(full)})
-    return out
-
-
-class Rejected(Exception):
-    """A received file failed its checks (path, size or digest)."""
-
-
-def check_entry(entry: Any, limit: int) -> tuple[str, int, str]:
-    """The path, size and digest of one manifest entry from a peer, checked:
-    a relative path of the shapes a load needs (no ``..``, no absolute
-    path), a size within `limit`, a 64-hex-digit digest. Raises
-    :class:`Rejected`."""
-    if not isinstance(entry, dict):
-        raise Rejected(f"a manifest entry is a {type(entry).__name__}, not an object")
-    path, size, digest = entry.get("path"), entry.get("size"), entry.get("sha256")
-    if not isinstance(path, str) or not _SHIPPABLE.match(path) or ".." in path.split("/"):
-        raise Rejected(f"the path {path!r} is not one of a cache entry or a kernel")
-    if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= limit:
-        raise Rejected(f"the size {size!r} of {path} is not within 0..{limit}")
-    if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
-        raise Rejected(f"the digest {digest!r} of {path} is not a SHA-256")
-    return path, size, digest
-
-
-def _place(tmp: str, full: str) -> bool:
-    """Renames the verified `tmp` to `full`, unless a file is there
-    already (kept: a kernel in use must not change under its users; one
-    with other bytes is counted as a kernel the shipped one could not
-    replace). A kernel's shared object is placed under Inductor's lock of
-    that kernel. Returns whether `full` was written."""
-
-    def place() -> bool:
-        if os.path.exists(full):
-            os.unlink(tmp)
-            return False
-        os.replace(tmp, full)
-        return True
-
-    if full.endswith(".so"):
-        from torch._inductor.codecache import LOCK_TIMEOUT, get_lock_dir
-        from torch.utils._filelock import FileLock
-
-        name = os.path.basename(full).split(".", 1)[0]
-        with FileLock(os.path.join(get_lock_dir(), name + ".lock"), timeout=LOCK_TIMEOUT):
-            return place()
-    return place()
-
-
-#: Set by tests only (``tests/ranks/compile_once.py``): ``in_owner_compile``
-#: (a callable the owner calls as its compile starts: it sleeps, raises or
-#: kills the process), ``corrupt`` (the sender flips a byte of the first
-#: chunk it sends).
-test_hooks: dict = {}
-
-
 class Plan:
     """What every rank of the group does for this lookup, computed alike on
     every rank from what the lookup exchange gathered, and `index` (how many
     lookup exchanges came before this one: the same on every rank). The
     source is the ``index``-th rank of its pool, in turn: the keys of a job
-    spread over the ranks evenly, in the order they are compiled.
+    spread over the ranks evenly, in the order they are compiled. Where no
+    rank loaded the key, the pool is the ranks of the highest `warmth`
+    (each rank's Inductor FX graph cache hits so far): a cache warmed
+    without ``compile_once`` holds FX graph entries whose AOTAutograd keys
+    differ (``force_non_lazy_backward_lowering`` is in the key), so the
+    ranks that hit them lower at little cost, and a cold rank lowers
+    nothing while a warm one can.
 
     Attributes:
         key: this rank's AOTAutograd key ("" where its key computation
@@ -279,12 +133,17 @@ class Plan:
     """
 
     def __init__(self, keys: list[str], loaded: list[bool], groups: list[frozenset],
-                 me: int, index: int = 0, lowering: str = "owner") -> None:
+                 me: int, index: int = 0, lowering: str = "owner",
+                 warmth: Optional[list[int]] = None) -> None:
         n = len(keys)
         self.key = keys[me]
         self.ranks = [r for r in range(n) if keys[r] == self.key]
         self.holders = [r for r in self.ranks if loaded[r]]
-        pool = self.holders or self.ranks
+        pool = self.holders
+        if not pool:
+            warmth = warmth or [0] * n
+            top = max(warmth[r] for r in self.ranks)
+            pool = [r for r in self.ranks if warmth[r] == top]
         self.source = pool[index % len(pool)]
         self.compiling = not self.holders
         if lowering not in LOWERING:
@@ -358,15 +217,6 @@ class Dirs:
                             os.path.join(where, t)))
 
 
-def _send(st, peer: int, kind: bytes, body: bytes = b"") -> None:
-    st.channel.send_bytes(LOOKUP_KEY, peer, TAG, kind + body)
-
-
-def _recv(st, peer: int) -> tuple[bytes, bytes]:
-    msg = st.channel.recv_bytes(LOOKUP_KEY, peer, TAG, CHUNK_BYTES + 1, st.channel.timeout_s)
-    return msg[:1], msg[1:]
-
-
 class Beats:
     """The owner's beats to the waiting ranks while it compiles: a thread
     that sends each of them a beat every :func:`beat_period` seconds."""
@@ -384,7 +234,7 @@ class Beats:
         while not self.stop_event.wait(period):
             try:
                 for p in self.peers:
-                    _send(self.st, p, b"B")
+                    send(self.st, p, b"B")
             except Error as e:  # the peer is gone: the waiting ranks fail on their own
                 log.debug("compiler_collectives: a compile-once beat failed: %s", e)
                 return
@@ -418,7 +268,7 @@ class Duty:
                            "message": str(e)[:MAX_MESSAGE]}).encode()
         for m in self.plan.misses:
             try:
-                _send(self.st, m, b"E", body)
+                send(self.st, m, b"E", body)
             except Error as err:
                 log.debug("compiler_collectives: cannot tell rank %d of the failure: %s", m, err)
 
@@ -441,33 +291,11 @@ class Duty:
             log.debug("compiler_collectives: compile_once: key %s: %d files, %d bytes: %s",
                       plan.key, len(files), total, [f["path"] for f in files])
         for m in plan.misses:
-            _send(st, m, b"D", body)
+            send(st, m, b"D", body)
             if ship and m in plan.receivers:
-                self._send_files(m, root, files)
+                send_files(st, m, root, files)
                 count("sent")
                 count("bytes_sent", total)
-
-    def _send_files(self, peer: int, root: str, files: list[dict]) -> None:
-        first, sent = True, 0
-        for f in files:
-            try:
-                with open(os.path.join(root, *f["path"].split("/")), "rb") as fh:
-                    left = f["size"]
-                    while left > 0:
-                        chunk = fh.read(min(CHUNK_BYTES, left))
-                        if not chunk:
-                            raise OSError(f"{f['path']} is shorter than when it was announced")
-                        left -= len(chunk)
-                        if first and test_hooks.get("corrupt"):
-                            chunk = bytes([chunk[0] ^ 0xFF]) + chunk[1:]
-                        first = False
-                        _send(self.st, peer, b"C", chunk)
-                        sent += 1
-                        if sent % WINDOW == 0:
-                            _expect_ack(self.st, peer)
-            except OSError as e:
-                _send(self.st, peer, b"X", str(e).encode()[:MAX_MESSAGE])
-                return
 
 
 def _recv_within(st, plan: Plan, started: float) -> tuple[bytes, bytes]:
@@ -475,7 +303,7 @@ def _recv_within(st, plan: Plan, started: float) -> tuple[bytes, bytes]:
     left of ``compile_timeout`` (``Timeout`` naming the source past it)."""
     limit = st.compile_timeout
     if limit is None:
-        return _recv(st, plan.source)
+        return recv(st, plan.source)
     left = limit - (time.perf_counter() - started)
     owner = st.ranks[plan.source] if st.ranks else plan.source
     message = (f"compile_once: job rank {owner} did not finish compiling AOTAutograd key "
@@ -492,13 +320,6 @@ def _recv_within(st, plan: Plan, started: float) -> tuple[bytes, bytes]:
     return msg[:1], msg[1:]
 
 
-def _expect_ack(st, peer: int) -> None:
-    kind, _ = _recv(st, peer)
-    if kind != b"A":
-        raise Error(f"compile_once: rank {peer} sent a message of kind {kind!r} where an "
-                    "acknowledgement of the chunks it received was expected")
-
-
 def _failed(st, plan: Plan, body: bytes) -> PeerCompileFailed:
     try:
         info = json.loads(body.decode())
@@ -513,74 +334,6 @@ def _failed(st, plan: Plan, body: bytes) -> PeerCompileFailed:
     )
 
 
-def _receive_files(st, source: int, info: dict) -> bool:
-    """Receives the announced files from `source` into temporary files
-    beside their places, checks each one's size and digest, and places them
-    only when every one passed. Reads every announced chunk whatever
-    happens (the next message from `source` must be the next one it sent).
-    Returns whether they were installed."""
-    root = _cache_dir()
-    limit = st.max_artifact_bytes
-    temps: list[tuple[str, str]] = []
-    why, chunks = None, 0
-    try:
-        entries = [check_entry(e, limit) for e in info.get("files", [])]
-    except Rejected as e:
-        # Nothing can be read in step with the sender: its chunks are lost
-        # with the channel (the sender times out on nothing: sends return).
-        raise Error(f"compile_once: rank {source} announced a bad file: {e}") from None
-    for path, size, digest in entries:
-        full = os.path.join(root, *path.split("/"))
-        h, got = hashlib.sha256(), 0
-        tmp = None
-        if why is None:
-            os.makedirs(os.path.dirname(full), exist_ok=True)
-            tmp = f"{full}.ccol-{os.getpid()}-{secrets.token_hex(4)}.tmp"
-        out = open(tmp, "wb") if tmp else None
-        try:
-            while got < size:
-                kind, chunk = _recv(st, source)
-                if kind == b"X":
-                    why = f"rank {source} could not read {path}: {chunk.decode(errors='replace')}"
-                    break
-                if kind != b"C" or got + len(chunk) > size:
-                    raise Error(f"compile_once: rank {source} sent {len(chunk)} bytes of {path} "
-                                f"out of order")
-                got += len(chunk)
-                chunks += 1
-                if chunks % WINDOW == 0:
-                    _send(st, source, b"A")
-                h.update(chunk)
-                if out is not None:
-                    out.write(chunk)
-        finally:
-            if out is not None:
-                out.close()
-        if tmp:
-            temps.append((tmp, full))
-        if kind == b"X":
-            break
-        if why is None and h.hexdigest() != digest:
-            why = f"{path}: its SHA-256 is not the one rank {source} announced"
-    if why is not None:
-        for tmp, _ in temps:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-        log.warning("compiler_collectives: compile_once rejected the files of key %s from job "
-                    "rank %s (%s): this rank compiles it itself", info.get("key", "?"),
-                    st.ranks[source] if st.ranks else source, why)
-        count("rejected")
-        return False
-    # The AOTAutograd entry last: a lookup that finds it finds the rest.
-    temps.sort(key=lambda t: os.path.relpath(t[1], root).startswith("aotautograd"))
-    for tmp, full in temps:
-        _place(tmp, full)
-    count("bytes_received", sum(size for _, size, _ in entries))
-    return True
-
-
 def _wanted(st) -> bool:
     """Whether this lookup takes part: ``compile_once`` on, a group of
     more than one rank, an exchanged compile (not ``local()``, not inside
@@ -588,24 +341,35 @@ def _wanted(st) -> bool:
     return st.compile_once and st.channel.world_size >= 2 and _policy.exchanging()
 
 
-def _exchange(st, key: str, loaded: bool) -> tuple[list[str], list[bool], list[frozenset]]:
-    """The lookup exchange: every rank's key and whether it loaded it, and
-    (when a rank's cache directory is new to it) every rank's view of who
-    shares its directory."""
+def _warmth() -> int:
+    """This process's Inductor FX graph cache hits so far."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["inductor"]["fxgraph_cache_hit"])
+
+
+def _exchange(st, key: str, loaded: bool):
+    """The lookup exchange: every rank's key, whether it loaded it and its
+    warmth (:func:`_warmth`), and (when a rank's cache directory is new to
+    it) every rank's view of who shares its directory. Returns the keys,
+    the loads, the directory groups and the warmths, by channel rank."""
     dirs: Dirs = st.compile_once_dirs
     token = dirs.current_token()
     rows = st.channel.gather_texts(
-        LOOKUP_KEY, [key, "1" if loaded else "0", token, "?" if dirs.groups is None else "="])
+        LOOKUP_KEY, [key, "1" if loaded else "0", token, "?" if dirs.groups is None else "=",
+                     str(_warmth())])
     n = len(rows)
     keys = [r[0] if r else "" for r in rows]
     loaded_all = [bool(r) and len(r) > 1 and r[1] == "1" for r in rows]
+    warmth = [int(r[4]) if len(r) > 4 and r[4].isdigit() and len(r[4]) < 16 else 0
+              for r in rows]
     if any(len(r) < 4 or r[3] != "=" for r in rows):
         tokens = [r[2] if len(r) > 2 else "" for r in rows]
         views = st.channel.gather_texts(DIRS_KEY, [dirs.view(tokens)])
         dirs.groups = groups_from_views(views, n)
         log.debug("compiler_collectives: compile_once: cache directories shared by ranks %s",
                   sorted({tuple(sorted(g)) for g in dirs.groups}))
-    return keys, loaded_all, dirs.groups
+    return keys, loaded_all, dirs.groups, warmth
 
 
 def _device_note() -> str:
@@ -657,14 +421,14 @@ def make_try_load(st, original):
         rec = Record()
         with _Recording(rec):
             compiled_fn, aot_config = original(*args, **kwargs)
-        keys, loaded, groups = _exchange(st, rec.key or "", compiled_fn is not None)
+        keys, loaded, groups, warmth = _exchange(st, rec.key or "", compiled_fn is not None)
         index = st.compile_once_lookups
         st.compile_once_lookups += 1
         me = st.channel.rank
         if not keys[me]:
             count("bypassed")
             return compiled_fn, aot_config
-        plan = Plan(keys, loaded, groups, me, index)
+        plan = Plan(keys, loaded, groups, me, index, warmth=warmth)
         if me == plan.source:
             if me in plan.lowers:
                 _log_key(st, plan, keys, "compiled here")
@@ -684,11 +448,42 @@ def make_try_load(st, original):
     return try_load
 
 
+_warming = False
+
+
+def warm_up() -> None:
+    """What a process's first load of an Inductor CPU graph pays before it
+    can load anything — its vector ISA, which Inductor finds by building
+    test programs and loading each in a Python subprocess (seconds) — done
+    in a thread of its own while this rank waits for an owner, once per
+    process. Not on a CUDA job (its graphs need no vector ISA)."""
+    global _warming
+    if _warming:
+        return
+    _warming = True
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        return
+
+    def run() -> None:
+        try:
+            from torch._inductor import cpu_vec_isa
+
+            cpu_vec_isa.pick_vec_isa()
+        except Exception as e:  # noqa: BLE001 - the load finds it again, or fails itself
+            log.debug("compiler_collectives: compile_once: warm-up failed: %s", e)
+
+    threading.Thread(target=run, name="ccol-compile-once-warm-up", daemon=True).start()
+
+
 def _wait_and_load(st, plan: Plan, keys, original, args, kwargs, aot_config):
     """A rank that missed: waits for the source (beats while it compiles),
     receives or reads the files, and looks up again; compiles alone where
     that cannot be done."""
     started = time.perf_counter()
+    if plan.compiling:
+        warm_up()
     while True:
         kind, body = _recv_within(st, plan, started)
         if kind == b"B":
@@ -718,14 +513,14 @@ def _wait_and_load(st, plan: Plan, keys, original, args, kwargs, aot_config):
                         plan.key, info.get("total"), st.max_artifact_bytes)
             ok = False
         else:
-            ok = _receive_files(st, plan.source, info)
+            ok = receive_files(st, plan.source, info)
             how = "received"
         for peer in plan.receivers[me]:
-            _send(st, peer, b"I" if ok else b"F")
+            send(st, peer, b"I" if ok else b"F")
     elif me not in plan.on_disk:
         receiver = plan.receiver_of(me)
         if receiver is not None:
-            kind, _ = _recv(st, receiver)
+            kind, _ = recv(st, receiver)
             ok = kind == b"I"
     waited = time.perf_counter() - started
     if ok:

@@ -255,8 +255,10 @@ def enable(
             the nearest tested one), and ``allow_untested_torch`` is off; or
             it is on and a required entry is missing (nothing is changed).
         Unsupported: Inductor's ``aten_distributed_optimizations.spmd_check``
-            is on without ``cache_agreement``, or this torch lacks what an
-            agreement asked for hooks into (nothing is changed).
+            is on without ``cache_agreement`` or ``compile_once``; this torch
+            lacks what an agreement asked for hooks into; ``compile_once``
+            with a pass that bakes the rank into a graph after its key
+            (nothing is changed).
         InvalidArgument: no default process group, already enabled, a bad
             timeout, ``exchange``, ``guard_votes`` or ``skip_restart``, or a
             bad ``group`` (not one of the forms above, a rank out of the job
@@ -283,7 +285,7 @@ def enable(
         raise InvalidArgument(f"skip_restart must be a bool, not {skip_restart!r}")
     decision = _checks.check_torch(allow_untested_torch)
     available = _checks.available(decision.version)
-    _checks.check_agreements(cache_agreement, check_graphs, available)
+    _checks.check_agreements(cache_agreement, check_graphs, available, compile_once is True)
     _checks.check_compile_once(compile_once, max_artifact_bytes, available, decision.version)
     if compile_timeout is not None:
         compile_timeout = _checks.compile_timeout_seconds(compile_timeout)
@@ -359,8 +361,10 @@ def enable(
     except Exception as e:  # noqa: BLE001 - the job runs on without it
         log.warning("compiler_collectives: cannot watch for other ranks' failures (%s): they "
                     "will not be reported on this rank", e)
-    _checks.warn_about_cache_skew(cache_agreement)
-    _checks.warn_about_fx_cache_skew()
+    # compile_once keeps every rank in step at each lookup: no skew to warn of.
+    if not compile_once:
+        _checks.warn_about_cache_skew(cache_agreement)
+        _checks.warn_about_fx_cache_skew()
     if guard_votes is True:
         _votes.turn_on(st)
     previous_excepthook = sys.excepthook
