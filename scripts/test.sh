@@ -124,8 +124,9 @@ CCOL_TORCH_PYTHON="$(torch_python 2.14.1)" CCOL_TORCHRUN="$CCOL_CACHE/torch-2.14
 # own way; docs/python.md, "Every agreement"); the agreement policy where
 # votes turn on, and a notice over the TCPStore (each version's seams); the
 # training stacks (torchrun+DDP, the accelerate example, the Lightning
-# callback); compile_once's transfer between two cache directories and an
-# owner's failure (each version's AOTAutograd and Inductor cache seams).
+# callback); compile_once between two cache directories, one transfer
+# rejected and one loaded (each version's AOTAutograd and Inductor cache
+# seams).
 smoke=(
     crates/python/tests/test_agreements.py
     crates/python/tests/test_enable.py
@@ -144,8 +145,7 @@ smoke=(
     "crates/python/tests/test_policy.py::test_the_peer_of_a_failing_rank_says_why_within_the_deadline[tcpstore]"
     crates/python/tests/test_integrations.py::test_accelerate_runs_as_without_the_package
     crates/python/tests/test_integrations.py::test_lightning_fit_validate_and_test_with_the_callback
-    crates/python/tests/test_compile_once.py::test_ranks_with_their_own_directories_compile_each_graph_once
-    crates/python/tests/test_compile_once.py::test_an_owner_whose_compile_raises_fails_the_waiting_rank_within_a_second
+    crates/python/tests/test_compile_once.py::test_a_transfer_corrupted_in_flight_is_rejected_and_a_clean_one_loads
 )
 step "pytest on torch 2.13.0 and 2.14.1: the package's smoke set"
 for v in 2.13.0 2.14.1; do

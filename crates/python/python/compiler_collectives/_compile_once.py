@@ -108,12 +108,13 @@ class Plan:
     lookup exchanges came before this one: the same on every rank). The
     source is the ``index``-th rank of its pool, in turn: the keys of a job
     spread over the ranks evenly, in the order they are compiled. Where no
-    rank loaded the key, the pool is the ranks of the highest `warmth`
-    (each rank's Inductor FX graph cache hits so far): a cache warmed
-    without ``compile_once`` holds FX graph entries whose AOTAutograd keys
-    differ (``force_non_lazy_backward_lowering`` is in the key), so the
-    ranks that hit them lower at little cost, and a cold rank lowers
-    nothing while a warm one can.
+    rank loaded the key, the pool is the ranks whose cache directory is the
+    warmest: a rank's `warmth` is the Inductor FX graph cache hits of the
+    compiles it owned, and a directory's the most of its ranks'. A cache
+    warmed without ``compile_once`` holds FX graph entries under other
+    AOTAutograd keys (``force_non_lazy_backward_lowering`` is in the key),
+    so the ranks of a warm directory lower at little cost, and a cold rank
+    lowers nothing while a warm one can.
 
     Attributes:
         key: this rank's AOTAutograd key ("" where its key computation
@@ -142,8 +143,9 @@ class Plan:
         pool = self.holders
         if not pool:
             warmth = warmth or [0] * n
-            top = max(warmth[r] for r in self.ranks)
-            pool = [r for r in self.ranks if warmth[r] == top]
+            warm = {r: max(warmth[x] for x in groups[r] if x < n) for r in self.ranks}
+            top = max(warm.values())
+            pool = [r for r in self.ranks if warm[r] == top]
         self.source = pool[index % len(pool)]
         self.compiling = not self.holders
         if lowering not in LOWERING:
@@ -341,7 +343,7 @@ def _wanted(st) -> bool:
     return st.compile_once and st.channel.world_size >= 2 and _policy.exchanging()
 
 
-def _warmth() -> int:
+def _fx_hits() -> int:
     """This process's Inductor FX graph cache hits so far."""
     from torch._dynamo.utils import counters
 
@@ -350,14 +352,14 @@ def _warmth() -> int:
 
 def _exchange(st, key: str, loaded: bool):
     """The lookup exchange: every rank's key, whether it loaded it and its
-    warmth (:func:`_warmth`), and (when a rank's cache directory is new to
+    warmth (:class:`Plan`), and (when a rank's cache directory is new to
     it) every rank's view of who shares its directory. Returns the keys,
     the loads, the directory groups and the warmths, by channel rank."""
     dirs: Dirs = st.compile_once_dirs
     token = dirs.current_token()
     rows = st.channel.gather_texts(
         LOOKUP_KEY, [key, "1" if loaded else "0", token, "?" if dirs.groups is None else "=",
-                     str(_warmth())])
+                     str(st.compile_once_warmth)])
     n = len(rows)
     keys = [r[0] if r else "" for r in rows]
     loaded_all = [bool(r) and len(r) > 1 and r[1] == "1" for r in rows]
@@ -567,7 +569,10 @@ def make_stage2(original):
             with _Recording(duty.record), _policy.alone():
                 if duty.beats is not None and test_hooks.get("in_owner_compile"):
                     test_hooks["in_owner_compile"]()
+                hits = _fx_hits()
                 result = original(*args, **kwargs)
+                if duty.beats is not None:
+                    duty.st.compile_once_warmth += _fx_hits() - hits
         except BaseException as e:
             duty.fail(e)
             raise
@@ -600,6 +605,7 @@ def install(st, patch) -> None:
     st.compile_once_dirs = Dirs()
     st.compile_once_specific = set()
     st.compile_once_lookups = 0
+    st.compile_once_warmth = 0
     patch(st, functorch_config, "force_non_lazy_backward_lowering", True)
     try_load = AOTAutogradCache.__dict__["try_load"].__func__
     patch(st, AOTAutogradCache, "try_load", staticmethod(make_try_load(st, try_load)))

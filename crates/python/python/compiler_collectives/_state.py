@@ -67,6 +67,7 @@ class State:
         self.compile_once_dirs = None
         self.compile_once_specific: set = set()
         self.compile_once_lookups = 0
+        self.compile_once_warmth = 0
         self.check_graphs = check_graphs
         # The first error of an exchange that has not reached the caller yet
         # (a failed guard vote, or one Dynamo suppressed).

@@ -10,9 +10,10 @@ test gives ranks of one simulated node the same one).
 CCOL_CO_MODE: "package" (``enable(compile_once=True)``), "package_off"
 (``enable()``), "alone" (no package). CCOL_CO_HOOK, set on every rank
 (only an owner's compile or a sender acts on it): "raise" (the owner's
-compile raises), "sleep=S" (it sleeps S seconds first), "kill" (the owner
-kills itself, SIGKILL); each emits an "owner" event with the time first.
-CCOL_CO_CORRUPT=1: a sender flips a byte of the first chunk it sends. CCOL_CO_RANK_SPECIFIC=1: the first piece bakes the rank into its
+compile raises), "sleep_raise=S" (it sleeps S seconds, then raises),
+"kill" (the owner kills itself, SIGKILL); each emits an "owner" event with
+the time just before it raises or kills. CCOL_CO_CORRUPT=R: job rank R, as
+a sender, flips a byte of the first chunk it sends. CCOL_CO_RANK_SPECIFIC=1: the first piece bakes the rank into its
 graph (a constant), so each rank's key for it differs. CCOL_CO_TIMEOUT:
 enable's deadline.
 
@@ -52,18 +53,18 @@ hook, _, hook_value = os.environ.get("CCOL_CO_HOOK", "").partition("=")
 
 
 def in_owner_compile():
-    emit(event="owner", time=time.time(), hook=hook)
-    if hook == "raise":
-        raise RuntimeError(f"the owner's compile failed on purpose (job rank {RANK})")
-    if hook == "sleep":
+    if hook == "sleep_raise":
         time.sleep(float(hook_value))
+    emit(event="owner", time=time.time(), hook=hook)
+    if hook in ("raise", "sleep_raise"):
+        raise RuntimeError(f"the owner's compile failed on purpose (job rank {RANK})")
     if hook == "kill":
         os.kill(os.getpid(), 9)
 
 
 if hook:
     _compile_once.test_hooks["in_owner_compile"] = in_owner_compile
-if os.environ.get("CCOL_CO_CORRUPT") == "1":
+if os.environ.get("CCOL_CO_CORRUPT") == str(RANK):
     _compile_once.test_hooks["corrupt"] = True
 if mode != "alone":
     cct.enable(timeout=float(os.environ.get("CCOL_CO_TIMEOUT", "60")),
