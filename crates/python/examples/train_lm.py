@@ -223,6 +223,12 @@ def main() -> int:
     torch.manual_seed(a.seed)
     model = TinyLM()
     ddp = DDP(model)
+    # Kept until end()'s os._exit: freed at main's return, DDP's reducer
+    # would free the process group, whose destructor joins Gloo's threads
+    # while holding the GIL, and one of them may be waiting for the GIL to
+    # free a finished work: a deadlock (torch 2.13.0, the job without the
+    # package, once in CI).
+    _KEPT.append(ddp)
     compile_steps: list[int] = []
     step_now = [0]
     compiled = torch.compile(ddp, backend=counting_backend(a.backend, compile_steps, step_now))
@@ -295,6 +301,10 @@ def main() -> int:
         compiler_collectives.torch.disable()
     dist.destroy_process_group()
     return 0
+
+
+#: What must outlive main() (see its use).
+_KEPT: list = []
 
 
 def end(code: int) -> None:

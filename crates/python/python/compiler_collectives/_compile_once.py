@@ -59,6 +59,7 @@ from . import _policy
 from ._errors import Error, PeerCompileFailed, Timeout
 from ._shipping import (
     CHUNK_BYTES,
+    violation,
     KEY,
     MAX_MESSAGE,
     TAG,
@@ -176,16 +177,26 @@ class Plan:
 
 def groups_from_views(views: list[list[str]], n: int) -> list[frozenset]:
     """Each rank's set of ranks sharing its cache directory, from every
-    rank's view (the ranks whose tokens it found), each rank with itself.
-    A view naming something other than ranks is this rank alone."""
-    out = []
-    for r, view in enumerate(views):
-        try:
-            seen = {int(x) for x in (view[0].split(",") if view and view[0] else [])}
-        except ValueError:
-            seen = set()
-        out.append(frozenset(x for x in seen if 0 <= x < n) | {r})
-    return out
+    rank's view (the ranks whose tokens it found): the connected ranks,
+    each rank with itself, so that the groups are the same seen from any of
+    their ranks (views need not be: a token not yet visible over NFS). A
+    view naming something other than ranks names no one."""
+    parent = list(range(n))
+
+    def root(r: int) -> int:
+        while parent[r] != r:
+            parent[r] = parent[parent[r]]
+            r = parent[r]
+        return r
+
+    for r, view in enumerate(views[:n]):
+        for x in (view[0].split(",") if view and view[0] else []):
+            if x.isdigit() and int(x) < n:
+                parent[root(int(x))] = root(r)
+    members: dict[int, set] = {}
+    for r in range(n):
+        members.setdefault(root(r), set()).add(r)
+    return [frozenset(members[root(r)]) for r in range(n)]
 
 
 class Dirs:
@@ -220,28 +231,39 @@ class Dirs:
 
 
 class Beats:
-    """The owner's beats to the waiting ranks while it compiles: a thread
-    that sends each of them a beat every :func:`beat_period` seconds."""
+    """The beats of a source to the ranks waiting for it: a thread that sends
+    each rank of ``peers`` a beat every :func:`beat_period` seconds, while
+    the source compiles and, for the receivers still waiting for their
+    turn, while it sends the files. ``peers`` changes under ``lock`` only,
+    which a beat holds while it is sent, so no beat follows a peer's
+    removal."""
 
     def __init__(self, st, peers: list[int]) -> None:
-        self.st, self.peers = st, peers
+        self.st, self.peers = st, list(peers)
+        self.lock = threading.Lock()
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self._run, name="ccol-compile-once-beats",
                                        daemon=True)
-        if peers:
-            self.thread.start()
+        self.thread.start()
 
     def _run(self) -> None:
         period = beat_period(self.st.channel.timeout_s)
         while not self.stop_event.wait(period):
             try:
-                for p in self.peers:
-                    send(self.st, p, b"B")
-            except Error as e:  # the peer is gone: the waiting ranks fail on their own
+                with self.lock:
+                    for p in self.peers:
+                        send(self.st, p, b"B")
+            except Exception as e:  # noqa: BLE001 - the waiting ranks fail on their own
                 log.debug("compiler_collectives: a compile-once beat failed: %s", e)
                 return
 
+    def beat(self, peers: list[int]) -> None:
+        """From now on, beats go to `peers` only."""
+        with self.lock:
+            self.peers = list(peers)
+
     def stop(self) -> None:
+        self.beat([])
         self.stop_event.set()
         if self.thread.is_alive():
             self.thread.join()
@@ -249,14 +271,15 @@ class Beats:
 
 class Duty:
     """What this rank owes the waiting ranks of `plan` once its compile (or
-    load) of the key is over: a beat thread while it lasts, then the done
-    message and the files, or the error."""
+    load) of the key is over: beats while it lasts, then the done message
+    to every waiting rank and the files to the receivers, or the error."""
 
     def __init__(self, st, plan: Plan, compiling: bool) -> None:
         self.st, self.plan = st, plan
+        self.compiling = compiling
         self.record = Record()
         self.record.key = plan.key
-        self.beats = Beats(st, plan.misses) if compiling else None
+        self.beats = Beats(st, plan.misses) if compiling and plan.misses else None
         self.settled = False
 
     def fail(self, e: BaseException) -> None:
@@ -266,38 +289,67 @@ class Duty:
         self.settled = True
         if self.beats is not None:
             self.beats.stop()
+        self._tell(self.plan.misses, e)
+
+    def _tell(self, ranks: list[int], e: BaseException) -> None:
         body = json.dumps({"type": f"{type(e).__module__}.{type(e).__qualname__}",
                            "message": str(e)[:MAX_MESSAGE]}).encode()
-        for m in self.plan.misses:
+        for m in ranks:
             try:
                 send(self.st, m, b"E", body)
-            except Error as err:
+            except Exception as err:  # noqa: BLE001 - the rank fails on its own
                 log.debug("compiler_collectives: cannot tell rank %d of the failure: %s", m, err)
 
     def done(self, saved: bool) -> None:
-        """Tells every waiting rank the key is ready, and sends the files to
-        the receivers (none past ``max_artifact_bytes``)."""
+        """Tells every waiting rank the key is ready, then sends the files to
+        the receivers in turn (none past ``max_artifact_bytes``), beating the
+        receivers still waiting for theirs. A manifest this rank cannot
+        make ships nothing (the receivers compile themselves, with the
+        reason); an error of the channel reaches the ranks not yet told."""
         if self.settled:
             return
         self.settled = True
-        if self.beats is not None:
-            self.beats.stop()
         st, plan = self.st, self.plan
-        root = _cache_dir()
-        files = manifest(self.record, root) if saved and plan.receivers else []
+        if self.beats is not None:
+            self.beats.beat([])
+        root, files, why = _cache_dir(), [], None
+        try:
+            if saved and plan.receivers:
+                files = manifest(self.record, root)
+        except OSError as e:
+            why = f"the source could not list its files: {e}"
         total = sum(f["size"] for f in files)
-        ship = saved and bool(plan.receivers) and total <= st.max_artifact_bytes
-        body = json.dumps({"saved": saved, "ship": ship, "total": total,
+        ship = saved and bool(plan.receivers) and why is None and total <= st.max_artifact_bytes
+        if saved and plan.receivers and why is None and not ship:
+            why = (f"its files are {total} bytes, past max_artifact_bytes "
+                   f"({st.max_artifact_bytes})")
+        body = json.dumps({"saved": saved, "ship": ship, "total": total, "why": why,
                            "files": files if ship else []}).encode()
         if ship:
             log.debug("compiler_collectives: compile_once: key %s: %d files, %d bytes: %s",
                       plan.key, len(files), total, [f["path"] for f in files])
-        for m in plan.misses:
-            send(st, m, b"D", body)
-            if ship and m in plan.receivers:
-                send_files(st, m, root, files)
-                count("sent")
-                count("bytes_sent", total)
+        told: list[int] = []
+        try:
+            for m in plan.misses:
+                send(st, m, b"D", body)
+                told.append(m)
+            if ship:
+                waiting = list(plan.receivers)
+                if self.beats is None and len(waiting) > 1:
+                    self.beats = Beats(st, [])
+                for m in plan.receivers:
+                    waiting.remove(m)
+                    if self.beats is not None:
+                        self.beats.beat(waiting)
+                    send_files(st, m, root, files)
+                    count("sent")
+                    count("bytes_sent", total)
+        except BaseException as e:
+            self._tell([m for m in plan.misses if m not in told], e)
+            raise
+        finally:
+            if self.beats is not None:
+                self.beats.stop()
 
 
 def _recv_within(st, plan: Plan, started: float) -> tuple[bytes, bytes]:
@@ -395,22 +447,55 @@ def _device_note() -> str:
             "device index, across nodes, unless torch.compiler.config.compile_on_one_rank is on)")
 
 
-def _log_key(st, plan: Plan, keys: list[str], what: str) -> None:
+def _log_rank_specific(st, plan: Plan, keys: list[str]) -> None:
+    """Once per key on each rank of it: the ranks computed different keys
+    (the INFO line names the groups of ranks; counted)."""
+    if len(plan.ranks) == len(keys) or plan.key in st.compile_once_specific:
+        return
+    st.compile_once_specific.add(plan.key)
     job = (lambda r: st.ranks[r]) if st.ranks else (lambda r: r)
-    if len(plan.ranks) < len(keys):
-        groups: dict[str, list[int]] = {}
-        note = _device_note()
-        for r, k in enumerate(keys):
-            groups.setdefault(k, []).append(job(r))
-        if plan.key not in st.compile_once_specific:
-            st.compile_once_specific.add(plan.key)
-            count("rank_specific")
-            log.info("compiler_collectives: compile_once: the ranks computed different "
-                     "AOTAutograd keys (a graph that holds something rank-specific); each group "
-                     "compiles its own: %s%s",
-                     "; ".join(f"job ranks {g}" for g in groups.values()), note)
+    groups: dict[str, list[int]] = {}
+    for r, k in enumerate(keys):
+        groups.setdefault(k or "(bypassed the cache)", []).append(job(r))
+    count("rank_specific")
+    log.info("compiler_collectives: compile_once: the ranks computed different AOTAutograd keys "
+             "(a graph that holds something rank-specific); each group shares its own: %s%s",
+             "; ".join(f"job ranks {g}" for g in groups.values()), _device_note())
+
+
+def _log_key(st, plan: Plan, what: str) -> None:
+    job = st.ranks[plan.source] if st.ranks else plan.source
     log.info("compiler_collectives: compile_once: key %s: %s (job rank %s %s)", plan.key, what,
-             job(plan.source), "compiles" if plan.compiling else "loaded it")
+             job, "compiles" if plan.compiling else "loaded it")
+
+
+def check_settings() -> None:
+    """At each lookup: the settings ``compile_once`` relies on are as
+    ``enable`` left them — the backward lowered with the forward, no pass
+    that bakes the rank into a graph after its key (``torch.compile``'s
+    ``options=`` patch Inductor's config per compile). ``InvalidArgument``
+    naming each otherwise (nothing is exchanged)."""
+    from . import _checks
+    from ._errors import InvalidArgument
+
+    import torch._functorch.config as functorch_config
+
+    wrong = []
+    if functorch_config.force_non_lazy_backward_lowering is not True:
+        wrong.append("torch._functorch.config.force_non_lazy_backward_lowering="
+                     f"{functorch_config.force_non_lazy_backward_lowering!r} (compile_once "
+                     "needs True)")
+    for path, off in _checks.RANK_BAKING_PASSES:
+        module, name = path.rsplit(".", 1)
+        try:
+            value = getattr(_checks.resolve(module), name, off)
+        except (ImportError, AttributeError):
+            continue
+        if value != off:
+            wrong.append(f"{path}={value!r} (bakes the rank into a graph after its key)")
+    if wrong:
+        raise InvalidArgument("compile_once: a setting changed after enable(): "
+                              + "; ".join(wrong) + ". Leave them as enable() found them.")
 
 
 def make_try_load(st, original):
@@ -420,26 +505,44 @@ def make_try_load(st, original):
     def try_load(*args: Any, **kwargs: Any):
         if not _wanted(st):
             return original(*args, **kwargs)
+        check_settings()
+        # An owed compile that never ran (no AOTAutograd stage 2 followed
+        # its lookup): its waiting ranks get an error, not a wait.
+        abandon(Error("compile_once: this rank's compile of a graph other ranks waited for "
+                      "never ran (AOTAutograd stopped after the cache lookup)"))
         rec = Record()
-        with _Recording(rec):
-            compiled_fn, aot_config = original(*args, **kwargs)
+        try:
+            with _Recording(rec):
+                compiled_fn, aot_config = original(*args, **kwargs)
+        except BaseException:
+            # torch raised (its strict cache modes): the peers still get
+            # this rank's part of the exchange, a bypass.
+            _exchange(st, "", False)
+            st.compile_once_lookups += 1
+            raise
         keys, loaded, groups, warmth = _exchange(st, rec.key or "", compiled_fn is not None)
         index = st.compile_once_lookups
         st.compile_once_lookups += 1
         me = st.channel.rank
         if not keys[me]:
             count("bypassed")
+            if any(keys):
+                # The others share what they compile; this rank compiles
+                # alone, as a group of one.
+                _tls.duty = Duty(st, Plan([""], [False], [frozenset({0})], 0), compiling=False)
             return compiled_fn, aot_config
         plan = Plan(keys, loaded, groups, me, index, warmth=warmth)
+        _log_rank_specific(st, plan, keys)
         if me == plan.source:
             if me in plan.lowers:
-                _log_key(st, plan, keys, "compiled here")
+                _log_key(st, plan, "compiled here")
                 count("compiled")
                 _tls.duty = Duty(st, plan, compiling=True)
                 return compiled_fn, aot_config
             duty = Duty(st, plan, compiling=False)
             duty.record = rec
-            _log_key(st, plan, keys, "loaded here" + (", sent" if plan.misses else ""))
+            _log_key(st, plan, "loaded here" + (", told the ranks that missed it"
+                                                if plan.misses else ""))
             duty.done(saved=True)
             return compiled_fn, aot_config
         if compiled_fn is not None:
@@ -494,14 +597,14 @@ def _wait_and_load(st, plan: Plan, keys, original, args, kwargs, aot_config):
             raise _failed(st, plan, body)
         if kind == b"D":
             break
-        raise Error(f"compile_once: rank {plan.source} sent a message of kind {kind!r} where "
-                    "the end of its compile was expected")
+        raise violation(st, f"rank {plan.source} sent a message of kind {kind!r} where the end "
+                            "of its compile was expected")
     try:
         info = json.loads(body.decode())
         if not isinstance(info, dict):
             raise ValueError("not an object")
     except (ValueError, UnicodeDecodeError) as e:
-        raise Error(f"compile_once: rank {plan.source}'s done message does not decode: {e}")
+        raise violation(st, f"rank {plan.source}'s done message does not decode: {e}") from None
     me = st.channel.rank
     ok = bool(info.get("saved"))
     how = "read from a shared cache directory"
@@ -510,12 +613,11 @@ def _wait_and_load(st, plan: Plan, keys, original, args, kwargs, aot_config):
                  "cacheable): this rank compiles it itself", plan.key)
     elif me in plan.receivers:
         if not info.get("ship"):
-            log.warning("compiler_collectives: compile_once: the files of key %s are %s bytes, "
-                        "past max_artifact_bytes (%s): this rank compiles it itself",
-                        plan.key, info.get("total"), st.max_artifact_bytes)
+            log.warning("compiler_collectives: compile_once: key %s was not sent (%s): this rank "
+                        "compiles it itself", plan.key, info.get("why"))
             ok = False
         else:
-            ok = receive_files(st, plan.source, info)
+            ok = receive_files(st, plan.source, info, plan.key)
             how = "received"
         for peer in plan.receivers[me]:
             send(st, peer, b"I" if ok else b"F")
@@ -523,6 +625,9 @@ def _wait_and_load(st, plan: Plan, keys, original, args, kwargs, aot_config):
         receiver = plan.receiver_of(me)
         if receiver is not None:
             kind, _ = recv(st, receiver)
+            if kind not in (b"I", b"F"):
+                raise violation(st, f"rank {receiver} sent a message of kind {kind!r} where "
+                                    "the end of its install was expected")
             ok = kind == b"I"
     waited = time.perf_counter() - started
     if ok:
@@ -535,11 +640,12 @@ def _wait_and_load(st, plan: Plan, keys, original, args, kwargs, aot_config):
                  if os.path.relpath(os.path.realpath(p), root).replace(os.sep, "/") not in shipped]
         if built and how == "received":
             # Their keys differ here (the compile command: include paths,
-            # vector ISA, compiler), so the shipped ones did not hit.
+            # vector ISA, compiler), or the sender had loaded them before,
+            # for another graph, and so did not note them.
             count("kernel_misses", len(built))
             log.info("compiler_collectives: compile_once: key %s loaded %d kernels it was not "
-                     "sent (their compile command differs on this rank): %s", plan.key,
-                     len(built), built)
+                     "sent (another compile command here, or kernels the sender loaded for an "
+                     "earlier graph): %s", plan.key, len(built), built)
         if compiled_fn is not None:
             count("received" if how == "received" else "loaded_shared")
             log.info("compiler_collectives: compile_once: key %s %s and loaded (job rank %s "
@@ -549,7 +655,7 @@ def _wait_and_load(st, plan: Plan, keys, original, args, kwargs, aot_config):
                      time.perf_counter() - started - waited)
             return compiled_fn, aot_config
         log.warning("compiler_collectives: compile_once: key %s did not load after the "
-                    "transfer: this rank compiles it itself", plan.key)
+                    "transfer (its lookup missed): this rank compiles it itself", plan.key)
     count("fell_back")
     _tls.duty = Duty(st, Plan([plan.key], [False], [frozenset({0})], 0), compiling=False)
     return None, aot_config
@@ -567,11 +673,11 @@ def make_stage2(original):
         _tls.duty = None
         try:
             with _Recording(duty.record), _policy.alone():
-                if duty.beats is not None and test_hooks.get("in_owner_compile"):
+                if duty.compiling and test_hooks.get("in_owner_compile"):
                     test_hooks["in_owner_compile"]()
                 hits = _fx_hits()
                 result = original(*args, **kwargs)
-                if duty.beats is not None:
+                if duty.compiling:
                     duty.st.compile_once_warmth += _fx_hits() - hits
         except BaseException as e:
             duty.fail(e)

@@ -166,17 +166,19 @@ def check_entry(entry: Any, limit: int) -> tuple[str, int, str]:
 
 
 def _place(tmp: str, full: str) -> bool:
-    """Renames the verified `tmp` to `full`, unless a file is there
-    already (kept: a kernel in use must not change under its users; one
-    with other bytes is counted as a kernel the shipped one could not
-    replace). A kernel's shared object is placed under Inductor's lock of
-    that kernel. Returns whether `full` was written."""
+    """Moves the verified `tmp` to `full`, unless a file is there already
+    (kept: a kernel in use must not change under its users, and the file's
+    name is its content's key). A hard link makes the check and the move one
+    step; a kernel's shared object is placed under Inductor's lock of that
+    kernel too. Returns whether `full` was written."""
 
     def place() -> bool:
-        if os.path.exists(full):
-            os.unlink(tmp)
+        try:
+            os.link(tmp, full)
+        except FileExistsError:
             return False
-        os.replace(tmp, full)
+        finally:
+            os.unlink(tmp)
         return True
 
     if full.endswith(".so"):
@@ -187,6 +189,17 @@ def _place(tmp: str, full: str) -> bool:
         with FileLock(os.path.join(get_lock_dir(), name + ".lock"), timeout=LOCK_TIMEOUT):
             return place()
     return place()
+
+
+def violation(st, message: str) -> DecodeError:
+    """A peer broke the message order: the channel goes (the next messages
+    could not be read in step), as for any peer's message that does not
+    decode."""
+    try:
+        st.channel.abort()
+    except Error:
+        pass
+    return DecodeError(f"compile_once: {message}; the channel is unusable: end the job")
 
 
 #: Set by tests only (``tests/ranks/compile_once.py``): ``in_owner_compile``
@@ -213,12 +226,15 @@ def recv(st, peer: int) -> tuple[bytes, bytes]:
 def send_files(st, peer: int, root: str, files: list[dict]) -> None:
     """Sends `files` (a manifest) to `peer` in chunks, waiting for its
     acknowledgement every WINDOW chunks; a file it cannot read ends the
-    transfer with a message saying why (the receiver then compiles itself)."""
+    transfer with a message saying why (the receiver then compiles itself).
+    A file of no bytes sends nothing."""
     first, sent = True, 0
     for f in files:
+        left = f["size"]
+        if left == 0:
+            continue
         try:
             with open(os.path.join(root, *f["path"].split("/")), "rb") as fh:
-                left = f["size"]
                 while left > 0:
                     chunk = fh.read(min(CHUNK_BYTES, left))
                     if not chunk:
@@ -231,6 +247,8 @@ def send_files(st, peer: int, root: str, files: list[dict]) -> None:
                     sent += 1
                     if sent % WINDOW == 0:
                         expect_ack(st, peer)
+        except Error:
+            raise  # the channel's (a Timeout is an OSError too)
         except OSError as e:
             send(st, peer, b"X", str(e).encode()[:MAX_MESSAGE])
             return
@@ -239,82 +257,91 @@ def send_files(st, peer: int, root: str, files: list[dict]) -> None:
 def expect_ack(st, peer: int) -> None:
     kind, _ = recv(st, peer)
     if kind != b"A":
-        raise Error(f"compile_once: rank {peer} sent a message of kind {kind!r} where an "
-                    "acknowledgement of the chunks it received was expected")
+        raise violation(st, f"rank {peer} sent a message of kind {kind!r} where an "
+                            "acknowledgement of the chunks it received was expected")
 
 
-def receive_files(st, source: int, info: dict) -> bool:
-    """Receives the announced files from `source` into temporary files
-    beside their places, checks each one's size and digest, and places them
-    only when every one passed. Reads every announced chunk whatever
-    happens (the next message from `source` must be the next one it sent).
-    Returns whether they were installed."""
+def receive_files(st, source: int, info: dict, key: str) -> bool:
+    """Receives the announced files of `key` from `source` into hidden
+    temporary files beside their places (Inductor's lookups skip names that
+    start with a dot), checks each one's size and digest, and places them
+    only when every one passed; the temporary files are removed whatever
+    happens. Reads every announced chunk whatever happens (the next message
+    from `source` must be the next one it sent); beats from `source` (it
+    beats the receivers still waiting for their turn) are skipped. Returns
+    whether the files were installed."""
     root = _cache_dir()
     limit = st.max_artifact_bytes
-    temps: list[tuple[str, str]] = []
-    why, chunks = None, 0
     try:
         files = info.get("files", [])
         if not isinstance(files, list):
             raise Rejected(f"the files are a {type(files).__name__}, not a list")
         entries = [check_entry(e, limit) for e in files]
     except Rejected as e:
-        # Its chunks cannot be read in step with it: the channel goes, as
-        # for any peer's message that does not decode.
-        st.channel.abort()
-        raise DecodeError(f"compile_once: rank {source} announced a file this rank refuses "
-                          f"({e}); the channel is unusable: end the job") from None
+        raise violation(st, f"rank {source} announced a file this rank refuses ({e})") from None
+    temps: list[tuple[str, str]] = []
+    why, chunks = None, 0
     total = sum(size for _, size, _ in entries)
     if total > limit:
         # Read (and drop) every chunk, writing nothing.
         why = f"{total} bytes announced, past max_artifact_bytes ({limit})"
-    for path, size, digest in entries:
-        full = os.path.join(root, *path.split("/"))
-        h, got = hashlib.sha256(), 0
-        tmp = None
-        if why is None:
-            os.makedirs(os.path.dirname(full), exist_ok=True)
-            tmp = f"{full}.ccol-{os.getpid()}-{secrets.token_hex(4)}.tmp"
-        out = open(tmp, "wb") if tmp else None
-        try:
-            while got < size:
-                kind, chunk = recv(st, source)
-                if kind == b"X":
-                    why = f"rank {source} could not read {path}: {chunk.decode(errors='replace')}"
-                    break
-                if kind != b"C" or got + len(chunk) > size:
-                    raise Error(f"compile_once: rank {source} sent {len(chunk)} bytes of {path} "
-                                f"out of order")
-                got += len(chunk)
-                chunks += 1
-                if chunks % WINDOW == 0:
-                    send(st, source, b"A")
-                h.update(chunk)
+    try:
+        for path, size, digest in entries:
+            full = os.path.join(root, *path.split("/"))
+            h, got, out = hashlib.sha256(), 0, None
+            if why is None:
+                try:
+                    os.makedirs(os.path.dirname(full), exist_ok=True)
+                    tmp = os.path.join(os.path.dirname(full), f".ccol-{os.getpid()}-"
+                                       f"{secrets.token_hex(6)}-{os.path.basename(full)}")
+                    out = open(tmp, "wb")
+                    temps.append((tmp, full))
+                except OSError as e:
+                    why = f"cannot write {path}: {e}"
+            try:
+                while got < size:
+                    kind, chunk = recv(st, source)
+                    if kind == b"B":
+                        continue
+                    if kind == b"X":
+                        why = f"rank {source} could not read {path}: " + chunk.decode(
+                            errors="replace")
+                        break
+                    if kind != b"C" or got + len(chunk) > size:
+                        raise violation(st, f"rank {source} sent a message of kind {kind!r} "
+                                            f"({len(chunk)} bytes) in the middle of {path}")
+                    got += len(chunk)
+                    chunks += 1
+                    if chunks % WINDOW == 0:
+                        send(st, source, b"A")
+                    h.update(chunk)
+                    if out is not None:
+                        try:
+                            out.write(chunk)
+                        except OSError as e:
+                            why = why or f"cannot write {path}: {e}"
+            finally:
                 if out is not None:
-                    out.write(chunk)
-        finally:
-            if out is not None:
-                out.close()
-        if tmp:
-            temps.append((tmp, full))
-        if kind == b"X":
-            break
-        if why is None and h.hexdigest() != digest:
-            why = f"{path}: its SHA-256 is not the one rank {source} announced"
-    if why is not None:
+                    out.close()
+            if got < size:
+                break  # the sender ended the transfer (X)
+            if why is None and h.hexdigest() != digest:
+                why = f"{path}: its SHA-256 is not the one rank {source} announced"
+        if why is not None:
+            log.warning("compiler_collectives: compile_once rejected the files of key %s from "
+                        "job rank %s (%s): this rank compiles it itself", key,
+                        st.ranks[source] if st.ranks else source, why)
+            count("rejected")
+            return False
+        # The AOTAutograd entry last: a lookup that finds it finds the rest.
+        temps.sort(key=lambda t: os.path.relpath(t[1], root).startswith("aotautograd"))
+        for tmp, full in temps:
+            _place(tmp, full)
+        count("bytes_received", total)
+        return True
+    finally:
         for tmp, _ in temps:
             try:
                 os.unlink(tmp)
             except OSError:
                 pass
-        log.warning("compiler_collectives: compile_once rejected the files of key %s from job "
-                    "rank %s (%s): this rank compiles it itself", info.get("key", "?"),
-                    st.ranks[source] if st.ranks else source, why)
-        count("rejected")
-        return False
-    # The AOTAutograd entry last: a lookup that finds it finds the rest.
-    temps.sort(key=lambda t: os.path.relpath(t[1], root).startswith("aotautograd"))
-    for tmp, full in temps:
-        _place(tmp, full)
-    count("bytes_received", sum(size for _, size, _ in entries))
-    return True

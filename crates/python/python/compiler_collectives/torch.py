@@ -159,8 +159,9 @@ def enable(
     policy"). Call it on every rank, after
     ``torch.distributed.init_process_group`` and before the first compiled
     call; the ranks of a group must pass the same ``exchange``,
-    ``guard_votes``, ``cache_agreement``, ``check_graphs`` and
-    ``allow_untested_torch``.
+    ``guard_votes``, ``cache_agreement``, ``check_graphs``,
+    ``allow_untested_torch``, ``compile_once`` and ``max_artifact_bytes``
+    (``skip_restart`` and ``compile_timeout`` may differ).
 
     Args:
         timeout: the deadline of the rendezvous and of every exchange, in
@@ -260,7 +261,8 @@ def enable(
             with a pass that bakes the rank into a graph after its key
             (nothing is changed).
         InvalidArgument: no default process group, already enabled, a bad
-            timeout, ``exchange``, ``guard_votes`` or ``skip_restart``, or a
+            timeout, ``exchange``, ``guard_votes``, ``skip_restart``,
+            ``compile_once``, ``max_artifact_bytes`` or ``compile_timeout``, or a
             bad ``group`` (not one of the forms above, a rank out of the job
             or listed twice, or a group without this rank).
         Timeout: a rank did not come to the rendezvous within the deadline
