@@ -539,6 +539,7 @@ def make_try_load(st, original):
                 count("compiled")
                 _tls.duty = Duty(st, plan, compiling=True)
                 return compiled_fn, aot_config
+            count("loaded_here")
             duty = Duty(st, plan, compiling=False)
             duty.record = rec
             _log_key(st, plan, "loaded here" + (", told the ranks that missed it"
@@ -546,6 +547,8 @@ def make_try_load(st, original):
             duty.done(saved=True)
             return compiled_fn, aot_config
         if compiled_fn is not None:
+            count("loaded_here")
+            _log_key(st, plan, "loaded here")
             return compiled_fn, aot_config
         return _wait_and_load(st, plan, keys, original, args, kwargs, aot_config)
 
