@@ -712,9 +712,6 @@ def install(st, patch) -> None:
     from torch._inductor.codecache import CppCodeCache, FxGraphCache
 
     st.compile_once_dirs = Dirs()
-    st.compile_once_specific = set()
-    st.compile_once_lookups = 0
-    st.compile_once_warmth = 0
     patch(st, functorch_config, "force_non_lazy_backward_lowering", True)
     try_load = AOTAutogradCache.__dict__["try_load"].__func__
     patch(st, AOTAutogradCache, "try_load", staticmethod(make_try_load(st, try_load)))
