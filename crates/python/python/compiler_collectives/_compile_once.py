@@ -66,6 +66,8 @@ from ._shipping import (
     Record,
     _cache_dir,
     _note,
+    _note_loaded,
+    _note_reused,
     _recording,
     _Recording,
     count,
@@ -396,7 +398,11 @@ def _wanted(st) -> bool:
 
 
 def _fx_hits() -> int:
-    """This process's Inductor FX graph cache hits so far."""
+    """This process's Inductor FX graph cache hits so far: the counter
+    ``codecache.py`` increments at each hit in torch 2.11-2.15 (read from
+    their sources). Were a version to stop counting, every rank's warmth
+    would read 0 and owners would go in turn over all ranks: slower,
+    never wrong."""
     from torch._dynamo.utils import counters
 
     return int(counters["inductor"]["fxgraph_cache_hit"])
@@ -733,4 +739,23 @@ def install(st, patch) -> None:
     noting(AOTAutogradCache, "save", "saved", 0, staticmethod)
     noting(FxGraphCache, "_lookup_graph", "fx", 0, staticmethod)
     noting(FxGraphCache, "_save_graph", "fx", 0, staticmethod)
-    noting(CppCodeCache, "_load_library", "lib", 1, classmethod)
+
+    load_library = CppCodeCache.__dict__["_load_library"].__func__
+
+    def loading(cls, path, key, *args: Any, **kwargs: Any):
+        _note_loaded(path, key)
+        return load_library(cls, path, key, *args, **kwargs)
+
+    loading.__wrapped__ = load_library
+    patch(st, CppCodeCache, "_load_library", classmethod(loading))
+    load_async = CppCodeCache.__dict__.get("load_async")
+    if load_async is not None:
+        load_async = load_async.__func__
+
+        def reusing(cls, *args: Any, **kwargs: Any):
+            fn = load_async(cls, *args, **kwargs)
+            _note_reused(cls.cache, fn)
+            return fn
+
+        reusing.__wrapped__ = load_async
+        patch(st, CppCodeCache, "load_async", classmethod(reusing))

@@ -89,6 +89,37 @@ def _note(what: str, value: Any) -> None:
             rec.libraries.append(value)
 
 
+#: Every kernel shared object this process loaded, by kernel key (the
+#: second argument of ``CppCodeCache._load_library``). A kernel a process
+#: has loaded once is found in ``CppCodeCache.cache`` afterwards and never
+#: loaded again, so a later graph that uses it is noted from here.
+_LOADED: dict[str, str] = {}
+
+
+def _note_loaded(path: str, key: Any) -> None:
+    """``CppCodeCache._load_library(path, key)`` ran: remembered, and noted
+    for the lookups and compiles being recorded."""
+    if isinstance(key, str):
+        _LOADED[key] = path
+    if _recording():
+        _note("lib", path)
+
+
+def _note_reused(cache: dict, fn: Any) -> None:
+    """``CppCodeCache.load_async`` returned `fn`, the entry of ``cache``
+    (the class's in-memory kernels): where this process loaded that kernel
+    before, its shared object is noted for the records, since its loader
+    is not called again."""
+    if not _recording():
+        return
+    for key, value in list(cache.items()):
+        if value is fn:
+            path = _LOADED.get(key)
+            if path is not None:
+                _note("lib", path)
+            return
+
+
 class _Recording:
     def __init__(self, rec: Record) -> None:
         self.rec = rec
@@ -148,16 +179,19 @@ class Rejected(Exception):
     """A received file failed its checks (path, size or digest)."""
 
 
-def check_entry(entry: Any, limit: int) -> tuple[str, int, str]:
+def check_entry(entry: Any, limit: int, key: Optional[str] = None) -> tuple[str, int, str]:
     """The path, size and digest of one manifest entry from a peer, checked:
     a relative path of the shapes a load needs (no ``..``, no absolute
-    path), a size within `limit`, a 64-hex-digit digest. Raises
+    path), an AOTAutograd entry only under `key` (the key being shipped,
+    where given), a size within `limit`, a 64-hex-digit digest. Raises
     :class:`Rejected`."""
     if not isinstance(entry, dict):
         raise Rejected(f"a manifest entry is a {type(entry).__name__}, not an object")
     path, size, digest = entry.get("path"), entry.get("size"), entry.get("sha256")
     if not isinstance(path, str) or not _SHIPPABLE.match(path) or ".." in path.split("/"):
         raise Rejected(f"the path {path!r} is not one of a cache entry or a kernel")
+    if key is not None and path.startswith("aotautograd/") and path.split("/")[1] != key:
+        raise Rejected(f"the AOTAutograd entry {path!r} is not of the key {key}")
     if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= limit:
         raise Rejected(f"the size {size!r} of {path} is not within 0..{limit}")
     if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
@@ -276,7 +310,7 @@ def receive_files(st, source: int, info: dict, key: str) -> bool:
         files = info.get("files", [])
         if not isinstance(files, list):
             raise Rejected(f"the files are a {type(files).__name__}, not a list")
-        entries = [check_entry(e, limit) for e in files]
+        entries = [check_entry(e, limit, key) for e in files]
     except Rejected as e:
         raise violation(st, f"rank {source} announced a file this rank refuses ({e})") from None
     temps: list[tuple[str, str]] = []
