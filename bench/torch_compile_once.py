@@ -7,6 +7,7 @@ Usage (in the torch environment, after ``scripts/setup-python.sh``)::
 
     "$CCOL_TORCH_PYTHON" bench/torch_compile_once.py [--case node,two_nodes,warm_cold]
         [--ranks 2,4] [--repeats 3] [--pieces 3] [--width 64] [--limit 600] [--json]
+    "$CCOL_TORCH_PYTHON" bench/torch_compile_once.py --case shard [--layers 12] [--repeats 3]
 
 Each job is ``torchrun`` running this file as its worker: a model of
 ``--pieces`` pieces (a graph break between each: one Inductor forward and
@@ -21,7 +22,8 @@ repeat (each repeat starts with the next one):
 - ``pytorch``: PyTorch alone;
 - ``package``: ``compiler_collectives.torch.enable(compile_once=True)``;
 - ``sync`` (``warm_cold`` only, torch 2.15): PyTorch alone with
-  ``torch._functorch.config._sync_cache_decision_cross_ranks``.
+  ``torch._functorch.config._sync_cache_decision_cross_ranks``;
+- ``shard`` (``shard`` only): ``enable(compile_once=True, shard_kernels=True)``.
 
 Cases:
 
@@ -30,12 +32,26 @@ Cases:
 - ``two_nodes``: two ``torchrun`` agents (``--nnodes 2``, 2 ranks each), each
   node its own cache directory and TMPDIR, both on this machine's CPUs;
 - ``warm_cold``: as ``two_nodes``, node 0's cache warmed first by a job of
-  PyTorch alone on that node's directory, node 1's cold.
+  PyTorch alone on that node's directory, node 1's cold;
+- ``shard``: the job's kernel builds on N machines, simulated on this one:
+  two ``torchrun`` agents of one rank each, each rank pinned to its own
+  core (``os.sched_setaffinity``), ``compile_threads=2``, each "node" its
+  own cache directory and TMPDIR. The model is one piece of ``--layers``
+  Linear layers (each followed by a ReLU: one C++ kernel per layer in the
+  forward graph, and about two in the backward). Modes: PyTorch alone,
+  ``compile_once`` alone, and ``compile_once`` with ``shard_kernels``.
+  First, the model's kernel share f under the same conditions (one rank,
+  pinned, ``compile_threads=2``): the time to the first step rebuilding only
+  the kernels' shared objects (a cache holding the model's entries, its
+  ``.so`` files removed, a fresh TMPDIR so that the precompiled header is
+  built again), divided by a cold compile's; the ideal gain of sharding at
+  two ranks is 1 / (1 - f/2).
 
 Reported per job: the time to the end of the first step on the slowest
 rank (and each node's slowest), the Inductor compiles in the whole job,
 counted here, outside the package and the caches (each compile creates one
-``GraphLowering``), the package's counters summed over the ranks (bytes
+``GraphLowering``), the kernels' shared objects built in the whole job
+(counted at Inductor's C++ builder), the package's counters summed over the ranks (bytes
 sent), the losses (rank 0's, to compare modes), and any rank that did not
 finish within ``--limit`` seconds (reported as such: PyTorch's vote
 deadlocks now and then on CPU).
@@ -75,22 +91,39 @@ def worker(args) -> None:
         init(self, *a, **kw)
 
     inductor_graph.GraphLowering.__init__ = counting
+    import torch._inductor.cpp_builder as cpp_builder
+
+    builds: list = []
+    build = cpp_builder.CppBuilder.build
+
+    def counting_build(self, *a, **kw):
+        target = self.get_target_file_path()
+        if target.endswith(".main.so"):
+            builds.append(os.path.basename(target))
+        return build(self, *a, **kw)
+
+    cpp_builder.CppBuilder.build = counting_build
+    if args.pin:
+        os.sched_setaffinity(0, {int(os.environ.get("GROUP_RANK", "0")) % os.cpu_count()})
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     if args.mode == "sync":
         import torch._functorch.config as functorch_config
 
         functorch_config._sync_cache_decision_cross_ranks = True
-    if args.mode == "package":
+    if args.mode in ("package", "shard"):
         import compiler_collectives.torch as cct
 
-        cct.enable(compile_once=True)
+        cct.enable(compile_once=True, shard_kernels=args.mode == "shard")
     torch.manual_seed(0)
-    pieces = [nn.Linear(args.width, args.width) for _ in range(args.pieces)]
+    pieces = [nn.Sequential(*(nn.Linear(args.width, args.width) for _ in range(args.layers)))
+              for _ in range(args.pieces)]
     params = [p for m in pieces for p in m.parameters()]
 
     def piece(i, x):
-        return torch.relu(pieces[i](x)) * (i + 1)
+        for j, layer in enumerate(pieces[i]):
+            x = torch.relu(layer(x)) * (i + j + 1)
+        return x
 
     # The graph breaks unrolled (Dynamo skips a frame whose loop breaks).
     body = "    x = piece(0, x)\n" + "".join(
@@ -111,6 +144,7 @@ def worker(args) -> None:
 
     report = {"rank": rank, "node": int(os.environ.get("GROUP_RANK", "0")),
               "first_step": first_step, "lowerings": lowerings[0], "loss": float.hex(loss.item()),
+              "builds": builds,
               "package": dict(counters["compiler_collectives"])}
     pathlib.Path(args.out, f"rank{rank}.json").write_text(json.dumps(report))
     dist.barrier()
@@ -126,8 +160,8 @@ def _free_port() -> int:
 def job(case: str, mode: str, ranks: int, args, work: pathlib.Path, warm: dict) -> dict:
     """Runs one job of `case` in `mode`; returns its row."""
     out = pathlib.Path(tempfile.mkdtemp(dir=work, prefix=f"{case}-{mode}-"))
-    nodes = 1 if case == "node" else 2
-    per_node = ranks if case == "node" else 2
+    nodes = 1 if case in ("node", "share") else 2
+    per_node = ranks if case == "node" else 1 if case in ("shard", "share") else 2
     torchrun = pathlib.Path(sys.executable).with_name("torchrun")
     port = _free_port()
     procs = []
@@ -140,6 +174,8 @@ def job(case: str, mode: str, ranks: int, args, work: pathlib.Path, warm: dict) 
             shutil.copytree(warm[node]["tmp"], tmp, dirs_exist_ok=True)
         env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(cache), TMPDIR=str(tmp),
                    GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
+        if case in ("shard", "share"):
+            env["TORCHINDUCTOR_COMPILE_THREADS"] = "2"
         cmd = [str(torchrun), f"--nproc-per-node={per_node}"]
         if nodes == 1:
             cmd += ["--standalone"]
@@ -147,7 +183,8 @@ def job(case: str, mode: str, ranks: int, args, work: pathlib.Path, warm: dict) 
             cmd += [f"--nnodes={nodes}", f"--node-rank={node}", "--rdzv-backend=c10d",
                     f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id=bench{port}"]
         cmd += [__file__, "--worker", "--mode", mode, "--out", str(out),
-                "--pieces", str(args.pieces), "--width", str(args.width)]
+                "--pieces", str(args.pieces), "--width", str(args.width),
+                "--layers", str(args.layers)] + (["--pin"] if case in ("shard", "share") else [])
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))
     deadline = time.monotonic() + args.limit
@@ -163,6 +200,7 @@ def job(case: str, mode: str, ranks: int, args, work: pathlib.Path, warm: dict) 
             p.wait()
     reports = [json.loads(f.read_text()) for f in sorted(out.glob("rank*.json"))]
     row = {"case": case, "mode": mode, "ranks": nodes * per_node, "finished": len(reports),
+           "out": str(out),
            "deadlocked_or_failed": stuck or len(reports) < nodes * per_node,
            "returncodes": [p.returncode for p in procs]}
     if reports:
@@ -180,9 +218,31 @@ def job(case: str, mode: str, ranks: int, args, work: pathlib.Path, warm: dict) 
                 package[k] = package.get(k, 0) + v
         row["package"] = package
         row["loss_rank0"] = next((r["loss"] for r in reports if r["rank"] == 0), None)
+        built = [b for r in reports for b in r["builds"]]
+        row["kernel_builds"], row["distinct_kernels"] = len(built), len(set(built))
+        row["kernel_builds_by_rank"] = {r["rank"]: len(r["builds"]) for r in reports}
     if row["deadlocked_or_failed"]:
         row["output_tail"] = [p.stdout.read()[-2000:] if p.stdout else "" for p in procs]
     return row
+
+
+def kernel_share(args, work: pathlib.Path) -> dict:
+    """The model's kernel share f (module docs): a cold compile of one rank,
+    then the same with only the kernels' shared objects to rebuild."""
+    cold = job("share", "pytorch", 1, args, work, {})
+    base = pathlib.Path(tempfile.mkdtemp(dir=work, prefix="share-"))
+    cache, tmp = base / "cache", base / "tmp"
+    shutil.copytree(pathlib.Path(cold["out"], "node0-cache"), cache)
+    tmp.mkdir()
+    for f in list(cache.rglob("*.so")) + list(cache.rglob("*.o")):
+        f.unlink()
+    rebuild = job("share", "pytorch", 1, args, work, {0: {"cache": cache, "tmp": tmp}})
+    return {"case": "kernel_share", "cold_s": cold.get("first_step_s"),
+            "rebuild_s": rebuild.get("first_step_s"), "cold_lowerings": cold.get("lowerings"),
+            "rebuild_lowerings": rebuild.get("lowerings"),
+            "kernels": cold.get("distinct_kernels"), "rebuilt": rebuild.get("kernel_builds"),
+            "f": rebuild["first_step_s"] / cold["first_step_s"]
+            if cold.get("first_step_s") and rebuild.get("first_step_s") else None}
 
 
 def warm_node(args, work: pathlib.Path) -> dict:
@@ -210,6 +270,9 @@ def main(argv) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--pieces", type=int, default=3)
     ap.add_argument("--width", type=int, default=64)
+    ap.add_argument("--layers", type=int, default=1,
+                    help="Linear layers per piece (--case shard: default 12, one piece)")
+    ap.add_argument("--pin", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--limit", type=float, default=600, help="seconds a job may take")
     ap.add_argument("--json", action="store_true", help="one JSON row per job")
     args = ap.parse_args(argv)
@@ -220,11 +283,23 @@ def main(argv) -> int:
     with tempfile.TemporaryDirectory(prefix="ccol-bench-compile-once-") as tmp:
         work = pathlib.Path(tmp)
         for case in args.case.split(","):
-            sizes = [int(n) for n in args.ranks.split(",")] if case == "node" else [4]
-            modes = MODES + (("sync",) if case == "warm_cold" else ())
+            sizes = [int(n) for n in args.ranks.split(",")] if case == "node" else [
+                2 if case == "shard" else 4]
+            modes = MODES + (("sync",) if case == "warm_cold" else ("shard",)
+                             if case == "shard" else ())
+            if case == "shard" and "--layers" not in argv:
+                args.layers, args.pieces = 12, 1
             for ranks in sizes:
                 for repeat in range(args.repeats):
                     warm = warm_node(args, work) if case == "warm_cold" else {}
+                    if case == "shard":
+                        share = kernel_share(args, work)
+                        share["repeat"] = repeat
+                        rows.append(share)
+                        print(json.dumps(share) if args.json else
+                              f"kernel share f = {share['f']:.3f} (cold {share['cold_s']:.2f} s, "
+                              f"rebuilding {share['rebuilt']} of {share['kernels']} kernels "
+                              f"{share['rebuild_s']:.2f} s)", flush=True)
                     turn = repeat % len(modes)
                     for mode in modes[turn:] + modes[:turn]:
                         row = job(case, mode, ranks, args, work, warm)
@@ -237,6 +312,11 @@ def main(argv) -> int:
 
 
 def _line(row) -> str:
+    if row.get("case") == "shard" and row.get("first_step_s") is not None:
+        return (f"shard     2 ranks {row['mode']:8} first step {row['first_step_s']:6.2f} s, "
+                f"{row['lowerings']:3d} Inductor compiles, {row['kernel_builds']} kernel builds "
+                f"({row['distinct_kernels']} distinct; by rank {row['kernel_builds_by_rank']})"
+                + ("  DEADLOCK/FAILED" if row["deadlocked_or_failed"] else ""))
     if row.get("first_step_s") is None:
         return f"{row['case']:9} {row['ranks']} ranks {row['mode']:8} DID NOT FINISH {row}"
     pkg = row.get("package", {})
@@ -248,8 +328,20 @@ def _line(row) -> str:
 
 
 def _summary(rows) -> None:
+    shares = [r["f"] for r in rows if r["case"] == "kernel_share" and r.get("f")]
+    if shares:
+        f = statistics.median(shares)
+        ideal = 1 / (1 - f / 2)
+        print(f"\nkernel share f: {', '.join(f'{x:.3f}' for x in shares)} (median {f:.3f}); "
+              f"ideal gain at 2 ranks {ideal:.2f}, target 0.8x = {0.8 * ideal:.2f}")
+        for rep in sorted({r["repeat"] for r in rows if r["case"] == "shard"}):
+            by = {r["mode"]: r.get("first_step_s") for r in rows
+                  if r["case"] == "shard" and r["repeat"] == rep}
+            if all(by.get(m) for m in ("pytorch", "package", "shard")):
+                print(f"  repeat {rep}: PyTorch ÷ sharded {by['pytorch'] / by['shard']:.2f}, "
+                      f"compile_once alone ÷ sharded {by['package'] / by['shard']:.2f}")
     print("\nPyTorch ÷ package, time to the first step (slowest rank), per repeat:")
-    keys = sorted({(r["case"], r["ranks"]) for r in rows})
+    keys = sorted({(r["case"], r["ranks"]) for r in rows if r["case"] != "kernel_share"})
     for case, ranks in keys:
         ratios = []
         for rep in sorted({r["repeat"] for r in rows}):

@@ -126,7 +126,8 @@ CCOL_TORCH_PYTHON="$(torch_python 2.14.1)" CCOL_TORCHRUN="$CCOL_CACHE/torch-2.14
 # training stacks (torchrun+DDP, the accelerate example, the Lightning
 # callback); compile_once between two cache directories, one transfer
 # rejected and one loaded (each version's AOTAutograd and Inductor cache
-# seams).
+# seams); shard_kernels, each kernel built once (each version's
+# AsyncCompile seams).
 smoke=(
     crates/python/tests/test_agreements.py
     crates/python/tests/test_enable.py
@@ -146,6 +147,7 @@ smoke=(
     crates/python/tests/test_integrations.py::test_accelerate_runs_as_without_the_package
     crates/python/tests/test_integrations.py::test_lightning_fit_validate_and_test_with_the_callback
     crates/python/tests/test_compile_once.py::test_a_transfer_corrupted_in_flight_is_rejected_and_a_clean_one_loads
+    crates/python/tests/test_shard.py::test_every_rank_lowers_and_each_kernel_is_built_once_in_the_job
 )
 step "pytest on torch 2.13.0 and 2.14.1: the package's smoke set"
 for v in 2.13.0 2.14.1; do

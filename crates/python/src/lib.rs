@@ -469,18 +469,25 @@ impl CompileChannel {
     /// rank raises `Disagreement` naming the ranks and their texts (fatal:
     /// the channel is unusable afterwards). Cost: one all_gather of a
     /// 4096-byte slot when the lists are equal or fit it, one more of the
-    /// lists otherwise. Errors as `exchange_local_state`.
-    #[pyo3(signature = (key, texts, config=None))]
+    /// lists otherwise. `timeout_s` (seconds) replaces the channel's
+    /// deadline for this exchange (a wait that may outlast it, such as the
+    /// ranks' kernel builds). Errors as `exchange_local_state`; `ValueError`
+    /// for a `timeout_s` that is not a positive number of seconds.
+    #[pyo3(signature = (key, texts, config=None, timeout_s=None))]
     fn gather_texts(
         &self,
         py: Python<'_>,
         key: &str,
         texts: Vec<String>,
         config: Option<&str>,
+        timeout_s: Option<f64>,
     ) -> PyResult<Vec<Vec<String>>> {
         let mut options = ExchangeOptions::default().with_every_value(true);
         if let Some(config) = config {
             options = options.with_config(config);
+        }
+        if let Some(t) = timeout_s {
+            options = options.with_timeout(seconds("timeout_s", t)?);
         }
         let world = self.world_size as usize;
         let local = TextLists::of(texts);

@@ -261,6 +261,28 @@ class Rank:
         return found[-1]
 
 
+def run_compile_once(tmp_path, dirs, check: bool = True, **env) -> list["Rank"]:
+    """Two ranks of tests/ranks/compile_once.py (test_compile_once.py,
+    test_shard.py), rank r's Inductor cache directory tmp_path/dirs[r] (env
+    may override it); each rank's exit status 0 (with `check` off: 0, or
+    killed by SIGKILL)."""
+    full = {f"CCOL_CO_DIR_{r}": str(tmp_path / d) for r, d in enumerate(dirs)}
+    full.update({k: str(v) for k, v in env.items()})
+    (tmp_path / "job").mkdir()
+    ranks = run_ranks(tmp_path / "job", 2, "compile_once.py", env=full, limit=240)
+    for r in ranks:
+        if check or r.returncode != -9:
+            assert r.returncode == 0, r.stderr[-3000:]
+    return ranks
+
+
+def event_of(rank: "Rank", name: str) -> dict:
+    """The one event `name` of a rank of tests/ranks/compile_once.py."""
+    found = [e for e in rank.events if e["event"] == name]
+    assert len(found) == 1, (rank.events, rank.stderr[-3000:])
+    return found[0]
+
+
 def rank_program(name: str) -> Path:
     path = RANKS_DIR / name
     assert path.is_file(), f"no rank program {path}"

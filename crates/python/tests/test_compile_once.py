@@ -10,29 +10,17 @@ import hashlib
 
 import pytest
 
-from conftest import run_ranks
+from conftest import event_of as _event
+from conftest import run_compile_once, run_ranks
 
 PROGRAM = "compile_once.py"
 
 
 def _run(tmp_path, dirs, **env):
     """Two ranks of tests/ranks/compile_once.py, rank r's Inductor cache
-    directory tmp_path/dirs[r]; each rank's exit status 0."""
-    full = {f"CCOL_CO_DIR_{r}": str(tmp_path / d) for r, d in enumerate(dirs)}
-    # Kernels built in the compiling process: no pool of workers to start.
-    full["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
-    full.update({k: str(v) for k, v in env.items()})
-    (tmp_path / "job").mkdir()
-    ranks = run_ranks(tmp_path / "job", 2, PROGRAM, env=full, limit=240)
-    for r in ranks:
-        assert r.returncode == 0, r.stderr[-3000:]
-    return ranks
-
-
-def _event(rank, name):
-    found = [e for e in rank.events if e["event"] == name]
-    assert len(found) == 1, (rank.events, rank.stderr[-3000:])
-    return found[0]
+    directory tmp_path/dirs[r], kernels built in the compiling process (no
+    pool of workers to start); each rank's exit status 0."""
+    return run_compile_once(tmp_path, dirs, TORCHINDUCTOR_COMPILE_THREADS=1, **env)
 
 
 @pytest.fixture(scope="module")

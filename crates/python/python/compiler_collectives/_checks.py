@@ -10,7 +10,7 @@ import logging
 import math
 import os
 import sys
-from typing import Union
+from typing import Optional, Union
 
 import torch
 import torch.distributed as dist
@@ -145,6 +145,13 @@ AGREEMENT_ENTRIES = {
         "torch._functorch.aot_autograd.aot_stage2_compile",
         "torch._functorch.config.force_non_lazy_backward_lowering",
     ],
+    "shard_kernels": [
+        "torch._inductor.async_compile.AsyncCompile.submit",
+        "torch._inductor.async_compile.AsyncCompile.wait",
+        "torch._inductor.async_compile.get_compile_threads",
+        "torch._inductor.codecache._worker_compile_cpp",
+        "torch._inductor.codecache.CppCodeCache.load_async",
+    ],
     "spmd_check": [
         "torch._inductor.fx_passes.spmd_check.spmd_check",
         "torch._inductor.fx_passes.spmd_check._compute_hash",
@@ -227,12 +234,7 @@ def check_compile_once(compile_once: bool, max_artifact_bytes: int, available: s
             f"max_artifact_bytes must be a positive int (bytes), not {max_artifact_bytes!r}")
     if not compile_once:
         return
-    if "compile_once" not in available:
-        known = _compat.load_table()["versions"][version]
-        missing = [p for p in AGREEMENT_ENTRIES["compile_once"] if not known.get(p)]
-        raise Unsupported(
-            f"compile_once=True: torch {torch.__version__} (following {version} of the version "
-            f"table) lacks what it hooks into: {', '.join(missing)}. Nothing was changed.")
+    _require("compile_once", available, version)
     on = []
     for path, off in RANK_BAKING_PASSES:
         module, name = path.rsplit(".", 1)
@@ -368,6 +370,45 @@ def timeout_seconds(timeout: Union[None, float, int, datetime.timedelta]) -> flo
     return value
 
 
+def _require(feature: str, available: set, version: str) -> None:
+    """``Unsupported`` naming what ``feature=True`` hooks into and the
+    installed torch (following `version` of the table) lacks."""
+    if feature in available:
+        return
+    known = _compat.load_table()["versions"][version]
+    missing = [p for p in AGREEMENT_ENTRIES[feature] if not known.get(p)]
+    raise Unsupported(
+        f"{feature}=True: torch {torch.__version__} (following {version} of the version "
+        f"table) lacks what it hooks into: {', '.join(missing)}. Nothing was changed.")
+
+
+def check_shard_kernels(shard_kernels: bool, compile_once: bool, available: set,
+                        version: str) -> Optional[int]:
+    """What ``enable`` refuses about ``shard_kernels`` (nothing changed
+    yet): a non-bool, on without ``compile_once``, a torch without the
+    seams it hooks, Inductor's ``compile_threads`` below 2 (a rank that
+    builds each kernel as its module is imported never holds a build).
+    Returns ``compile_threads`` where sharding is on (it must agree)."""
+    if not isinstance(shard_kernels, bool):
+        raise InvalidArgument(f"shard_kernels must be a bool, not {shard_kernels!r}")
+    if not shard_kernels:
+        return None
+    if compile_once is not True:
+        raise InvalidArgument("shard_kernels=True needs compile_once=True (it changes who lowers "
+                              "the graphs compile_once shares)")
+    _require("shard_kernels", available, version)
+    from torch._inductor.async_compile import get_compile_threads
+
+    threads = get_compile_threads()
+    if threads < 2:
+        raise Unsupported(
+            f"shard_kernels=True: Inductor's compile_threads is {threads} on this rank: it builds "
+            "each kernel as the graph's module is imported, so no build can be shared. Set "
+            "TORCHINDUCTOR_COMPILE_THREADS (or torch._inductor.config.compile_threads) to 2 or "
+            "more on every rank. Nothing was changed.")
+    return threads
+
+
 def compile_timeout_seconds(value) -> float:
     """``enable(compile_timeout=...)`` (not None) as seconds: a finite,
     positive number within core's bound (``InvalidArgument`` otherwise)."""
@@ -451,7 +492,8 @@ def settings(version: str) -> list:
 def must_agree(guard_votes, allow_untested: bool, version: str,
                cache_agreement: bool = False, check_graphs: bool = False,
                exchange: str = "auto", compile_once: bool = False,
-               max_artifact_bytes: int = 0) -> str:
+               max_artifact_bytes: int = 0, shard_kernels: bool = False,
+               compile_threads: Optional[int] = None) -> str:
     from ._native import VERSION, WIRE_VERSION
 
     fields = [
@@ -466,7 +508,11 @@ def must_agree(guard_votes, allow_untested: bool, version: str,
         f"check_graphs={check_graphs}",
         f"compile_once={compile_once}",
         f"max_artifact_bytes={max_artifact_bytes}",
+        f"shard_kernels={shard_kernels}",
     ]
+    if shard_kernels:
+        # Per rank (environment, CPU count): only where sharding needs it.
+        fields.append(f"torch._inductor.config.compile_threads={compile_threads}")
     for path, value in settings(version):
         fields.append(f"{path}={'<absent in torch ' + version + '>' if value is None else value}")
     return "\n".join(fields)

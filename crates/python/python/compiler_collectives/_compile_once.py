@@ -55,7 +55,7 @@ import threading
 import time
 from typing import Any, Optional
 
-from . import _policy
+from . import _policy, _shard
 from ._errors import Error, PeerCompileFailed, Timeout
 from ._shipping import (
     CHUNK_BYTES,
@@ -68,6 +68,7 @@ from ._shipping import (
     _note,
     _note_loaded,
     _note_reused,
+    _key_of,
     _recording,
     _Recording,
     count,
@@ -94,9 +95,9 @@ OWN_DIR = "compiler_collectives"
 _tls = threading.local()
 
 #: Who lowers a graph that no rank loaded: ``"owner"``, the source alone,
-#: while the others wait for its files. The policy is the plan's, so that
-#: another one (every rank lowers, each kernel built once) fits beside it.
-LOWERING = ("owner",)
+#: while the others wait for its files; ``"every"`` (``shard_kernels``),
+#: every rank, each kernel built once in the job (``_shard``).
+LOWERING = ("owner", "every")
 
 
 def beat_period(timeout_s: float) -> float:
@@ -133,7 +134,10 @@ class Plan:
             with the source or a holder.
         lowers: the ranks that lower the graph, by the lowering policy
             (:data:`LOWERING`): under ``"owner"``, the source when no rank
-            loaded the key, else none.
+            loaded the key, else none; under ``"every"``, every rank when
+            none loaded it (the policy falls back to ``"owner"`` where the
+            ranks' keys differ: a rank-specific graph is not sharded).
+        lowering: the policy that applied.
     """
 
     def __init__(self, keys: list[str], loaded: list[bool], groups: list[frozenset],
@@ -153,9 +157,14 @@ class Plan:
         self.compiling = not self.holders
         if lowering not in LOWERING:
             raise ValueError(f"lowering must be one of {LOWERING}, not {lowering!r}")
+        if lowering == "every" and len(self.ranks) < n:
+            lowering = "owner"
+        self.lowering = lowering
+        every = lowering == "every" and self.compiling
         #: The ranks that lower the graph (run AOTAutograd and Inductor).
-        self.lowers = [self.source] if self.compiling else []
-        self.misses = [r for r in self.ranks if not loaded[r] and r != self.source]
+        self.lowers = list(self.ranks) if every else [self.source] if self.compiling else []
+        self.misses = [r for r in self.ranks
+                       if not loaded[r] and r != self.source and r not in self.lowers]
         have = set(groups[self.source])
         for r in self.holders:
             have |= groups[r]
@@ -471,6 +480,9 @@ def _log_rank_specific(st, plan: Plan, keys: list[str]) -> None:
 
 def _log_key(st, plan: Plan, what: str) -> None:
     job = st.ranks[plan.source] if st.ranks else plan.source
+    if plan.lowering == "every" and plan.compiling:
+        log.info("compiler_collectives: compile_once: key %s: %s", plan.key, what)
+        return
     log.info("compiler_collectives: compile_once: key %s: %s (job rank %s %s)", plan.key, what,
              job, "compiles" if plan.compiling else "loaded it")
 
@@ -537,8 +549,14 @@ def make_try_load(st, original):
                 # alone, as a group of one.
                 _tls.duty = Duty(st, Plan([""], [False], [frozenset({0})], 0), compiling=False)
             return compiled_fn, aot_config
-        plan = Plan(keys, loaded, groups, me, index, warmth=warmth)
+        plan = Plan(keys, loaded, groups, me, index, warmth=warmth,
+                    lowering="every" if st.shard_kernels else "owner")
         _log_rank_specific(st, plan, keys)
+        if plan.lowering == "every" and me in plan.lowers:
+            _log_key(st, plan, "lowered on every rank, each kernel built once in the job")
+            count("compiled")
+            _tls.sharding = _shard.Sharding(st, plan.key, groups)
+            return compiled_fn, aot_config
         if me == plan.source:
             if me in plan.lowers:
                 _log_key(st, plan, "compiled here")
@@ -676,6 +694,10 @@ def make_stage2(original):
     with beats to them, then settles (done with the files, or the error)."""
 
     def aot_stage2_compile(*args: Any, **kwargs: Any):
+        sharding = getattr(_tls, "sharding", None)
+        if sharding is not None:
+            _tls.sharding = None
+            return _shard.run(sharding, original, *args, **kwargs)
         duty: Optional[Duty] = getattr(_tls, "duty", None)
         if duty is None:
             return original(*args, **kwargs)
@@ -706,6 +728,10 @@ def abandon(e: BaseException) -> None:
     if duty is not None:
         _tls.duty = None
         duty.fail(e)
+    sharding = getattr(_tls, "sharding", None)
+    if sharding is not None:
+        _tls.sharding = None
+        sharding.finish(e)
 
 
 def install(st, patch) -> None:
@@ -755,7 +781,12 @@ def install(st, patch) -> None:
         def reusing(cls, *args: Any, **kwargs: Any):
             fn = load_async(cls, *args, **kwargs)
             _note_reused(cls.cache, fn)
+            sharding = _shard.active()
+            if sharding is not None:
+                sharding.note(_key_of(cls.cache, fn))
             return fn
 
         reusing.__wrapped__ = load_async
         patch(st, CppCodeCache, "load_async", classmethod(reusing))
+    if st.shard_kernels:
+        _shard.install(st, patch)

@@ -36,20 +36,21 @@ COUNTERS = "compiler_collectives"
 MAX_MESSAGE = 2000
 
 # A file a load needs, relative to Inductor's cache directory: an
-# AOTAutograd entry, an FX graph entry, or a kernel's shared object.
+# AOTAutograd entry, an FX graph entry, or a kernel's shared object (or an
+# object file a kernel's shared object is linked from).
 _SHIPPABLE = re.compile(
     r"^(aotautograd/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+"
     r"|fxgraph/[A-Za-z0-9_]{2}/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+"
-    r"|[A-Za-z0-9_]{2}/[A-Za-z0-9_.-]+\.so)$"
+    r"|[A-Za-z0-9_]{2}/[A-Za-z0-9_.-]+\.s?o)$"
 )
 
 _tls = threading.local()
 
 
-def count(name: str, n: int = 1) -> None:
+def count(name: str, n: int = 1, prefix: str = "compile_once") -> None:
     from torch._dynamo.utils import counters
 
-    counters[COUNTERS][f"compile_once_{name}"] += n
+    counters[COUNTERS][f"{prefix}_{name}"] += n
 
 
 def _cache_dir() -> str:
@@ -105,6 +106,15 @@ def _note_loaded(path: str, key: Any) -> None:
         _note("lib", path)
 
 
+def _key_of(cache: dict, fn: Any) -> str:
+    """The kernel key of `fn`, an entry of ``cache`` (a ``CppCodeCache``
+    class's in-memory kernels, by key), or ""."""
+    for key, value in list(cache.items()):
+        if value is fn:
+            return key
+    return ""
+
+
 def _note_reused(cache: dict, fn: Any) -> None:
     """``CppCodeCache.load_async`` returned `fn`, the entry of ``cache``
     (the class's in-memory kernels): where this process loaded that kernel
@@ -112,12 +122,9 @@ def _note_reused(cache: dict, fn: Any) -> None:
     is not called again."""
     if not _recording():
         return
-    for key, value in list(cache.items()):
-        if value is fn:
-            path = _LOADED.get(key)
-            if path is not None:
-                _note("lib", path)
-            return
+    path = _LOADED.get(_key_of(cache, fn))
+    if path is not None:
+        _note("lib", path)
 
 
 class _Recording:
@@ -243,21 +250,21 @@ def violation(st, message: str) -> DecodeError:
 test_hooks: dict = {}
 
 
-def send(st, peer: int, kind: bytes, body: bytes = b"") -> None:
+def send(st, peer: int, kind: bytes, body: bytes = b"", tag: int = TAG) -> None:
     """One compile-once message to the channel's rank `peer`: a kind byte
     (B beat, E error, D done, C chunk, X transfer ended, A acknowledgement,
     I installed, F failed to install), then its body."""
-    st.channel.send_bytes(KEY, peer, TAG, kind + body)
+    st.channel.send_bytes(KEY, peer, tag, kind + body)
 
 
-def recv(st, peer: int) -> tuple[bytes, bytes]:
+def recv(st, peer: int, tag: int = TAG) -> tuple[bytes, bytes]:
     """The next compile-once message from `peer` (kind, body), within the
     exchange deadline."""
-    msg = st.channel.recv_bytes(KEY, peer, TAG, CHUNK_BYTES + 1, st.channel.timeout_s)
+    msg = st.channel.recv_bytes(KEY, peer, tag, CHUNK_BYTES + 1, st.channel.timeout_s)
     return msg[:1], msg[1:]
 
 
-def send_files(st, peer: int, root: str, files: list[dict]) -> None:
+def send_files(st, peer: int, root: str, files: list[dict], tag: int = TAG) -> None:
     """Sends `files` (a manifest) to `peer` in chunks, waiting for its
     acknowledgement every WINDOW chunks; a file it cannot read ends the
     transfer with a message saying why (the receiver then compiles itself).
@@ -277,25 +284,26 @@ def send_files(st, peer: int, root: str, files: list[dict]) -> None:
                     if first and test_hooks.get("corrupt"):
                         chunk = bytes([chunk[0] ^ 0xFF]) + chunk[1:]
                     first = False
-                    send(st, peer, b"C", chunk)
+                    send(st, peer, b"C", chunk, tag)
                     sent += 1
                     if sent % WINDOW == 0:
-                        expect_ack(st, peer)
+                        expect_ack(st, peer, tag)
         except Error:
             raise  # the channel's (a Timeout is an OSError too)
         except OSError as e:
-            send(st, peer, b"X", str(e).encode()[:MAX_MESSAGE])
+            send(st, peer, b"X", str(e).encode()[:MAX_MESSAGE], tag)
             return
 
 
-def expect_ack(st, peer: int) -> None:
-    kind, _ = recv(st, peer)
+def expect_ack(st, peer: int, tag: int = TAG) -> None:
+    kind, _ = recv(st, peer, tag)
     if kind != b"A":
         raise violation(st, f"rank {peer} sent a message of kind {kind!r} where an "
                             "acknowledgement of the chunks it received was expected")
 
 
-def receive_files(st, source: int, info: dict, key: str) -> bool:
+def receive_files(st, source: int, info: dict, key: str, tag: int = TAG,
+                  prefix: str = "compile_once") -> bool:
     """Receives the announced files of `key` from `source` into hidden
     temporary files beside their places (Inductor's lookups skip names that
     start with a dot), checks each one's size and digest, and places them
@@ -334,7 +342,7 @@ def receive_files(st, source: int, info: dict, key: str) -> bool:
                     why = f"cannot write {path}: {e}"
             try:
                 while got < size:
-                    kind, chunk = recv(st, source)
+                    kind, chunk = recv(st, source, tag)
                     if kind == b"B":
                         continue
                     if kind == b"X":
@@ -347,7 +355,7 @@ def receive_files(st, source: int, info: dict, key: str) -> bool:
                     got += len(chunk)
                     chunks += 1
                     if chunks % WINDOW == 0:
-                        send(st, source, b"A")
+                        send(st, source, b"A", tag=tag)
                     h.update(chunk)
                     if out is not None:
                         try:
@@ -362,16 +370,18 @@ def receive_files(st, source: int, info: dict, key: str) -> bool:
             if why is None and h.hexdigest() != digest:
                 why = f"{path}: its SHA-256 is not the one rank {source} announced"
         if why is not None:
-            log.warning("compiler_collectives: compile_once rejected the files of key %s from "
-                        "job rank %s (%s): this rank compiles it itself", key,
-                        st.ranks[source] if st.ranks else source, why)
-            count("rejected")
+            log.warning("compiler_collectives: %s rejected the files of %s from "
+                        "job rank %s (%s): this rank %s itself", prefix,
+                        f"key {key}" if prefix == "compile_once" else key,
+                        st.ranks[source] if st.ranks else source, why,
+                        "compiles it" if prefix == "compile_once" else "builds them")
+            count("rejected", prefix=prefix)
             return False
         # The AOTAutograd entry last: a lookup that finds it finds the rest.
         temps.sort(key=lambda t: os.path.relpath(t[1], root).startswith("aotautograd"))
         for tmp, full in temps:
             _place(tmp, full)
-        count("bytes_received", total)
+        count("bytes_received", total, prefix)
         return True
     finally:
         for tmp, _ in temps:

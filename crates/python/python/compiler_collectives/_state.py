@@ -64,6 +64,10 @@ class State:
         self.compile_once = False
         self.max_artifact_bytes = 0
         self.compile_timeout: Optional[float] = None
+        self.shard_kernels = False
+        # The cost (bytes of C++ source) of the kernels this rank built in
+        # sharded compiles: exchanged in each round, so that rounds spread.
+        self.shard_load = 0
         self.compile_once_dirs = None
         self.compile_once_specific: set = set()
         self.compile_once_lookups = 0

@@ -152,6 +152,7 @@ def enable(
     compile_once: bool = False,
     max_artifact_bytes: int = _compile_once.DEFAULT_MAX_ARTIFACT_BYTES,
     compile_timeout: Union[None, float, int, datetime.timedelta] = None,
+    shard_kernels: bool = False,
 ) -> None:
     """Puts Dynamo's compiler collectives (and its guard collectives) on
     this package's channel, under an agreement policy that never stops a
@@ -160,8 +161,8 @@ def enable(
     ``torch.distributed.init_process_group`` and before the first compiled
     call; the ranks of a group must pass the same ``exchange``,
     ``guard_votes``, ``cache_agreement``, ``check_graphs``,
-    ``allow_untested_torch``, ``compile_once`` and ``max_artifact_bytes``
-    (``skip_restart`` and ``compile_timeout`` may differ).
+    ``allow_untested_torch``, ``compile_once``, ``max_artifact_bytes`` and
+    ``shard_kernels`` (``skip_restart`` and ``compile_timeout`` may differ).
 
     Args:
         timeout: the deadline of the rendezvous and of every exchange, in
@@ -235,7 +236,14 @@ def enable(
             for another rank's compile of one graph, in seconds (``Timeout``
             naming that rank past it); None (the default): no bound but the
             owner's beats (a rank fails when the owner is lost, or sends
-            nothing for ``timeout``).
+            nothing for ``timeout``). With ``shard_kernels``, it bounds each
+            exchange of a sharded compile (default: one hour).
+        shard_kernels: with ``compile_once``, a graph that every rank of the
+            group computed alike and none loaded is lowered on every rank,
+            and each of its C++ kernels is built by one rank and sent to
+            the cache directories that lack it (docs/python.md, "Sharded
+            compilation"). Needs Inductor's ``compile_threads`` of at least
+            2, the same on every rank.
 
     Every other compile-time agreement of PT2 — the partitioner's decision
     sync, Inductor's distributed autotuning and its SPMD check — runs on the
@@ -258,11 +266,13 @@ def enable(
         Unsupported: Inductor's ``aten_distributed_optimizations.spmd_check``
             is on without ``cache_agreement`` or ``compile_once``; this torch
             lacks what an agreement asked for hooks into; ``compile_once``
-            with a pass that bakes the rank into a graph after its key
-            (nothing is changed).
+            with a pass that bakes the rank into a graph after its key;
+            ``shard_kernels`` with ``compile_threads`` below 2 (nothing is
+            changed).
         InvalidArgument: no default process group, already enabled, a bad
             timeout, ``exchange``, ``guard_votes``, ``skip_restart``,
-            ``compile_once``, ``max_artifact_bytes`` or ``compile_timeout``, or a
+            ``compile_once``, ``max_artifact_bytes``, ``compile_timeout`` or
+            ``shard_kernels`` (on without ``compile_once``), or a
             bad ``group`` (not one of the forms above, a rank out of the job
             or listed twice, or a group without this rank).
         Timeout: a rank did not come to the rendezvous within the deadline
@@ -289,6 +299,8 @@ def enable(
     available = _checks.available(decision.version)
     _checks.check_agreements(cache_agreement, check_graphs, available, compile_once is True)
     _checks.check_compile_once(compile_once, max_artifact_bytes, available, decision.version)
+    compile_threads = _checks.check_shard_kernels(shard_kernels, compile_once, available,
+                                                  decision.version)
     if compile_timeout is not None:
         compile_timeout = _checks.compile_timeout_seconds(compile_timeout)
     timeout_s = _checks.timeout_seconds(timeout)
@@ -321,6 +333,7 @@ def enable(
     st.compile_once = compile_once
     st.max_artifact_bytes = max_artifact_bytes
     st.compile_timeout = compile_timeout
+    st.shard_kernels = shard_kernels
     if skip_restart and st.skip_gate is not None:
         log.info("compiler_collectives: Dynamo's restart after each frame exchange always runs "
                  "on torch %s: %s", torch.__version__, st.skip_gate)
@@ -337,7 +350,7 @@ def enable(
             ENABLE_KEY,
             _checks.must_agree(guard_votes, allow_untested_torch, decision.version,
                                cache_agreement, check_graphs, exchange, compile_once,
-                               max_artifact_bytes),
+                               max_artifact_bytes, shard_kernels, compile_threads),
         )
     except BaseException as e:
         for undo in reversed(st.restore):
@@ -514,6 +527,7 @@ def channel_info() -> Optional[dict]:
         "compile_once": st.compile_once,
         "max_artifact_bytes": st.max_artifact_bytes,
         "compile_timeout": st.compile_timeout,
+        "shard_kernels": st.shard_kernels,
     }
 
 

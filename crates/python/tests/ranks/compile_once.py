@@ -7,18 +7,24 @@ gradient after ``backward()``, on torch's Gloo group), compiled by Inductor
 on CPU. Each rank's Inductor cache directory is CCOL_CO_DIR_<rank> (the
 test gives ranks of one simulated node the same one).
 
-CCOL_CO_MODE: "package" (``enable(compile_once=True)``), "package_off"
+CCOL_CO_MODE: "package" (``enable(compile_once=True)``), "shard"
+(``enable(compile_once=True, shard_kernels=True)``), "package_off"
 (``enable()``), "alone" (no package). CCOL_CO_HOOK, set on every rank
 (only an owner's compile or a sender acts on it): "raise" (the owner's
 compile raises), "sleep_raise=S" (it sleeps S seconds, then raises),
 "kill" (the owner kills itself, SIGKILL); each emits an "owner" event with
-the time just before it raises or kills. CCOL_CO_CORRUPT=R: job rank R, as
-a sender, flips a byte of the first chunk it sends. CCOL_CO_RANK_SPECIFIC=1: the first piece bakes the rank into its
-graph (a constant), so each rank's key for it differs. CCOL_CO_TIMEOUT:
-enable's deadline.
+the time just before it raises or kills. With "shard", "build_raise" and
+"build_kill" act on the first kernel a rank builds for another (its build
+raises, or the process kills itself) on job rank CCOL_CO_HOOK_RANK (default
+0), emitting "owner" the same way. CCOL_CO_LIST_DIFFERS=R: job rank R's
+kernel lists read as another graph's. CCOL_CO_CORRUPT=R: job rank R, as a
+sender, flips a byte of the first chunk it sends. CCOL_CO_RANK_SPECIFIC=1:
+the first piece bakes the rank into its graph (a constant), so each rank's
+key for it differs. CCOL_CO_TIMEOUT: enable's deadline.
 
 Events: "step" (the losses, the Inductor lowerings counted here: each
-compile creates one GraphLowering; the package's counters; AOTAutograd's
+compile creates one GraphLowering; the kernels' shared objects built here,
+counted at Inductor's C++ builder; the package's counters; AOTAutograd's
 cache counters; seconds to the end of the first step) or "raised" (the
 error's class, message and attributes)."""
 
@@ -43,6 +49,21 @@ def _counting_init(self, *args, **kwargs):
 
 inductor_graph.GraphLowering.__init__ = _counting_init
 
+import torch._inductor.cpp_builder as cpp_builder  # noqa: E402
+
+builds: list = []
+_build = cpp_builder.CppBuilder.build
+
+
+def _counting_build(self, *args, **kwargs):
+    target = self.get_target_file_path()
+    if target.endswith(".main.so"):
+        builds.append(os.path.basename(target))
+    return _build(self, *args, **kwargs)
+
+
+cpp_builder.CppBuilder.build = _counting_build
+
 if os.environ.get("CCOL_CO_LOG"):
     import logging
 
@@ -62,13 +83,25 @@ def in_owner_compile():
         os.kill(os.getpid(), 9)
 
 
-if hook:
+def in_shard_build(key):
+    emit(event="owner", time=time.time(), hook=hook, kernel=key)
+    if hook == "build_raise":
+        raise RuntimeError(f"the kernel build failed on purpose (job rank {RANK})")
+    os.kill(os.getpid(), 9)
+
+
+if hook in ("build_raise", "build_kill"):
+    if RANK == int(os.environ.get("CCOL_CO_HOOK_RANK", "0")):
+        _compile_once.test_hooks["shard_build"] = in_shard_build
+elif hook:
     _compile_once.test_hooks["in_owner_compile"] = in_owner_compile
+if os.environ.get("CCOL_CO_LIST_DIFFERS") == str(RANK):
+    _compile_once.test_hooks["shard_list_differs"] = True
 if os.environ.get("CCOL_CO_CORRUPT") == str(RANK):
     _compile_once.test_hooks["corrupt"] = True
 if mode != "alone":
     cct.enable(timeout=float(os.environ.get("CCOL_CO_TIMEOUT", "60")),
-               compile_once=mode == "package")
+               compile_once=mode in ("package", "shard"), shard_kernels=mode == "shard")
 
 scale = RANK + 1 if os.environ.get("CCOL_CO_RANK_SPECIFIC") == "1" else 1
 pieces = min(3, int(os.environ.get("CCOL_CO_PIECES", "2")))
@@ -126,6 +159,7 @@ except RuntimeError as e:
          seconds=time.perf_counter() - started)
     done()
 emit(event="step", losses=[float.hex(v) for v in losses], lowerings=lowerings[0],
+     builds=sorted(builds),
      package=dict(counters["compiler_collectives"]), aot=dict(counters["aot_autograd"]),
      first_step=first_step)
 cct.disable()

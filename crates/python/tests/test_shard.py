@@ -1,0 +1,159 @@
+"""Sharded compilation (docs/python.md, "Sharded compilation"): with
+``compile_once`` and ``shard_kernels`` every rank lowers a graph no rank
+had, and each of its C++ kernels is built by one rank and sent to the
+others. Real ranks, each its own cache directory (a "node" of one rank),
+Inductor on CPU with ``compile_threads=2`` (tests/ranks/compile_once.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import event_of as _event
+from conftest import run_compile_once
+
+
+def _run(tmp_path, check=True, **env):
+    """Two ranks of tests/ranks/compile_once.py with ``shard_kernels``, each
+    its own Inductor cache directory."""
+    return run_compile_once(tmp_path, ["a", "b"], check=check, CCOL_CO_MODE="shard",
+                            TORCHINDUCTOR_COMPILE_THREADS=2, **env)
+
+
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory):
+    return _run(tmp_path_factory.mktemp("sharded"), CCOL_CO_PIECES=1, CCOL_CO_LOG="INFO")
+
+
+@pytest.fixture(scope="module")
+def apart(tmp_path_factory):
+    """The same job, rank 1's kernel lists reading as another graph's: each
+    rank builds every kernel itself."""
+    return _run(tmp_path_factory.mktemp("apart"), CCOL_CO_PIECES=1, CCOL_CO_LIST_DIFFERS=1,
+                CCOL_CO_LOG="INFO")
+
+
+def test_every_rank_lowers_and_each_kernel_is_built_once_in_the_job(sharded):
+    zero, one = (_event(r, "step") for r in sharded)
+    # The forward and the backward, on each rank.
+    assert (zero["lowerings"], one["lowerings"]) == (2, 2)
+    built = [set(s["builds"]) for s in (zero, one)]
+    assert len(zero["builds"]) == len(built[0]) and len(one["builds"]) == len(built[1])
+    # Every rank builds a share; no kernel is built twice.
+    assert built[0] and built[1] and not built[0] & built[1], built
+    for mine, other, s in ((built[0], built[1], zero), (built[1], built[0], one)):
+        package = s["package"]
+        assert package["shard_kernels_built"] == len(mine), package
+        assert package["shard_kernels_received"] == len(other), package
+        assert package["shard_kernels_bytes_received"] > 0
+        assert package["compile_once_compiled"] == 1
+    assert "lowered on every rank" in sharded[0].stderr
+
+
+def test_ranks_whose_kernel_lists_differ_build_their_own(apart, sharded):
+    zero, one = (_event(r, "step") for r in apart)
+    built = sorted(set(_event(sharded[0], "step")["builds"]) | set(
+        _event(sharded[1], "step")["builds"]))
+    assert sorted(zero["builds"]) == sorted(one["builds"]) == built
+    for s in (zero, one):
+        assert s["package"]["shard_kernels_lists_differ"] == 2, s
+        assert "shard_kernels_received" not in s["package"]
+    assert "each group builds its own: job ranks [0]; job ranks [1]" in apart[0].stderr
+
+
+def test_losses_are_equal_to_the_bit_whoever_built_the_kernels(sharded, apart):
+    for shared, own in zip(sharded, apart):
+        assert _event(shared, "step")["losses"] == _event(own, "step")["losses"]
+
+
+def test_a_kernel_build_that_raises_reaches_every_rank_naming_the_kernel_and_its_builder(
+        tmp_path):
+    zero, one = _run(tmp_path, CCOL_CO_PIECES=1, CCOL_CO_HOOK="build_raise")
+    owner = _event(zero, "owner")
+    assert "failed on purpose" in _event(zero, "raised")["message"]
+    raised = _event(one, "raised")
+    assert raised["cls"] == "PeerCompileFailed", raised
+    assert raised["owner"] == 0 and raised["exc_type"] == "builtins.RuntimeError"
+    assert raised["exc_message"] == "the kernel build failed on purpose (job rank 0)"
+    assert f"kernel {owner['kernel']}" in raised["message"]
+
+
+def test_a_rank_killed_while_building_is_named_by_peer_lost_within_5_s(tmp_path):
+    zero, one = _run(tmp_path, check=False, CCOL_CO_PIECES=1, CCOL_CO_HOOK="build_kill")
+    assert zero.returncode == -9
+    raised = _event(one, "raised")
+    assert raised["cls"] == "PeerLost" and raised["missing_ranks"] == [0], raised
+    assert raised["time"] - _event(zero, "owner")["time"] < 5.0
+
+
+def test_a_corrupted_kernel_is_rejected_and_built_by_its_receiver(sharded, tmp_path):
+    zero, one = (_event(r, "step") for r in _run(tmp_path, CCOL_CO_PIECES=1, CCOL_CO_CORRUPT=0))
+    assert [zero["losses"], one["losses"]] == [_event(r, "step")["losses"] for r in sharded]
+    assert one["package"]["shard_kernels_rejected"] >= 1, one
+    fell_back = one["package"]["shard_kernels_fell_back"]
+    assert fell_back >= 1
+    # Rank 1 built its own share and the kernels it rejected.
+    assert len(one["builds"]) == one["package"]["shard_kernels_built"] + fell_back
+    assert set(zero["builds"]) <= set(one["builds"])
+    assert zero["package"]["shard_kernels_received"] == len(one["builds"]) - fell_back
+
+
+# The plan of a round: what every rank computes alike from the round's
+# first exchange.
+
+
+def test_kernels_spread_over_the_ranks_by_cost_the_costliest_first():
+    from compiler_collectives._shard import assign
+
+    needs = {r: {"k1": [90, ["k1/ck1.main.so"]], "k2": [50, ["k2/ck2.main.so"]],
+                 "k3": [40, ["k3/ck3.main.so"]], "k4": [10, ["k4/ck4.main.so"]]}
+             for r in range(2)}
+    source, transfers = assign(needs, [0, 1], [frozenset({0}), frozenset({1})])
+    # 90 to rank 0; 50 and 40 to rank 1 (then 90 against 90); 10 to rank 0.
+    assert source == {"k1": 0, "k2": 1, "k3": 1, "k4": 0}
+    assert transfers == [(0, 1, ["k1", "k4"]), (1, 0, ["k2", "k3"])]
+    # What each rank built in earlier rounds counts: rank 0 built 100.
+    source, _ = assign(needs, [0, 1], [frozenset({0}), frozenset({1})], {0: 100, 1: 0})
+    assert source == {"k1": 1, "k2": 1, "k3": 0, "k4": 0}
+
+
+def test_a_kernel_some_rank_has_is_sent_by_it_once_per_directory():
+    from compiler_collectives._shard import assign
+
+    # Ranks 0 and 1 share a directory that has k; ranks 2 and 3 share
+    # another that lacks it: rank 0 sends it to rank 2 alone.
+    k = ["ab/cabc.main.so"]
+    needs = {0: {}, 1: {}, 2: {"k": [5, k]}, 3: {"k": [5, k]}}
+    groups = [frozenset({0, 1}), frozenset({0, 1}), frozenset({2, 3}), frozenset({2, 3})]
+    source, transfers = assign(needs, [0, 1, 2, 3], groups)
+    assert source == {"k": 0} and transfers == [(0, 2, ["k"])]
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"shard_kernels": 1}, "InvalidArgument", "shard_kernels must be a bool"),
+    ({"shard_kernels": True}, "InvalidArgument", "needs compile_once=True"),
+])
+def test_bad_shard_kernels_arguments_are_refused(world_of_one, kwargs, error, match):
+    import compiler_collectives
+    import compiler_collectives.torch as cct
+
+    with pytest.raises(getattr(compiler_collectives, error), match=match):
+        cct.enable(timeout=30, **kwargs)
+    assert not cct.is_enabled()
+
+
+def test_shard_kernels_needs_a_pool_of_compile_threads(world_of_one):
+    import torch._inductor.config as inductor_config
+
+    import compiler_collectives
+    import compiler_collectives.torch as cct
+
+    with inductor_config.patch(compile_threads=1):
+        with pytest.raises(compiler_collectives.Unsupported, match="compile_threads is 1"):
+            cct.enable(timeout=30, compile_once=True, shard_kernels=True)
+    assert not cct.is_enabled()
+    with inductor_config.patch(compile_threads=2):
+        cct.enable(timeout=30, compile_once=True, shard_kernels=True)
+        try:
+            assert cct.channel_info()["shard_kernels"] is True
+        finally:
+            cct.disable()
