@@ -346,7 +346,7 @@ def _summary(rows) -> None:
         ratios = []
         for rep in sorted({r["repeat"] for r in rows}):
             by = {r["mode"]: r for r in rows
-                  if (r["case"], r["ranks"], r["repeat"]) == (case, ranks, rep)}
+                  if (r["case"], r.get("ranks"), r["repeat"]) == (case, ranks, rep)}
             a, b = by.get("pytorch", {}).get("first_step_s"), by.get("package", {}).get(
                 "first_step_s")
             if a and b:

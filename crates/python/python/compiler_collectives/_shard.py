@@ -225,7 +225,8 @@ class Sharding:
     def _round(self, held: list[Kernel], seen: list[str]) -> None:
         me = self.st.channel.rank
         digest = hashlib.sha256("\n".join(seen).encode()).hexdigest()[:32]
-        if test_hooks.get("shard_list_differs"):
+        differs = test_hooks.get("shard_list_differs")
+        if differs is True or differs == self.rounds:
             digest = "x" + digest[1:]
         needs = {k.key: [k.cost, k.outputs] for k in held}
         rows = self._gather(["r", digest, json.dumps(needs, sort_keys=True),

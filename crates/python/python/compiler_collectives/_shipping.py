@@ -246,7 +246,10 @@ def violation(st, message: str) -> DecodeError:
 #: Set by tests only (``tests/ranks/compile_once.py``): ``in_owner_compile``
 #: (a callable the owner calls as its compile starts: it sleeps, raises or
 #: kills the process), ``corrupt`` (the sender flips a byte of the first
-#: chunk it sends).
+#: chunk it sends), ``shard_build`` (a callable a rank calls with each
+#: kernel key it builds in a sharded compile: it raises or kills),
+#: ``shard_list_differs`` (True, or a round's number counted from 1 in a
+#: sharded compile: this rank's kernel list reads as another graph's).
 test_hooks: dict = {}
 
 

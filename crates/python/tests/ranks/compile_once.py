@@ -16,8 +16,9 @@ compile raises), "sleep_raise=S" (it sleeps S seconds, then raises),
 the time just before it raises or kills. With "shard", "build_raise" and
 "build_kill" act on the first kernel a rank builds for another (its build
 raises, or the process kills itself) on job rank CCOL_CO_HOOK_RANK (default
-0), emitting "owner" the same way. CCOL_CO_LIST_DIFFERS=R: job rank R's
-kernel lists read as another graph's. CCOL_CO_CORRUPT=R: job rank R, as a
+0), emitting "owner" the same way. CCOL_CO_LIST_DIFFERS=R[:N]: job rank R's
+kernel lists (in round N of each sharded compile only) read as another
+graph's. CCOL_CO_CORRUPT=R: job rank R, as a
 sender, flips a byte of the first chunk it sends. CCOL_CO_RANK_SPECIFIC=1:
 the first piece bakes the rank into its graph (a constant), so each rank's
 key for it differs. CCOL_CO_TIMEOUT: enable's deadline.
@@ -95,8 +96,9 @@ if hook in ("build_raise", "build_kill"):
         _compile_once.test_hooks["shard_build"] = in_shard_build
 elif hook:
     _compile_once.test_hooks["in_owner_compile"] = in_owner_compile
-if os.environ.get("CCOL_CO_LIST_DIFFERS") == str(RANK):
-    _compile_once.test_hooks["shard_list_differs"] = True
+differs, _, in_round = os.environ.get("CCOL_CO_LIST_DIFFERS", "").partition(":")
+if differs == str(RANK):
+    _compile_once.test_hooks["shard_list_differs"] = int(in_round) if in_round else True
 if os.environ.get("CCOL_CO_CORRUPT") == str(RANK):
     _compile_once.test_hooks["corrupt"] = True
 if mode != "alone":
