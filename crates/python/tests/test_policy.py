@@ -14,7 +14,8 @@ from conftest import run_cases, run_ranks
 #: The cases that end normally, run in turn in one job (tests/ranks/policy.py):
 #: the rank processes start once for all of them.
 CASES = ("shorter_last_batch", "rank0_eval", "funcol_shorter", "local_then_shape_change",
-         "prior_join", "recompile_limit", "compiled_ddp", "first_compile_in_local")
+         "prior_join", "recompile_limit", "compiled_ddp", "first_compile_in_local",
+         "reset_then_shapes_differ")
 
 
 @pytest.fixture(scope="module")
@@ -196,3 +197,13 @@ def test_compiled_ddp_with_a_shorter_last_batch_on_one_rank_runs(cases):
     assert one["compiles"] == [[], []], one
     assert zero["exchanges"] == one["exchanges"] == 2
     assert (zero["local_compiles"], one["local_compiles"]) == (3, 1)
+
+
+def test_after_a_reset_each_first_compile_is_exchanged_again(cases):
+    zero, one = _done(cases, "reset_then_shapes_differ")
+    # torch.compiler.reset() while enabled: f's next compile is a first
+    # compile again, exchanged; the ranks' batches differ (8 and 6 rows),
+    # so both compile dim 0 dynamic, as a fresh process would.
+    assert zero["compiles"] == one["compiles"] == [[], [0]], (zero, one)
+    assert zero["exchanges"] == one["exchanges"] == 3
+    assert zero["local_compiles"] == one["local_compiles"] == 0

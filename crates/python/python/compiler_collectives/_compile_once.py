@@ -117,8 +117,8 @@ class Plan:
     compiles it owned, and a directory's the most of its ranks'. A cache
     warmed without ``compile_once`` holds FX graph entries under other
     AOTAutograd keys (``force_non_lazy_backward_lowering`` is in the key),
-    so the ranks of a warm directory lower at little cost, and a cold rank
-    lowers nothing while a warm one can.
+    so the ranks of a warm directory lower at little cost, and once a warm
+    rank's compile has hit, a cold rank lowers nothing while a warm one can.
 
     Attributes:
         key: this rank's AOTAutograd key ("" where its key computation
@@ -572,7 +572,10 @@ def make_try_load(st, original):
             return compiled_fn, aot_config
         if compiled_fn is not None:
             count("loaded_here")
-            _log_key(st, plan, "loaded here")
+            job = st.ranks[plan.source] if st.ranks else plan.source
+            log.info("compiler_collectives: compile_once: key %s: loaded here, from this "
+                     "rank's own cache (job rank %s sends it to the ranks that missed it, if "
+                     "any)", plan.key, job)
             return compiled_fn, aot_config
         return _wait_and_load(st, plan, keys, original, args, kwargs, aot_config)
 

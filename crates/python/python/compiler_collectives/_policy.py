@@ -172,8 +172,28 @@ def _decide(st, code, compile_id) -> Compile:
         return Compile(True, "the code object's first compile", index, code)
     if st.votes_on and getattr(_tls, "vote_missed", False):
         return Compile(True, "a guard vote found a miss: every rank recompiles", index, code)
+    if st.votes_on:
+        return Compile(False, "a recompile on this rank (its guards missed here, and no "
+                              "guard vote missed)", index, code)
     return Compile(False, "a recompile on this rank (its guards missed) before the job "
                           "needs guard votes", index, code)
+
+
+def make_reset(original):
+    """Wraps ``torch._dynamo.reset`` (what ``torch.compiler.reset`` calls):
+    Dynamo starts again as a fresh process would, so the policy forgets
+    what it remembered (each code object's next compile is a first compile,
+    exchanged again). Guard votes stay on once on."""
+
+    def reset(*args, **kwargs):
+        result = original(*args, **kwargs)
+        st = _state.current
+        if st is not None:
+            st.policy = Tracking()
+        return result
+
+    reset.__wrapped__ = original
+    return reset
 
 
 def _code_name(code) -> str:

@@ -365,6 +365,8 @@ def enable(
     _patch(st, dynamo_distributed, "get_compile_pg", _frames.get_compile_pg)
     _patch(st, convert_frame, "get_compile_pg", _frames.get_compile_pg)
     _patch(st, convert_frame, "_compile", _policy.make_compile(convert_frame._compile))
+    if callable(getattr(torch._dynamo, "reset", None)):
+        _patch(st, torch._dynamo, "reset", _policy.make_reset(torch._dynamo.reset))
     _patch(st, convert_frame, "exceeds_recompile_limit",
            _policy.make_exceeds_recompile_limit(convert_frame.exceeds_recompile_limit))
     cew = convert_frame.CatchErrorsWrapper

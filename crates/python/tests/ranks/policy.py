@@ -26,6 +26,9 @@ code state reset, the counters cleared, its own enable() and disable()):
   batch shorter.
 - "first_compile_in_local": rank 0 alone calls h, compiled but never
   called on rank 1, inside local() (it runs; outside local(), notice.py).
+- "reset_then_shapes_differ": f on the same shapes, then
+  torch.compiler.reset() while enabled, then f on batches of 8 rows on rank
+  0 and 6 on rank 1.
 
 Events: "done" (with the case's name) with each rank's compiles (steps.py's
 backend), exchanges (the channel's next exchange number), the local-compile
@@ -147,6 +150,13 @@ def first_compile_in_local():
         with cct.local():
             h(torch.ones(4, 8))  # a first compile on rank 0 alone
     return {"error": None}
+
+
+def reset_then_shapes_differ():
+    run([8])
+    torch.compiler.reset()
+    run([8] if RANK == 0 else [6])
+    return {}
 
 
 #: Settings a case needs on every rank before enable's check, and their
