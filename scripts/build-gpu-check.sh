@@ -45,6 +45,7 @@ if missing:
 cp scripts/gpu-check.sh "$out/gpu-check.sh"
 cp crates/python/examples/distributed_autotune_gpu.py "$out/distributed_autotune_gpu.py"
 cp crates/python/examples/compile_once_gpu.py "$out/compile_once_gpu.py"
+cp crates/python/examples/shard_kernels_gpu.py "$out/shard_kernels_gpu.py"
 chmod +x "$out"/*
 echo "$out:" >&2
 ls -l "$out" >&2

@@ -15,7 +15,8 @@
 # shipped next to the binaries by build-gpu-check.sh; one rank per GPU), and
 # compile_once on CUDA (examples/compile_once_gpu.py: two ranks on GPU 0,
 # each its own Inductor and Triton cache; capped at 45 s; prints whether it
-# was active).
+# was active), and shard_kernels on CUDA (examples/shard_kernels_gpu.py, the
+# same two ranks: each Triton kernel built by one of them; capped at 45 s).
 # Knobs: CCOL_NCCL_LIB, CCOL_PYTHON, CCOL_BENCH_ITERS (default 200),
 # CCOL_GPU_CHECK_STEP_S (time limit per step, default 900).
 set -uo pipefail
@@ -131,6 +132,13 @@ package_step "distributed autotune (package)" "$bin/distributed_autotune_gpu.py"
 # the other receives the entry (Triton bundled into it) and loads.
 package_step "compile once (package)" "$bin/compile_once_gpu.py" 2 45 \
     "compile_once on CUDA: 2 ranks on one GPU (capped at 45 s)" '"active": true'
+# Two ranks on GPU 0, each its own Inductor and Triton cache, shard_kernels:
+# each Triton kernel built by one rank, its cache entries sent to the other
+# and loaded as Triton cache hits; losses equal to the bit. Both ranks are
+# cuda:0: it cannot show ranks of different device indices naming a kernel
+# alike (tests/test_shard.py does, on CPU).
+package_step "shard kernels (package)" "$bin/shard_kernels_gpu.py" 2 45 \
+    "shard_kernels on CUDA: 2 ranks on one GPU (capped at 45 s)" '"active": true'
 
 echo
 echo "================ gpu-check summary ================"

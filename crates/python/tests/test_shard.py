@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import event_of as _event
-from conftest import run_compile_once
+from conftest import run_compile_once, run_ranks
 
 
 def _run(tmp_path, check=True, **env):
@@ -92,6 +92,87 @@ def test_a_rank_killed_while_building_is_named_by_peer_lost_within_5_s(tmp_path)
     raised = _event(one, "raised")
     assert raised["cls"] == "PeerLost" and raised["missing_ranks"] == [0], raised
     assert raised["time"] - _event(zero, "owner")["time"] < 5.0
+
+
+# Triton kernels, on CPU: a round of Triton kernels with a stand-in for
+# Triton's compile (tests/ranks/shard_triton.py); scripts/gpu-check.sh runs
+# the real one.
+
+
+def _triton(tmp_path, **env):
+    full = {f"CCOL_ST_DIR_{r}": str(tmp_path / d) for r, d in enumerate("ab")}
+    full.update({k: str(v) for k, v in env.items()})
+    ranks = run_ranks(tmp_path, 2, "shard_triton.py", env=full, limit=120)
+    for r in ranks:
+        assert r.returncode == 0, r.stderr[-3000:]
+    return [_event(r, "round") for r in ranks], ranks
+
+
+TRITON_KERNELS = {f"triton_poi_{i}" for i in range(6)}
+
+
+def test_triton_kernels_are_built_once_and_loaded_from_the_entries_sent(tmp_path):
+    (zero, one), _ = _triton(tmp_path)
+    # Each rank's sources name its own device (cuda:0, cuda:1): the round
+    # names them alike, so every kernel is held and shared.
+    assert set(zero["held"]) == set(one["held"]) == TRITON_KERNELS
+    built = [set(zero["builds"]), set(one["builds"])]
+    assert built[0] and built[1] and not built[0] & built[1], built
+    assert built[0] | built[1] == TRITON_KERNELS
+    # The other rank's kernels are hits of this rank's Triton cache: the
+    # entries arrived, their JSON files naming this rank's directory (the
+    # stand-in checks it).
+    assert set(zero["hits"]) == built[1] and set(one["hits"]) == built[0]
+    # Inductor's wait left every kernel in the module's scope, alike.
+    assert zero["scope"] == one["scope"] and set(zero["scope"]) == TRITON_KERNELS
+    for mine, other, s in ((built[0], built[1], zero), (built[1], built[0], one)):
+        assert s["package"]["shard_kernels_built"] == len(mine), s
+        assert s["package"]["shard_kernels_received"] == len(other), s
+        assert s["package"]["shard_kernels_bytes_received"] > 0, s
+
+
+def test_a_triton_entry_that_fails_its_digest_is_built_by_its_receiver(tmp_path):
+    # Rank 0 corrupts what it sends; rank 1 holds the first kernel in memory
+    # already (so rank 0, the only rank needing it, builds it and sends it
+    # to nobody).
+    (zero, one), ranks = _triton(tmp_path, CCOL_ST_CORRUPT=0, CCOL_ST_HELD=1)
+    assert set(zero["held"]) == TRITON_KERNELS
+    assert set(one["held"]) == TRITON_KERNELS - {"triton_poi_0"}
+    assert "triton_poi_0" in zero["builds"] and "triton_poi_0" not in one["builds"]
+    sent = set(zero["builds"]) - {"triton_poi_0"}
+    assert sent, zero
+    # Rank 1 rejected rank 0's entries and built those kernels itself.
+    assert one["package"]["shard_kernels_rejected"] == 1, one
+    assert one["package"]["shard_kernels_fell_back"] == len(sent), one
+    assert sent <= set(one["builds"]) and not sent & set(one["hits"])
+    assert "rejected the files of kernels" in ranks[1].stderr
+    # Rank 0 loaded rank 1's kernels from the entries it received.
+    assert set(zero["hits"]) == set(one["builds"]) - sent
+    assert zero["scope"] == one["scope"]
+
+
+def test_a_triton_kernels_key_leaves_out_the_device_index_only():
+    from compiler_collectives._shard import triton_key
+
+    src = ("triton_meta={{'device': DeviceProperties(type='cuda', index={i}, cc=90)}}\n"
+           "def triton_poi_0(in_ptr0): x = {x}\n")
+    assert triton_key(src.format(i=0, x=1)) == triton_key(src.format(i=7, x=1))
+    assert triton_key(src.format(i=0, x=1)) != triton_key(src.format(i=0, x=2))
+    assert triton_key(src.format(i=0, x=1)).startswith("triton_")
+
+
+def test_a_triton_kernel_is_built_by_a_rank_needing_it_and_sent_to_each_other_one():
+    from compiler_collectives._shard import assign
+
+    t = "triton_" + "a" * 40
+    # Rank 0 holds t in memory (it does not need it); ranks 1 to 3 do, and
+    # ranks 2 and 3 share an Inductor cache directory: Triton's directory is
+    # one per device, so each receives it.
+    needs = {0: {}, 1: {t: [9, []]}, 2: {t: [9, []]}, 3: {t: [9, []]}}
+    groups = [frozenset({0}), frozenset({1}), frozenset({2, 3}), frozenset({2, 3})]
+    source, transfers = assign(needs, [0, 1, 2, 3], groups)
+    assert source == {t: 1}
+    assert transfers == [(1, 2, [t]), (1, 3, [t])]
 
 
 # The plan of a round: what every rank computes alike from the round's

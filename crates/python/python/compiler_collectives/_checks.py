@@ -151,6 +151,10 @@ AGREEMENT_ENTRIES = {
         "torch._inductor.async_compile.get_compile_threads",
         "torch._inductor.codecache._worker_compile_cpp",
         "torch._inductor.codecache.CppCodeCache.load_async",
+        "torch._inductor.async_compile.AsyncCompile.triton",
+        "torch._inductor.async_compile.CompiledTritonKernels.get",
+        "torch._inductor.runtime.cache_dir_utils.triton_cache_dir",
+        "torch._inductor.codecache.CodeCacheFuture",
     ],
     "spmd_check": [
         "torch._inductor.fx_passes.spmd_check.spmd_check",

@@ -39,7 +39,22 @@ numbers of rounds (a module one rank already holds in memory) stay in
 step; a rank whose compile raised says so, and the others raise
 :class:`PeerCompileFailed` once every rank is done.
 
-Triton kernels (CUDA) are built on every rank, as without the package.
+Triton kernels (CUDA) take the same rounds, with three differences:
+
+- a Triton kernel's key is :func:`triton_key` (its source without the
+  device index), and its files are not known before it is built: its
+  builder sends every Triton cache entry its builds of the round wrote
+  (each JSON file's naming of the entry's directory replaced, and written
+  back by the receiver, as Inductor's Triton bundler does);
+- it goes to every other rank needing it, since Triton's cache directory is
+  one per device index;
+- the receiver then calls ``AsyncCompile.triton`` as Inductor would: the
+  compile finds the entries in Triton's cache (or builds the kernel, where
+  none arrived), and the held future is set to the kernel.
+
+CPU CI cannot run Triton: ``tests/test_shard.py`` runs these rounds with a
+stand-in for Triton's compile (the test hook ``shard_triton``), and
+``scripts/gpu-check.sh`` runs them on a GPU.
 """
 
 from __future__ import annotations
@@ -50,6 +65,8 @@ import json
 import logging
 import os
 import re
+import shutil
+import tempfile
 import threading
 from typing import Any, Optional
 
@@ -75,6 +92,18 @@ DEFAULT_WAIT_S = 3600.0
 _KEY = re.compile(r"^[A-Za-z0-9_]{1,128}$")
 _OUTPUT = re.compile(r"^[A-Za-z0-9_]{2}/[A-Za-z0-9_.-]{1,200}\.s?o$")
 
+#: The prefix of a Triton kernel's key (:func:`triton_key`).
+TRITON_PREFIX = "triton_"
+_DEVICE_INDEX = re.compile(r"(DeviceProperties\(type='[A-Za-z]+', index=)(\d+)")
+# A file of a Triton cache entry, relative to the Triton cache directory,
+# and an entry's directory.
+_TRITON_FILE = re.compile(r"^[A-Za-z0-9_=-]{8,128}/[A-Za-z0-9_.-]{1,200}$")
+_TRITON_ENTRY = re.compile(r"^[A-Za-z0-9_=-]{8,128}$")
+#: What a sent Triton entry's JSON files hold where they named the entry's
+#: directory (by its absolute path, as Triton writes them); the receiver
+#: writes its own directory there. Inductor's Triton bundler does the same.
+DIR_MARK = b"[compiler-collectives-triton-entry]"
+
 _tls = threading.local()
 
 
@@ -84,16 +113,30 @@ def active() -> Optional["Sharding"]:
 
 
 class Kernel:
-    """One held build: `key`, the `task` Inductor submitted (it builds every
-    missing output under the kernel's lock), its `outputs` relative to the
-    cache directory, its `cost` (bytes of source) and the `future` Inductor
-    waits on."""
+    """One held build: `key`, the `task` Inductor submitted (a C++ kernel's:
+    it builds every missing output under the kernel's lock; a Triton
+    kernel's: the arguments of ``AsyncCompile.triton`` after ``self``), its
+    `outputs` relative to the cache directory (none for Triton: they are
+    known once built), its `cost` (bytes of source), its CUDA `device`
+    index (None for C++) and the `future` Inductor waits on."""
 
-    __slots__ = ("key", "task", "outputs", "cost", "future")
+    __slots__ = ("key", "task", "outputs", "cost", "device", "future")
 
-    def __init__(self, key: str, task: Any, outputs: list[str], cost: int) -> None:
+    def __init__(self, key: str, task: Any, outputs: list[str], cost: int,
+                 device: Optional[int] = None) -> None:
         self.key, self.task, self.outputs, self.cost = key, task, outputs, cost
+        self.device = device
         self.future: concurrent.futures.Future = concurrent.futures.Future()
+
+
+def triton_key(source: str) -> str:
+    """A Triton kernel's key in a round: :data:`TRITON_PREFIX` and 40 hex
+    digits of the SHA-256 of its source (``AsyncCompile.triton``'s
+    argument) with the device index left out, so that ranks on ``cuda:0``
+    and ``cuda:3`` name one kernel alike: the index is in the source's
+    ``DeviceProperties`` only, and Triton's own cache key has none."""
+    norm = _DEVICE_INDEX.sub(r"\g<1>N", source)
+    return TRITON_PREFIX + hashlib.sha256(norm.encode()).hexdigest()[:40]
 
 
 def _kernel_of(task: Any, root: str) -> Optional[Kernel]:
@@ -135,7 +178,11 @@ def assign(needs: dict[int, dict[str, list]], ranks: list[int], groups: list[fro
     kernels first) and the transfers
     ``(source, receiver, keys)``: to one receiver (the lowest rank needing
     one of them) per other directory that needs the source's kernels,
-    sources ascending, then receivers."""
+    sources ascending, then receivers. A Triton kernel (:func:`triton_key`)
+    is built by a rank that needs it (a rank that does not holds it in
+    memory, its files unknown) and goes to each other rank needing it:
+    Triton's cache directory is one per device index, so ranks on one node
+    do not share it as a rule. Its transfers follow the C++ kernels'."""
     wanted: dict[str, int] = {}
     for r in ranks:
         for key, (cost, _) in needs[r].items():
@@ -143,26 +190,30 @@ def assign(needs: dict[int, dict[str, list]], ranks: list[int], groups: list[fro
     load = {r: (loads or {}).get(r, 0) for r in ranks}
     source: dict[str, int] = {}
     for key in sorted(wanted, key=lambda k: (-wanted[k], k)):
-        holders = [r for r in ranks if key not in needs[r]]
+        triton = key.startswith(TRITON_PREFIX)
+        holders = [] if triton else [r for r in ranks if key not in needs[r]]
         if holders:
             source[key] = holders[0]
             continue
-        builder = min(ranks, key=lambda r: (load[r], r))
+        builder = min((r for r in ranks if key in needs[r]), key=lambda r: (load[r], r))
         load[builder] += wanted[key]
         source[key] = builder
     transfers = []
-    for s in ranks:
-        done: set[int] = set()
-        for r in ranks:
-            if r in groups[s] or r in done:
-                continue
-            peers = [x for x in ranks if x in groups[r]]
-            done.update(peers)
-            keys = sorted(k for k, src in source.items() if src == s
-                          and any(k in needs[x] for x in peers))
-            if keys:
-                receiver = min(x for x in peers if any(k in needs[x] for k in keys))
-                transfers.append((s, receiver, keys))
+    alone = {r: frozenset({r}) for r in ranks}
+    for triton, by in ((False, groups), (True, alone)):
+        for s in ranks:
+            done: set[int] = set()
+            for r in ranks:
+                if r in by[s] or r in done:
+                    continue
+                peers = [x for x in ranks if x in by[r]]
+                done.update(peers)
+                keys = sorted(k for k, src in source.items() if src == s
+                              and k.startswith(TRITON_PREFIX) == triton
+                              and any(k in needs[x] for x in peers))
+                if keys:
+                    receiver = min(x for x in peers if any(k in needs[x] for k in keys))
+                    transfers.append((s, receiver, keys))
     return source, transfers
 
 
@@ -179,6 +230,7 @@ class Sharding:
         self.peer_error: Optional[tuple[int, str, str]] = None
         self.wait_s = max(st.compile_timeout or DEFAULT_WAIT_S, st.channel.timeout_s)
         self.root = os.path.realpath(_cache_dir())
+        self.triton_new: dict[int, set[str]] = {}
 
     # Inductor's side: the held builds and the keys its module named.
 
@@ -191,6 +243,18 @@ class Sharding:
 
     def note(self, key: str) -> None:
         self.seen.append(key)
+
+    def hold_triton(self, args: tuple) -> concurrent.futures.Future:
+        """Holds ``AsyncCompile.triton(*args)`` (``self``, the kernel's
+        name, its source, the device string) until the round."""
+        source = args[2]
+        key = triton_key(source)
+        self.seen.append(key)
+        index = _DEVICE_INDEX.search(source)
+        kernel = Kernel(key, args, [], max(len(source), 1),
+                        device=int(index.group(2)) if index else 0)
+        self.held.append(kernel)
+        return kernel.future
 
     # The exchanges.
 
@@ -246,6 +310,7 @@ class Sharding:
                  for r in ranks}
         source, transfers = assign(need_of, ranks, self.groups, loads)
         mine = sorted((k for k in held if source.get(k.key) == me), key=lambda k: -k.cost)
+        self.triton_new = {}
         self.st.shard_load += sum(k.cost for k in mine)
         failure = self._build(mine)
         text = ["ok"] if failure is None else [
@@ -265,6 +330,7 @@ class Sharding:
         count("built", len(mine), PREFIX)
         self._transfer(held, need_of, source, transfers)
         self._gather(["placed"])
+        self._load_triton([k for k in held if k.device is not None and not k.future.done()])
 
     def _needs(self, r: int, text: str) -> dict[str, list]:
         """Rank `r`'s kernels to build or get, checked (a peer's text)."""
@@ -285,8 +351,12 @@ class Sharding:
         return needs
 
     def _build(self, mine: list[Kernel]) -> Optional[tuple[str, BaseException]]:
-        """Builds this rank's share on Inductor's pool; the first failure."""
+        """Builds this rank's share on Inductor's pool; the first failure.
+        A Triton kernel's future is set to the kernel Inductor loads, and
+        the Triton cache entries the builds wrote are kept in
+        ``self.triton_new`` (device index -> entry names) to be sent."""
         futures = []
+        before = {d: _entries(d) for d in {k.device for k in mine if k.device is not None}}
         for k in mine:
             hook = test_hooks.get("shard_build")
             if hook is not None:
@@ -294,63 +364,134 @@ class Sharding:
                     hook(k.key)
                 except Exception as e:  # noqa: BLE001 - the hook stands for a build
                     return k.key, e
-            futures.append((k, _submit(k.task)))
-        for k, f in futures:
             try:
-                f.result()
+                futures.append((k, _submit(k.task) if k.device is None else _triton(k.task)))
             except Exception as e:  # noqa: BLE001 - reported to every rank
                 return k.key, e
+        for k, f in futures:
+            try:
+                result = _result(f)
+            except Exception as e:  # noqa: BLE001 - reported to every rank
+                return k.key, e
+            if k.device is not None and not k.future.done():
+                k.future.set_result(result)
+        for d, old in before.items():
+            self.triton_new.setdefault(d, set()).update(_entries(d) - old)
         return None
 
     def _transfer(self, held: list[Kernel], needs: dict[int, dict[str, list]],
                   source: dict[str, int], transfers: list[tuple[int, int, list[str]]]) -> None:
-        st, me = self.st, self.st.channel.rank
+        me = self.st.channel.rank
         mine = {k.key: k for k in held}
-        for s, r, keys in transfers:
-            outputs = sorted({o for x in needs for k in keys if k in needs[x]
-                              for o in needs[x][k][1]})
-            if me == s:
-                files, why = [], None
-                try:
-                    for rel in outputs:
-                        full = os.path.join(self.root, *rel.split("/"))
-                        files.append({"path": rel, "size": os.path.getsize(full),
-                                      "sha256": _digest(full)})
-                except OSError as e:
-                    files, why = [], str(e)[:MAX_MESSAGE]
-                send(st, r, b"D", json.dumps({"files": files, "why": why}).encode(), SHARD_TAG)
-                if files:
-                    send_files(st, r, self.root, files, SHARD_TAG)
-                    count("sent", len(keys), PREFIX)
-            elif me == r:
-                kind, body = recv(st, s, SHARD_TAG)
-                try:
-                    info = json.loads(body.decode()) if kind == b"D" else None
-                except (ValueError, UnicodeDecodeError):
-                    info = None
-                if not isinstance(info, dict) or not isinstance(info.get("files"), list) or not \
-                        all(isinstance(f, dict) and f.get("path") in outputs
-                            for f in info["files"]):
-                    raise violation(st, f"job rank {self._job(s)} sent a message of kind "
-                                        f"{kind!r} this rank cannot read where the files of "
-                                        f"kernels {keys} were expected")
-                ok = bool(info["files"]) and receive_files(
-                    st, s, info, "kernels " + ", ".join(keys), SHARD_TAG, PREFIX)
-                if ok:
-                    count("received", len(keys), PREFIX)
-                    continue
-                if not info["files"]:
-                    log.warning("compiler_collectives: shard_kernels: job rank %s could not "
-                                "send kernels %s (%s): this rank builds them itself",
-                                self._job(s), keys, info.get("why"))
-                count("fell_back", len(keys), PREFIX)
-                failure = self._build([mine[k] for k in keys if k in mine])
-                if failure is not None:
-                    raise failure[1]
+        staged: Optional[tuple[str, list[dict], Optional[str]]] = None
+        try:
+            for s, r, keys in transfers:
+                if not keys[0].startswith(TRITON_PREFIX):
+                    self._transfer_cpp(s, r, keys, mine, needs)
+                elif me == s:
+                    if staged is None:
+                        staged = _stage_triton(self.triton_new)
+                    self._send(r, keys, staged[0], staged[1], staged[2])
+                elif me == r:
+                    device = next(k.device for k in held if k.key in keys)
+                    self._receive_triton(s, keys, device)
+        finally:
+            if staged is not None:
+                shutil.rmtree(staged[0], ignore_errors=True)
         here = [k for k in held if source.get(k.key) not in (None, me)
-                and source[k.key] in self.groups[me]]
+                and not k.key.startswith(TRITON_PREFIX) and source[k.key] in self.groups[me]]
         if here:
             count("loaded_shared", len(here), PREFIX)
+
+    def _send(self, r: int, keys: list[str], root: str, files: list[dict],
+              why: Optional[str]) -> None:
+        """Sends `files` (under `root`) of `keys` to channel rank `r`: a D
+        message (the manifest, or why there is none), then the chunks."""
+        send(self.st, r, b"D", json.dumps({"files": files, "why": why}).encode(), SHARD_TAG)
+        if files:
+            send_files(self.st, r, root, files, SHARD_TAG)
+            count("sent", len(keys), PREFIX)
+
+    def _announced(self, s: int, keys: list[str], ok) -> dict:
+        """The D message from channel rank `s` announcing the files of
+        `keys`, checked (`ok`: whether a path is one this rank expects)."""
+        kind, body = recv(self.st, s, SHARD_TAG)
+        try:
+            info = json.loads(body.decode()) if kind == b"D" else None
+        except (ValueError, UnicodeDecodeError):
+            info = None
+        if not isinstance(info, dict) or not isinstance(info.get("files"), list) or not \
+                all(isinstance(f, dict) and ok(f.get("path")) for f in info["files"]):
+            raise violation(self.st, f"job rank {self._job(s)} sent a message of kind {kind!r} "
+                                     f"this rank cannot read where the files of kernels {keys} "
+                                     "were expected")
+        return info
+
+    def _receive_triton(self, s: int, keys: list[str], device: int) -> None:
+        """Receives the Triton cache entries channel rank `s` built into
+        this rank's Triton cache directory of `device` (each entry placed
+        whole, its directory written into its JSON files, unless one of its
+        name is there). A kernel it lacks is built by :meth:`_load_triton`."""
+        info = self._announced(s, keys, lambda p: isinstance(p, str)
+                               and _TRITON_FILE.match(p) is not None)
+        where = _triton_dir(device)
+        os.makedirs(where, exist_ok=True)
+        staging = tempfile.mkdtemp(prefix=".ccol-", dir=where)
+        try:
+            ok = bool(info["files"]) and receive_files(
+                self.st, s, info, "kernels " + ", ".join(keys), SHARD_TAG, PREFIX,
+                root=staging, pattern=_TRITON_FILE)
+            if ok:
+                _place_triton(staging, where)
+                count("received", len(keys), PREFIX)
+            else:
+                if not info["files"]:
+                    log.info("compiler_collectives: shard_kernels: job rank %s sent no Triton "
+                             "cache entry for kernels %s (%s): this rank builds them itself",
+                             self._job(s), keys, info.get("why") or "its builds wrote none")
+                count("fell_back", len(keys), PREFIX)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    def _load_triton(self, held: list[Kernel]) -> None:
+        """Loads the Triton kernels other ranks built (a hit in Triton's
+        cache where their entries arrived; a build where they did not)."""
+        futures = [(k, _triton(k.task)) for k in held]
+        for k, f in futures:
+            k.future.set_result(_result(f))
+
+    def _transfer_cpp(self, s: int, r: int, keys: list[str], mine: dict[str, Kernel],
+                      needs: dict[int, dict[str, list]]) -> None:
+        """One C++ transfer: the outputs of `keys` from channel rank `s` to
+        `r`; a receiver that rejects them builds the kernels itself."""
+        me = self.st.channel.rank
+        outputs = sorted({o for x in needs for k in keys if k in needs[x]
+                          for o in needs[x][k][1]})
+        if me == s:
+            files, why = [], None
+            try:
+                for rel in outputs:
+                    full = os.path.join(self.root, *rel.split("/"))
+                    files.append({"path": rel, "size": os.path.getsize(full),
+                                  "sha256": _digest(full)})
+            except OSError as e:
+                files, why = [], str(e)[:MAX_MESSAGE]
+            self._send(r, keys, self.root, files, why)
+        elif me == r:
+            info = self._announced(s, keys, lambda p: p in outputs)
+            ok = bool(info["files"]) and receive_files(
+                self.st, s, info, "kernels " + ", ".join(keys), SHARD_TAG, PREFIX)
+            if ok:
+                count("received", len(keys), PREFIX)
+                return
+            if not info["files"]:
+                log.warning("compiler_collectives: shard_kernels: job rank %s could not "
+                            "send kernels %s (%s): this rank builds them itself",
+                            self._job(s), keys, info.get("why"))
+            count("fell_back", len(keys), PREFIX)
+            failure = self._build([mine[k] for k in keys if k in mine])
+            if failure is not None:
+                raise failure[1]
 
     def finish(self, error: Optional[BaseException] = None) -> None:
         """The compile ended (with `error` when it raised): answers every
@@ -384,7 +525,90 @@ class Sharding:
                 owner=self._job(r), compile_key=self.key, exc_type=kind, exc_message=message)
 
 
+def _triton_dir(device: int) -> str:
+    from torch._inductor.runtime.cache_dir_utils import triton_cache_dir
+
+    return triton_cache_dir(device)
+
+
+def _entries(device: int) -> set[str]:
+    """The entries of this rank's Triton cache directory of `device`."""
+    try:
+        return {e for e in os.listdir(_triton_dir(device)) if _TRITON_ENTRY.match(e)}
+    except OSError:
+        return set()
+
+
+def _stage_triton(new: dict[int, set[str]]) -> tuple[str, list[dict], Optional[str]]:
+    """A temporary directory holding the Triton cache entries `new` (device
+    index -> entry names) as they are sent: each JSON file's naming of its
+    entry's directory replaced by :data:`DIR_MARK`; with their manifest
+    (paths, sizes, digests), or why there is none."""
+    root = tempfile.mkdtemp(prefix="ccol-triton-")
+    files: list[dict] = []
+    try:
+        for device, names in sorted(new.items()):
+            where = _triton_dir(device)
+            for name in sorted(names):
+                entry = os.path.join(where, name)
+                os.makedirs(os.path.join(root, name), exist_ok=True)
+                for f in sorted(os.listdir(entry)):
+                    rel = f"{name}/{f}"
+                    if not _TRITON_FILE.match(rel) or not os.path.isfile(os.path.join(entry, f)):
+                        continue
+                    with open(os.path.join(entry, f), "rb") as fh:
+                        data = fh.read()
+                    if f.endswith(".json"):
+                        data = data.replace(entry.encode(), DIR_MARK)
+                    with open(os.path.join(root, name, f), "wb") as fh:
+                        fh.write(data)
+                    files.append({"path": rel, "size": len(data),
+                                  "sha256": hashlib.sha256(data).hexdigest()})
+    except OSError as e:
+        return root, [], str(e)[:MAX_MESSAGE]
+    return root, files, None if files else "its builds wrote no Triton cache entry"
+
+
+def _place_triton(staging: str, where: str) -> None:
+    """Moves each received entry from `staging` into the Triton cache
+    directory `where`, whole (a rename), its JSON files naming it; an entry
+    already there is kept (its name is its content's key)."""
+    for name in sorted(os.listdir(staging)):
+        entry, target = os.path.join(staging, name), os.path.join(where, name)
+        if not _TRITON_ENTRY.match(name) or not os.path.isdir(entry) or \
+                os.path.isdir(target) and os.listdir(target):
+            continue
+        for f in os.listdir(entry):
+            if f.endswith(".json"):
+                path = os.path.join(entry, f)
+                with open(path, "rb") as fh:
+                    data = fh.read()
+                with open(path, "wb") as fh:
+                    fh.write(data.replace(DIR_MARK, target.encode()))
+        try:
+            os.rename(entry, target)
+        except OSError:
+            pass  # another process placed it first
+
+
+def _result(f: Any) -> Any:
+    """What a build returned: a future's result, or the value itself (a
+    Triton kernel compiled without the pool)."""
+    from torch._inductor.codecache import CodeCacheFuture
+
+    if isinstance(f, (concurrent.futures.Future, CodeCacheFuture)):
+        return f.result()
+    return f
+
+
 _submit_original: Any = None
+_triton_original: Any = None
+
+
+def _triton(task: tuple) -> Any:
+    """``AsyncCompile.triton`` as Inductor has it (or the test hook
+    ``shard_triton``, which stands for it)."""
+    return (test_hooks.get("shard_triton") or _triton_original)(*task)
 
 
 def _submit(task: Any) -> Any:
@@ -409,15 +633,27 @@ def run(sharding: Sharding, original, *args: Any, **kwargs: Any):
 
 
 def install(st, patch) -> None:
-    """Holds the kernel builds Inductor submits in a sharded compile
-    (``AsyncCompile.submit``) and takes a round at each
-    ``AsyncCompile.wait``."""
-    global _submit_original
-    from torch._inductor.async_compile import AsyncCompile
+    """Holds the kernel builds Inductor submits in a sharded compile (a C++
+    kernel's at ``AsyncCompile.submit``, a Triton kernel's at
+    ``AsyncCompile.triton`` unless the process holds it already) and takes
+    a round at each ``AsyncCompile.wait``."""
+    global _submit_original, _triton_original
+    from torch._inductor.async_compile import AsyncCompile, CompiledTritonKernels
 
     submit = AsyncCompile.__dict__["submit"].__func__
     _submit_original = submit
     wait = AsyncCompile.__dict__["wait"]
+    triton = AsyncCompile.__dict__["triton"]
+    _triton_original = triton
+
+    def holding_triton(self, kernel_name: str, source_code: str, device_str: str = "cuda"):
+        sharding = active()
+        if sharding is not None:
+            if CompiledTritonKernels.get(source_code) is None:
+                return sharding.hold_triton((self, kernel_name, source_code, device_str))
+            sharding.note(triton_key(source_code))
+            return _triton((self, kernel_name, source_code, device_str))
+        return triton(self, kernel_name, source_code, device_str)
 
     def holding(cls, task: Any) -> Any:
         sharding = active()
@@ -435,5 +671,7 @@ def install(st, patch) -> None:
 
     holding.__wrapped__ = submit
     waiting.__wrapped__ = wait
+    holding_triton.__wrapped__ = triton
     patch(st, AsyncCompile, "submit", classmethod(holding))
     patch(st, AsyncCompile, "wait", waiting)
+    patch(st, AsyncCompile, "triton", holding_triton)

@@ -186,16 +186,17 @@ class Rejected(Exception):
     """A received file failed its checks (path, size or digest)."""
 
 
-def check_entry(entry: Any, limit: int, key: Optional[str] = None) -> tuple[str, int, str]:
+def check_entry(entry: Any, limit: int, key: Optional[str] = None,
+                pattern: re.Pattern = _SHIPPABLE) -> tuple[str, int, str]:
     """The path, size and digest of one manifest entry from a peer, checked:
-    a relative path of the shapes a load needs (no ``..``, no absolute
-    path), an AOTAutograd entry only under `key` (the key being shipped,
-    where given), a size within `limit`, a 64-hex-digit digest. Raises
-    :class:`Rejected`."""
+    a relative path of the shapes a load needs (`pattern`; no ``..``, no
+    absolute path), an AOTAutograd entry only under `key` (the key being
+    shipped, where given), a size within `limit`, a 64-hex-digit digest.
+    Raises :class:`Rejected`."""
     if not isinstance(entry, dict):
         raise Rejected(f"a manifest entry is a {type(entry).__name__}, not an object")
     path, size, digest = entry.get("path"), entry.get("size"), entry.get("sha256")
-    if not isinstance(path, str) or not _SHIPPABLE.match(path) or ".." in path.split("/"):
+    if not isinstance(path, str) or not pattern.match(path) or ".." in path.split("/"):
         raise Rejected(f"the path {path!r} is not one of a cache entry or a kernel")
     if key is not None and path.startswith("aotautograd/") and path.split("/")[1] != key:
         raise Rejected(f"the AOTAutograd entry {path!r} is not of the key {key}")
@@ -249,7 +250,9 @@ def violation(st, message: str) -> DecodeError:
 #: chunk it sends), ``shard_build`` (a callable a rank calls with each
 #: kernel key it builds in a sharded compile: it raises or kills),
 #: ``shard_list_differs`` (True, or a round's number counted from 1 in a
-#: sharded compile: this rank's kernel list reads as another graph's).
+#: sharded compile: this rank's kernel list reads as another graph's),
+#: ``shard_triton`` (a callable that stands for ``AsyncCompile.triton``
+#: where a round builds or loads a Triton kernel).
 test_hooks: dict = {}
 
 
@@ -306,7 +309,8 @@ def expect_ack(st, peer: int, tag: int = TAG) -> None:
 
 
 def receive_files(st, source: int, info: dict, key: str, tag: int = TAG,
-                  prefix: str = "compile_once") -> bool:
+                  prefix: str = "compile_once", root: Optional[str] = None,
+                  pattern: re.Pattern = _SHIPPABLE) -> bool:
     """Receives the announced files of `key` from `source` into hidden
     temporary files beside their places (Inductor's lookups skip names that
     start with a dot), checks each one's size and digest, and places them
@@ -314,14 +318,16 @@ def receive_files(st, source: int, info: dict, key: str, tag: int = TAG,
     happens. Reads every announced chunk whatever happens (the next message
     from `source` must be the next one it sent); beats from `source` (it
     beats the receivers still waiting for their turn) are skipped. Returns
-    whether the files were installed."""
-    root = _cache_dir()
+    whether the files were installed. `root` (Inductor's cache directory
+    where None) and `pattern` (the paths it accepts) serve other
+    directories' files."""
+    root = root or _cache_dir()
     limit = st.max_artifact_bytes
     try:
         files = info.get("files", [])
         if not isinstance(files, list):
             raise Rejected(f"the files are a {type(files).__name__}, not a list")
-        entries = [check_entry(e, limit, key) for e in files]
+        entries = [check_entry(e, limit, key, pattern) for e in files]
     except Rejected as e:
         raise violation(st, f"rank {source} announced a file this rank refuses ({e})") from None
     temps: list[tuple[str, str]] = []
