@@ -341,7 +341,8 @@ def _line(row) -> str:
     if row.get("case") == "shard" and row.get("first_step_s") is not None:
         return (f"shard     2 ranks {row['mode']:8} first step {row['first_step_s']:6.2f} s, "
                 f"{row['lowerings']:3d} Inductor compiles, {row['kernel_builds']} kernel builds "
-                f"({row['distinct_kernels']} distinct; by rank {row['kernel_builds_by_rank']})"
+                f"({row['distinct_kernels']} distinct; by rank {row['kernel_builds_by_rank']}), "
+                f"loss {row['loss_rank0']}"
                 + ("  DEADLOCK/FAILED" if row["deadlocked_or_failed"] else ""))
     if row.get("first_step_s") is None:
         return f"{row['case']:9} {row['ranks']} ranks {row['mode']:8} DID NOT FINISH {row}"

@@ -116,7 +116,8 @@ def test_triton_kernels_are_built_once_and_loaded_from_the_entries_sent(tmp_path
     # Each rank's sources name its own device (cuda:0, cuda:1): the round
     # names them alike, so every kernel is held and shared.
     assert set(zero["held"]) == set(one["held"]) == TRITON_KERNELS
-    built = [set(zero["builds"]), set(one["builds"])]
+    built = [set(zero["builds"]) - {"triton_tune_0"}, set(one["builds"]) - {"triton_tune_0"}]
+    assert "triton_tune_0" in zero["builds"] and "triton_tune_0" in one["builds"]
     assert built[0] and built[1] and not built[0] & built[1], built
     assert built[0] | built[1] == TRITON_KERNELS
     # The other rank's kernels are hits of this rank's Triton cache: the
@@ -125,6 +126,10 @@ def test_triton_kernels_are_built_once_and_loaded_from_the_entries_sent(tmp_path
     assert set(zero["hits"]) == built[1] and set(one["hits"]) == built[0]
     # Inductor's wait left every kernel in the module's scope, alike.
     assert zero["scope"] == one["scope"] and set(zero["scope"]) == TRITON_KERNELS
+    # Inductor's early submission built nothing; an autotuning caller got
+    # its kernel at once, built on each rank as without the package.
+    for s in (zero, one):
+        assert s["early"] is None and s["tuned"]["name"] == "triton_tune_0", s
     for mine, other, s in ((built[0], built[1], zero), (built[1], built[0], one)):
         assert s["package"]["shard_kernels_built"] == len(mine), s
         assert s["package"]["shard_kernels_received"] == len(other), s
@@ -138,16 +143,17 @@ def test_a_triton_entry_that_fails_its_digest_is_built_by_its_receiver(tmp_path)
     (zero, one), ranks = _triton(tmp_path, CCOL_ST_CORRUPT=0, CCOL_ST_HELD=1)
     assert set(zero["held"]) == TRITON_KERNELS
     assert set(one["held"]) == TRITON_KERNELS - {"triton_poi_0"}
-    assert "triton_poi_0" in zero["builds"] and "triton_poi_0" not in one["builds"]
-    sent = set(zero["builds"]) - {"triton_poi_0"}
+    held = [set(zero["builds"]) - {"triton_tune_0"}, set(one["builds"]) - {"triton_tune_0"}]
+    assert "triton_poi_0" in held[0] and "triton_poi_0" not in held[1]
+    sent = held[0] - {"triton_poi_0"}
     assert sent, zero
     # Rank 1 rejected rank 0's entries and built those kernels itself.
     assert one["package"]["shard_kernels_rejected"] == 1, one
     assert one["package"]["shard_kernels_fell_back"] == len(sent), one
-    assert sent <= set(one["builds"]) and not sent & set(one["hits"])
+    assert sent <= held[1] and not sent & set(one["hits"])
     assert "rejected the files of kernels" in ranks[1].stderr
     # Rank 0 loaded rank 1's kernels from the entries it received.
-    assert set(zero["hits"]) == set(one["builds"]) - sent
+    assert set(zero["hits"]) == held[1] - sent
     assert zero["scope"] == one["scope"]
 
 

@@ -155,6 +155,7 @@ AGREEMENT_ENTRIES = {
         "torch._inductor.async_compile.CompiledTritonKernels.get",
         "torch._inductor.runtime.cache_dir_utils.triton_cache_dir",
         "torch._inductor.codecache.CodeCacheFuture",
+        "torch._inductor.codegen.triton.TritonScheduling._emit_kernel_to_wrapper",
     ],
     "spmd_check": [
         "torch._inductor.fx_passes.spmd_check.spmd_check",

@@ -16,7 +16,7 @@ Inductor graph are built once in the job:
   group, each waiting ``compile_timeout`` (or :data:`DEFAULT_WAIT_S`) for
   the slowest rank:
 
-  1. every rank's list: the digest of every kernel key the module named,
+  1. every rank's list: the digest of the kernel keys the module named,
      and the kernels it must build or get (those its cache directory
      lacks). Ranks whose digests differ shard apart (an INFO line naming
      the groups, ``shard_kernels_lists_differ``); a group of one builds
@@ -66,6 +66,7 @@ import logging
 import os
 import re
 import shutil
+import sys
 import tempfile
 import threading
 from typing import Any, Optional
@@ -94,6 +95,14 @@ _OUTPUT = re.compile(r"^[A-Za-z0-9_]{2}/[A-Za-z0-9_.-]{1,200}\.s?o$")
 
 #: The prefix of a Triton kernel's key (:func:`triton_key`).
 TRITON_PREFIX = "triton_"
+#: The function in which Inductor submits each Triton kernel early, while it
+#: writes the graph's module, where its pool is warm, discarding what
+#: ``AsyncCompile.triton`` returns (``TritonScheduling._emit_kernel_to_wrapper``,
+#: torch 2.11-2.15, in the version table): in a sharded compile that call
+#: builds nothing, and the module's own call is held instead. Every other
+#: caller but the module (autotuning, fusion benchmarks, combo kernels) needs
+#: the kernel at once and gets it built here, as without the package.
+PRESUBMIT = "_emit_kernel_to_wrapper"
 _DEVICE_INDEX = re.compile(r"(DeviceProperties\(type='[A-Za-z]+', index=)(\d+)")
 # A file of a Triton cache entry, relative to the Triton cache directory,
 # and an entry's directory.
@@ -288,7 +297,7 @@ class Sharding:
 
     def _round(self, held: list[Kernel], seen: list[str]) -> None:
         me = self.st.channel.rank
-        digest = hashlib.sha256("\n".join(seen).encode()).hexdigest()[:32]
+        digest = hashlib.sha256("\n".join(sorted(set(seen))).encode()).hexdigest()[:32]
         differs = test_hooks.get("shard_list_differs")
         if differs is True or differs == self.rounds:
             digest = "x" + digest[1:]
@@ -649,9 +658,17 @@ def install(st, patch) -> None:
     def holding_triton(self, kernel_name: str, source_code: str, device_str: str = "cuda"):
         sharding = active()
         if sharding is not None:
-            if CompiledTritonKernels.get(source_code) is None:
-                return sharding.hold_triton((self, kernel_name, source_code, device_str))
-            sharding.note(triton_key(source_code))
+            caller = sys._getframe(1).f_code.co_name
+            if caller == "<module>":
+                # The graph's wrapper module, as it is imported.
+                if CompiledTritonKernels.get(source_code) is None:
+                    return sharding.hold_triton((self, kernel_name, source_code, device_str))
+                sharding.note(triton_key(source_code))
+                return _triton((self, kernel_name, source_code, device_str))
+            if caller == PRESUBMIT:
+                # Inductor's early submission while it writes the module (its
+                # pool warm); the module's own call is held in its place.
+                return None
             return _triton((self, kernel_name, source_code, device_str))
         return triton(self, kernel_name, source_code, device_str)
 

@@ -17,6 +17,10 @@ writes the entry: the kernel's binary, its JSON file, a group file naming
 both by absolute path. It returns a future of the kernel: its name, whether
 it was a hit, and the bytes of its binary.
 
+Before the module's calls, as Inductor does while it writes the module,
+an early submission of the second kernel (``_emit_kernel_to_wrapper``) and
+an autotuning caller's kernel, ``triton_tune_0``.
+
 CCOL_ST_CORRUPT=R: job rank R, as a sender, flips a byte of the first chunk
 it sends. CCOL_ST_HELD=R: job rank R holds the first kernel in memory
 already (``CompiledTritonKernels``), so it does not hold that kernel's
@@ -93,12 +97,30 @@ st = _state.current
 sharding = _shard.Sharding(st, "test", [frozenset({r}) for r in range(WORLD)])
 _shard._tls.sharding = sharding
 ac = AsyncCompile()
-scope = {f"triton_poi_{i}": ac.triton(f"triton_poi_{i}", source_of(i), "cuda") for i in range(n)}
+
+
+def _emit_kernel_to_wrapper():
+    """Inductor's early submission while it writes the module: it builds
+    nothing in a sharded compile (the module's own call is held)."""
+    return ac.triton("triton_poi_1", source_of(1), "cuda")
+
+
+def autotune():
+    """Any other caller (autotuning, a benchmark) needs its kernel now."""
+    return ac.triton("triton_tune_0", source_of(9), "cuda").result()
+
+
+early = _emit_kernel_to_wrapper()
+tuned = autotune()
+# As the graph's wrapper module does it: its own calls, at module level.
+scope = {}
+for i in range(n):
+    scope[f"triton_poi_{i}"] = ac.triton(f"triton_poi_{i}", source_of(i), "cuda")
 held = sorted(k.task[1] for k in sharding.held)
 ac.wait(scope)
 _shard._tls.sharding = None
 sharding.finish()
-emit(event="round", held=held, scope=scope, builds=builds, hits=hits,
+emit(event="round", early=early, tuned=tuned, held=held, scope=scope, builds=builds, hits=hits,
      package=dict(counters["compiler_collectives"]))
 sys.stdout.flush()
 os._exit(0)
