@@ -47,7 +47,16 @@ def test_every_rank_lowers_and_each_kernel_is_built_once_in_the_job(sharded):
         assert package["shard_kernels_received"] == len(other), package
         assert package["shard_kernels_bytes_received"] > 0
         assert package["compile_once_compiled"] == 1
-    assert "lowered on every rank" in sharded[0].stderr
+    assert "lowering on every rank" in sharded[0].stderr
+    # The bytes one rank sent are those the other received.
+    assert zero["package"]["shard_kernels_bytes_sent"] == \
+        one["package"]["shard_kernels_bytes_received"]
+    assert one["package"]["shard_kernels_bytes_sent"] == \
+        zero["package"]["shard_kernels_bytes_received"]
+    # Each rank sums up its sharded compile once it ends.
+    for r, mine, other in ((sharded[0], built[0], built[1]), (sharded[1], built[1], built[0])):
+        assert (f"{len(mine)} kernel(s) built here, {len(other)} received, 0 built here after "
+                "a transfer failed, in 2 round(s)") in r.stderr, r.stderr[-2000:]
 
 
 def test_a_corrupted_kernel_is_rejected_and_built_by_its_receiver(sharded, faulty):
@@ -179,6 +188,26 @@ def test_a_triton_kernel_is_built_by_a_rank_needing_it_and_sent_to_each_other_on
     source, transfers = assign(needs, [0, 1, 2, 3], groups)
     assert source == {t: 1}
     assert transfers == [(1, 2, [t]), (1, 3, [t])]
+
+
+@pytest.mark.parametrize("compile_timeout", [2.0, None])
+def test_a_rounds_exchanges_wait_compile_timeout_not_the_channels_timeout(compile_timeout):
+    # A new user's trial found compile_timeout=15 ignored under timeout=300:
+    # a stopped peer held the others for the channel's timeout, or an hour.
+    from types import SimpleNamespace
+
+    from compiler_collectives._shard import DEFAULT_WAIT_S, Sharding
+
+    waits = []
+
+    def gather_texts(key, texts, timeout_s=None):
+        waits.append(timeout_s)
+        return [texts]
+
+    st = SimpleNamespace(compile_timeout=compile_timeout, ranks=None,
+                         channel=SimpleNamespace(timeout_s=300.0, gather_texts=gather_texts))
+    Sharding(st, "k", [frozenset({0})])._gather(["r"])
+    assert waits == [DEFAULT_WAIT_S if compile_timeout is None else compile_timeout]
 
 
 # The plan of a round: what every rank computes alike from the round's

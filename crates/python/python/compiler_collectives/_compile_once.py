@@ -553,7 +553,7 @@ def make_try_load(st, original):
                     lowering="every" if st.shard_kernels else "owner")
         _log_rank_specific(st, plan, keys)
         if plan.lowering == "every" and me in plan.lowers:
-            _log_key(st, plan, "lowered on every rank, each kernel built once in the job")
+            _log_key(st, plan, "lowering on every rank, each kernel to be built once in the job")
             count("compiled")
             _tls.sharding = _shard.Sharding(st, plan.key, groups)
             return compiled_fn, aot_config

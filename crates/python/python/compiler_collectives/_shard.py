@@ -13,7 +13,8 @@ Inductor graph are built once in the job:
   its lock file; its output files; its cost, the bytes of its sources).
 - ``AsyncCompile.wait``, the module's last line, knows every kernel of the
   graph. There the ranks take a *round* of three exchanges on the whole
-  group, each waiting ``compile_timeout`` (or :data:`DEFAULT_WAIT_S`) for
+  group, each waiting ``compile_timeout`` (or :data:`DEFAULT_WAIT_S` where
+  it is None; not the channel's ``timeout``) for
   the slowest rank:
 
   1. every rank's list: the digest of the kernel keys the module named,
@@ -69,6 +70,7 @@ import shutil
 import sys
 import tempfile
 import threading
+import time
 from typing import Any, Optional
 
 from ._errors import Error, PeerCompileFailed
@@ -237,7 +239,8 @@ class Sharding:
         self.seen: list[str] = []
         self.rounds = 0
         self.peer_error: Optional[tuple[int, str, str]] = None
-        self.wait_s = max(st.compile_timeout or DEFAULT_WAIT_S, st.channel.timeout_s)
+        self.wait_s = st.compile_timeout if st.compile_timeout is not None else DEFAULT_WAIT_S
+        self.tally = {"built": 0, "received": 0, "fell_back": 0, "seconds": 0.0}
         self.root = os.path.realpath(_cache_dir())
         self.triton_new: dict[int, set[str]] = {}
 
@@ -284,6 +287,7 @@ class Sharding:
         held, self.held = self.held, []
         seen, self.seen = self.seen, []
         self.rounds += 1
+        started = time.monotonic()
         try:
             self._round(held, seen)
         except BaseException as e:
@@ -294,6 +298,11 @@ class Sharding:
         for k in held:
             if not k.future.done():
                 k.future.set_result(None)
+        self.tally["seconds"] += time.monotonic() - started
+
+    def _count(self, name: str, n: int) -> None:
+        count(name, n, PREFIX)
+        self.tally[name] += n
 
     def _round(self, held: list[Kernel], seen: list[str]) -> None:
         me = self.st.channel.rank
@@ -336,7 +345,7 @@ class Sharding:
                     f"{rows[r][2]}: {rows[r][3]}",
                     owner=self._job(r), compile_key=rows[r][1][:MAX_MESSAGE],
                     exc_type=rows[r][2][:MAX_MESSAGE], exc_message=rows[r][3][:MAX_MESSAGE])
-        count("built", len(mine), PREFIX)
+        self._count("built", len(mine))
         self._transfer(held, need_of, source, transfers)
         self._gather(["placed"])
         self._load_triton([k for k in held if k.device is not None and not k.future.done()])
@@ -420,6 +429,7 @@ class Sharding:
         if files:
             send_files(self.st, r, root, files, SHARD_TAG)
             count("sent", len(keys), PREFIX)
+            count("bytes_sent", sum(f["size"] for f in files), PREFIX)
 
     def _announced(self, s: int, keys: list[str], ok) -> dict:
         """The D message from channel rank `s` announcing the files of
@@ -452,13 +462,13 @@ class Sharding:
                 root=staging, pattern=_TRITON_FILE)
             if ok:
                 _place_triton(staging, where)
-                count("received", len(keys), PREFIX)
+                self._count("received", len(keys))
             else:
                 if not info["files"]:
                     log.info("compiler_collectives: shard_kernels: job rank %s sent no Triton "
                              "cache entry for kernels %s (%s): this rank builds them itself",
                              self._job(s), keys, info.get("why") or "its builds wrote none")
-                count("fell_back", len(keys), PREFIX)
+                self._count("fell_back", len(keys))
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 
@@ -491,13 +501,13 @@ class Sharding:
             ok = bool(info["files"]) and receive_files(
                 self.st, s, info, "kernels " + ", ".join(keys), SHARD_TAG, PREFIX)
             if ok:
-                count("received", len(keys), PREFIX)
+                self._count("received", len(keys))
                 return
             if not info["files"]:
                 log.warning("compiler_collectives: shard_kernels: job rank %s could not "
                             "send kernels %s (%s): this rank builds them itself",
                             self._job(s), keys, info.get("why"))
-            count("fell_back", len(keys), PREFIX)
+            self._count("fell_back", len(keys))
             failure = self._build([mine[k] for k in keys if k in mine])
             if failure is not None:
                 raise failure[1]
@@ -526,6 +536,12 @@ class Sharding:
                 if not k.future.done():
                     k.future.set_result(None)
             self.held = []
+        if error is None and self.peer_error is None and self.rounds:
+            t = self.tally
+            log.info("compiler_collectives: shard_kernels: key %s: %d kernel(s) built here, %d "
+                     "received, %d built here after a transfer failed, in %d round(s) (%.2f s)",
+                     self.key, t["built"], t["received"], t["fell_back"], self.rounds,
+                     t["seconds"])
         if error is None and self.peer_error is not None:
             r, kind, message = self.peer_error
             raise PeerCompileFailed(
