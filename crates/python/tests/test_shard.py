@@ -120,8 +120,9 @@ def _triton(tmp_path, **env):
 TRITON_KERNELS = {f"triton_poi_{i}" for i in range(6)}
 
 
-def test_triton_kernels_are_built_once_and_loaded_from_the_entries_sent(tmp_path):
-    (zero, one), _ = _triton(tmp_path)
+def test_triton_kernels_are_built_once_and_a_slower_ranks_share_is_taken_over(tmp_path):
+    # Rank 1's builds take 3 s each.
+    (zero, one), _ = _triton(tmp_path, CCOL_ST_SLOW=1, CCOL_ST_SLOW_S=3)
     # Each rank's sources name its own device (cuda:0, cuda:1): the round
     # names them alike, so every kernel is held and shared.
     assert set(zero["held"]) == set(one["held"]) == TRITON_KERNELS
@@ -129,6 +130,12 @@ def test_triton_kernels_are_built_once_and_loaded_from_the_entries_sent(tmp_path
     assert "triton_tune_0" in zero["builds"] and "triton_tune_0" in one["builds"]
     assert built[0] and built[1] and not built[0] & built[1], built
     assert built[0] | built[1] == TRITON_KERNELS
+    # The shares, the costliest (longest source) first: rank 0's 5, 2, 1
+    # and rank 1's 4, 3, 0. While rank 1 builds its first, rank 0 builds
+    # its own and takes over rank 1's others from the end.
+    assert built[1] == {"triton_poi_4"}, built
+    assert zero["package"]["shard_kernels_taken_over"] == 2, zero
+    assert one["package"].get("shard_kernels_taken_over", 0) == 0, one
     # The other rank's kernels are hits of this rank's Triton cache: the
     # entries arrived, their JSON files naming this rank's directory (the
     # stand-in checks it).
@@ -227,6 +234,102 @@ def test_kernels_spread_over_the_ranks_by_cost_the_costliest_first():
     # What each rank built in earlier rounds counts: rank 0 built 100.
     source, _ = assign(needs, [0, 1], [frozenset({0}), frozenset({1})], {0: 100, 1: 0})
     assert source == {"k1": 1, "k2": 1, "k3": 0, "k4": 0}
+
+
+def test_a_share_is_what_a_rank_builds_and_each_kernel_comes_from_whoever_built_it():
+    from compiler_collectives._shard_plan import assign, plan_transfers, settle, shares
+
+    needs = {r: {"k1": [90, ["k1/ck1.main.so"]], "k2": [50, ["k2/ck2.main.so"]],
+                 "k3": [40, ["k3/ck3.main.so"]], "k4": [10, ["k4/ck4.main.so"]]}
+             for r in range(2)}
+    groups = [frozenset({0}), frozenset({1})]
+    source, _ = assign(needs, [0, 1], groups)
+    assert shares(source, needs, [0, 1]) == {0: ["k1", "k4"], 1: ["k2", "k3"]}
+    # Rank 0 took k3 over: it comes from rank 0.
+    final, left, unbuilt = settle(source, needs, {0: {"k1", "k3", "k4"}, 1: {"k2"}}, [0, 1])
+    assert final == {"k1": 0, "k2": 1, "k3": 0, "k4": 0} and not unbuilt
+    assert plan_transfers(final, left, [0, 1], groups) == [(0, 1, ["k1", "k3", "k4"]),
+                                                           (1, 0, ["k2"])]
+    # k2 built twice (a claim the store could not take): it comes from its
+    # planned builder, and no rank receives what it built itself.
+    final, left, _ = settle(source, needs, {0: {"k1", "k2", "k4"}, 1: {"k2", "k3"}}, [0, 1])
+    assert final["k2"] == 1 and "k2" not in left[0] and "k2" not in left[1]
+    assert plan_transfers(final, left, [0, 1], groups) == [(0, 1, ["k1", "k4"]),
+                                                           (1, 0, ["k3"])]
+    # No rank built k4: nobody sends it, and each rank builds it as it loads.
+    final, left, unbuilt = settle(source, needs, {0: {"k1"}, 1: {"k2", "k3"}}, [0, 1])
+    assert unbuilt == {"k4"} and "k4" not in final and "k4" not in left[0] | left[1]
+    # A holder builds nothing and stays the source.
+    held = {0: {}, 1: {"k": [5, ["ab/cabc.main.so"]]}}
+    source, _ = assign(held, [0, 1], groups)
+    assert shares(source, held, [0, 1]) == {0: [], 1: []}
+    assert settle(source, held, {0: set(), 1: set()}, [0, 1])[0] == {"k": 0}
+
+
+class _Store:
+    """c10d's ``add``: the key's new value."""
+
+    def __init__(self) -> None:
+        self.values: dict = {}
+
+    def add(self, key, n):
+        self.values[key] = self.values.get(key, 0) + n
+        return self.values[key]
+
+    def delete_key(self, key):
+        return self.values.pop(key, None) is not None
+
+
+def _sharding(store):
+    from types import SimpleNamespace
+
+    from compiler_collectives._shard import Sharding
+
+    st = SimpleNamespace(compile_timeout=None, ranks=None, store=store,
+                         channel=SimpleNamespace(rank=0))
+    sharding = Sharding(st, "k", [frozenset({0}), frozenset({1})])
+    sharding._build = lambda kernels: (list(kernels), None)
+    return sharding
+
+
+def test_a_rank_claims_its_share_then_takes_the_others_over_from_their_ends():
+    from compiler_collectives._shard import Kernel
+
+    mine = {k: Kernel(k, None, [], 1) for k in "abcdef"}
+    store = _Store()
+    # Rank 1 claimed the first two of its share.
+    store.add("s/c", 1)
+    store.add("s/d", 1)
+    sharding = _sharding(store)
+    built, taken, failure = sharding._build_claimed({0: ["a", "b"], 1: list("cdef")}, mine, "s")
+    assert [k.key for k in built] == taken == ["a", "b", "f", "e"] and failure is None
+    # Past the round's second exchange, a rank deletes its own claims.
+    sharding._release("s", taken)
+    assert set(store.values) == {"s/c", "s/d"}
+    # An owner's first kernel is never taken: every rank builds a share.
+    store = _Store()
+    built, _, _ = _sharding(store)._build_claimed({0: [], 1: list("cdef")}, mine, "s")
+    assert [k.key for k in built] == ["f", "e", "d"]
+    # A kernel of another's share this rank does not hold (a Triton kernel
+    # it has in memory) is passed over, not claimed.
+    built, _, _ = _sharding(_Store())._build_claimed({0: [], 1: ["c", "x", "d"]}, mine, "s")
+    assert [k.key for k in built] == ["d"]
+
+
+def test_a_store_that_cannot_claim_leaves_each_rank_its_own_share(caplog):
+    from compiler_collectives._shard import Kernel
+
+    class Broken:
+        def add(self, key, n):
+            raise RuntimeError("the store is gone")
+
+    mine = {k: Kernel(k, None, [], 1) for k in "abcd"}
+    sharding = _sharding(Broken())
+    with caplog.at_level("WARNING", logger="compiler_collectives"):
+        built, taken, _ = sharding._build_claimed({0: ["a", "b"], 1: ["c", "d"]}, mine, "s")
+    assert [k.key for k in built] == ["a", "b"] and taken == [] and not sharding.claiming
+    assert "cannot claim kernels through the job's store (RuntimeError: the store is gone)" \
+        in caplog.text
 
 
 def test_a_kernel_some_rank_has_is_sent_by_it_once_per_directory():

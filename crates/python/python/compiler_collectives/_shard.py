@@ -22,17 +22,35 @@ Inductor graph are built once in the job:
      lacks). Ranks whose digests differ shard apart (an INFO line naming
      the groups, ``shard_kernels_lists_differ``); a group of one builds
      its own. A kernel some rank of the group already has is sent by that
-     rank; every other kernel goes to the rank with the least cost so far
-     (the longest first), so that no rank gets all the big ones.
-  2. after each rank built its share (on Inductor's pool): whether a build
-     raised. Every rank then raises: the builder its own exception, the
-     others :class:`PeerCompileFailed` naming the kernel's key and the
-     builder, with its message.
+     rank; every other kernel goes to the share of the rank with the least
+     cost so far (the longest first), so that no rank gets all the big
+     ones (``_shard_plan``).
+  2. after each rank built what it claimed (on Inductor's pool): the
+     kernels it built, or the build that raised. Every rank then raises
+     on a failure: the builder its own exception, the others
+     :class:`PeerCompileFailed` naming the kernel's key and the builder,
+     with its message.
   3. after the transfers, in one order every rank computes alike (each
      source to one receiver per other cache directory, digest-checked;
      a rejected transfer is built by its receiver, with a WARNING): the
      files are in every directory. The held futures are then resolved and
      Inductor loads each kernel as a cache hit.
+
+The claims. A rank builds a kernel only once it has claimed it in the
+job's store (the default process group's: an ``add`` on a key of the
+round, of the group's kernel list and of the kernel, under the channel's
+prefix; the first ``add`` wins), each as a slot of its pool frees: first
+its own share in order, then, once that is done, the other ranks' shares
+from their ends, each up to the first kernel someone else claimed, and
+never an owner's first (every rank builds a share). So a rank whose
+lowering or builds run slower (a busy node, a cost the source's length
+misjudged) has the end of its share taken over by the ranks done with
+theirs, and the round ends when the job's kernels are built, not when the
+slowest share is (``shard_kernels_taken_over``). Every kernel then comes
+from the rank that built it. A store that cannot ``add`` (a WARNING) leaves
+each rank its own share, as planned; a kernel no rank built is built by
+each rank needing it as it loads it (``shard_kernels_fell_back``, a
+WARNING).
 
 A rank whose compile ends (or raises) answers every later exchange with
 "done" until every rank is done, so ranks whose compiles take different
@@ -74,6 +92,7 @@ import time
 from typing import Any, Optional
 
 from ._errors import Error, PeerCompileFailed
+from ._shard_plan import TRITON_PREFIX, assign, plan_transfers, settle, shares
 from ._shipping import MAX_MESSAGE, TAG, _cache_dir, _digest, count, receive_files, recv, send, \
     send_files, test_hooks, violation
 
@@ -95,8 +114,6 @@ DEFAULT_WAIT_S = 3600.0
 _KEY = re.compile(r"^[A-Za-z0-9_]{1,128}$")
 _OUTPUT = re.compile(r"^[A-Za-z0-9_]{2}/[A-Za-z0-9_.-]{1,200}\.s?o$")
 
-#: The prefix of a Triton kernel's key (:func:`triton_key`).
-TRITON_PREFIX = "triton_"
 #: The function in which Inductor submits each Triton kernel early, while it
 #: writes the graph's module, where its pool is warm, discarding what
 #: ``AsyncCompile.triton`` returns (``TritonScheduling._emit_kernel_to_wrapper``,
@@ -177,57 +194,6 @@ def _kernel_of(task: Any, root: str) -> Optional[Kernel]:
     return Kernel(key, task, outputs, max(cost, 1))
 
 
-def assign(needs: dict[int, dict[str, list]], ranks: list[int], groups: list[frozenset],
-           loads: Optional[dict[int, int]] = None,
-           ) -> tuple[dict[str, int], list[tuple[int, int, list[str]]]]:
-    """The plan of one round, the same on every rank: `needs` (rank ->
-    kernel key -> [cost, outputs]) of `ranks` (the group, ascending), each
-    rank's cache-directory group, and each rank's `loads` (the cost it built
-    in earlier rounds, so that the rounds of small graphs spread too).
-    Returns each needed kernel's source (a rank of the group that has it,
-    else the builder: the rank with the least cost so far, the costliest
-    kernels first) and the transfers
-    ``(source, receiver, keys)``: to one receiver (the lowest rank needing
-    one of them) per other directory that needs the source's kernels,
-    sources ascending, then receivers. A Triton kernel (:func:`triton_key`)
-    is built by a rank that needs it (a rank that does not holds it in
-    memory, its files unknown) and goes to each other rank needing it:
-    Triton's cache directory is one per device index, so ranks on one node
-    do not share it as a rule. Its transfers follow the C++ kernels'."""
-    wanted: dict[str, int] = {}
-    for r in ranks:
-        for key, (cost, _) in needs[r].items():
-            wanted[key] = max(wanted.get(key, 0), int(cost))
-    load = {r: (loads or {}).get(r, 0) for r in ranks}
-    source: dict[str, int] = {}
-    for key in sorted(wanted, key=lambda k: (-wanted[k], k)):
-        triton = key.startswith(TRITON_PREFIX)
-        holders = [] if triton else [r for r in ranks if key not in needs[r]]
-        if holders:
-            source[key] = holders[0]
-            continue
-        builder = min((r for r in ranks if key in needs[r]), key=lambda r: (load[r], r))
-        load[builder] += wanted[key]
-        source[key] = builder
-    transfers = []
-    alone = {r: frozenset({r}) for r in ranks}
-    for triton, by in ((False, groups), (True, alone)):
-        for s in ranks:
-            done: set[int] = set()
-            for r in ranks:
-                if r in by[s] or r in done:
-                    continue
-                peers = [x for x in ranks if x in by[r]]
-                done.update(peers)
-                keys = sorted(k for k, src in source.items() if src == s
-                              and k.startswith(TRITON_PREFIX) == triton
-                              and any(k in needs[x] for x in peers))
-                if keys:
-                    receiver = min(x for x in peers if any(k in needs[x] for k in keys))
-                    transfers.append((s, receiver, keys))
-    return source, transfers
-
-
 class Sharding:
     """One AOTAutograd compile lowered on every rank, its kernels sharded:
     the builds held since the last round, the kernel keys the graph's
@@ -240,7 +206,11 @@ class Sharding:
         self.rounds = 0
         self.peer_error: Optional[tuple[int, str, str]] = None
         self.wait_s = st.compile_timeout if st.compile_timeout is not None else DEFAULT_WAIT_S
-        self.tally = {"built": 0, "received": 0, "fell_back": 0, "seconds": 0.0}
+        self.tally = {"built": 0, "received": 0, "fell_back": 0, "taken_over": 0,
+                      "seconds": 0.0, "building": 0.0, "waiting": 0.0}
+        # Whether kernels are claimed through the job's store (module docs):
+        # off where enable() kept none, or once a claim raised.
+        self.claiming = getattr(st, "store", None) is not None
         self.root = os.path.realpath(_cache_dir())
         self.triton_new: dict[int, set[str]] = {}
 
@@ -271,7 +241,9 @@ class Sharding:
     # The exchanges.
 
     def _gather(self, texts: list[str]) -> list[list[str]]:
+        started = time.monotonic()
         rows = self.st.channel.gather_texts(ROUND_KEY, texts, timeout_s=self.wait_s)
+        self.tally["waiting"] += time.monotonic() - started
         for r, row in enumerate(rows):
             if row[:2] == ["done", "err"] and self.peer_error is None and len(row) >= 4:
                 self.peer_error = (r, row[2][:MAX_MESSAGE], row[3][:MAX_MESSAGE])
@@ -311,6 +283,7 @@ class Sharding:
         if differs is True or differs == self.rounds:
             digest = "x" + digest[1:]
         needs = {k.key: [k.cost, k.outputs] for k in held}
+        exchange = self.st.channel.next_exchange
         rows = self._gather(["r", digest, json.dumps(needs, sort_keys=True),
                              str(self.st.shard_load)])
         active = [r for r, row in enumerate(rows) if row[:1] == ["r"] and len(row) == 4]
@@ -326,15 +299,19 @@ class Sharding:
         need_of = {r: self._needs(r, rows[r][2]) for r in ranks}
         loads = {r: int(rows[r][3]) if rows[r][3].isdigit() and len(rows[r][3]) < 19 else 0
                  for r in ranks}
-        source, transfers = assign(need_of, ranks, self.groups, loads)
-        mine = sorted((k for k in held if source.get(k.key) == me), key=lambda k: -k.cost)
+        source, _ = assign(need_of, ranks, self.groups, loads)
         self.triton_new = {}
-        self.st.shard_load += sum(k.cost for k in mine)
-        failure = self._build(mine)
-        text = ["ok"] if failure is None else [
+        started = time.monotonic()
+        space = f"{getattr(self.st, 'store_prefix', '')}/shard/{exchange}/{digest}"
+        built, taken, failure = self._build_claimed(
+            shares(source, need_of, ranks), {k.key: k for k in held}, space)
+        self.tally["building"] += time.monotonic() - started
+        self.st.shard_load += sum(k.cost for k in built)
+        text = ["ok", json.dumps(sorted(k.key for k in built))] if failure is None else [
             "err", failure[0], f"{type(failure[1]).__module__}.{type(failure[1]).__qualname__}",
             str(failure[1])[:MAX_MESSAGE]]
         rows = self._gather(text)
+        self._release(space, taken)
         if failure is not None:
             raise failure[1]
         for r in ranks:
@@ -345,10 +322,31 @@ class Sharding:
                     f"{rows[r][2]}: {rows[r][3]}",
                     owner=self._job(r), compile_key=rows[r][1][:MAX_MESSAGE],
                     exc_type=rows[r][2][:MAX_MESSAGE], exc_message=rows[r][3][:MAX_MESSAGE])
-        self._count("built", len(mine))
-        self._transfer(held, need_of, source, transfers)
+        final, left, unbuilt = settle(
+            source, need_of, {r: self._built(r, rows[r], need_of[r]) for r in ranks}, ranks)
+        self._count("built", len(built))
+        self._count("taken_over", sum(1 for k in built if source.get(k.key) != me))
+        self._transfer(held, left, final, plan_transfers(final, left, ranks, self.groups))
         self._gather(["placed"])
+        lacking = [k for k in held if k.key in unbuilt]
+        if lacking:
+            log.warning("compiler_collectives: shard_kernels: no rank built kernels %s: this "
+                        "rank builds them as it loads them", sorted(k.key for k in lacking))
+            self._count("fell_back", len(lacking))
         self._load_triton([k for k in held if k.device is not None and not k.future.done()])
+
+    def _built(self, r: int, row: list[str], needs: dict[str, list]) -> set[str]:
+        """The kernels channel rank `r` says it built (its row of a round's
+        second exchange), checked: only kernels it needed."""
+        try:
+            keys = json.loads(row[1]) if row[:1] == ["ok"] and len(row) == 2 else None
+        except ValueError:
+            keys = None
+        if not isinstance(keys, list) or not all(isinstance(k, str) and k in needs
+                                                 for k in keys):
+            raise violation(self.st, f"job rank {self._job(r)} sent a list of built kernels "
+                                     "this rank cannot read")
+        return set(keys)
 
     def _needs(self, r: int, text: str) -> dict[str, list]:
         """Rank `r`'s kernels to build or get, checked (a peer's text)."""
@@ -368,34 +366,100 @@ class Sharding:
                                      "rank cannot read")
         return needs
 
-    def _build(self, mine: list[Kernel]) -> Optional[tuple[str, BaseException]]:
-        """Builds this rank's share on Inductor's pool; the first failure.
-        A Triton kernel's future is set to the kernel Inductor loads, and
-        the Triton cache entries the builds wrote are kept in
-        ``self.triton_new`` (device index -> entry names) to be sent."""
-        futures = []
-        before = {d: _entries(d) for d in {k.device for k in mine if k.device is not None}}
-        for k in mine:
-            hook = test_hooks.get("shard_build")
-            if hook is not None:
-                try:
-                    hook(k.key)
-                except Exception as e:  # noqa: BLE001 - the hook stands for a build
-                    return k.key, e
+    def _build_claimed(self, segs: dict[int, list[str]], mine: dict[str, Kernel], space: str,
+                       ) -> tuple[list[Kernel], list[str], Optional[tuple[str, BaseException]]]:
+        """Builds what this rank claims (module docs: the claims): its own
+        share in order, then the others' from their ends, each kernel
+        claimed in the job's store under `space` as a pool slot frees. The
+        kernels built, the keys claimed, the first failure."""
+        me = self.st.channel.rank
+        taken: list[str] = []
+
+        def claimed(key: str, own: bool) -> bool:
+            if not self.claiming:
+                return own
             try:
-                futures.append((k, _submit(k.task) if k.device is None else _triton(k.task)))
-            except Exception as e:  # noqa: BLE001 - reported to every rank
-                return k.key, e
-        for k, f in futures:
+                won = int(self.st.store.add(f"{space}/{key}", 1)) == 1
+            except Exception as e:  # noqa: BLE001 - the planned shares still hold
+                self.claiming = False
+                log.warning("compiler_collectives: shard_kernels: cannot claim kernels through "
+                            "the job's store (%s: %s): each rank builds its own share",
+                            type(e).__name__, e)
+                return own
+            if won:
+                taken.append(key)
+            return won
+
+        def claims():
+            for key in segs.get(me, []):
+                if claimed(key, True):
+                    yield mine[key]
+            order = sorted(segs)
+            at = order.index(me) if me in order else 0
+            for owner in order[at + 1:] + order[:at]:
+                # An owner's first kernel is its own: every rank builds a share.
+                for key in reversed(segs[owner][1:]):
+                    if key not in mine:
+                        continue
+                    if not claimed(key, False):
+                        break
+                    yield mine[key]
+
+        built, failure = self._build(claims())
+        return built, taken, failure
+
+    def _release(self, space: str, keys: list[str]) -> None:
+        """Deletes this rank's claims of `keys` under `space` from the store
+        once every rank is past them (after the round's second exchange)."""
+        if not keys or not self.claiming:
+            return
+        try:
+            for key in keys:
+                self.st.store.delete_key(f"{space}/{key}")
+        except Exception:  # noqa: BLE001 - the keys are unique to the round
+            log.debug("compiler_collectives: shard_kernels: cannot delete claims", exc_info=True)
+
+    def _build(self, kernels) -> tuple[list[Kernel], Optional[tuple[str, BaseException]]]:
+        """Builds `kernels` (an iterable, drawn as a slot of Inductor's pool
+        frees: ``compile_threads`` at once) on that pool; the kernels built
+        and the first failure (no kernel is drawn after it; those running
+        end first). A Triton kernel's future is set to the kernel Inductor
+        loads, and the Triton cache entries the builds wrote are kept in
+        ``self.triton_new`` (device index -> entry names) to be sent."""
+        slots = _slots()
+        built: list[Kernel] = []
+        running: list[tuple[Kernel, Any]] = []
+        before: dict[int, set[str]] = {}
+        failure: Optional[tuple[str, BaseException]] = None
+        todo = iter(kernels)
+        while True:
+            while failure is None and len(running) < slots:
+                k = next(todo, None)
+                if k is None:
+                    break
+                if k.device is not None and k.device not in before:
+                    before[k.device] = _entries(k.device)
+                hook = test_hooks.get("shard_build")
+                try:
+                    if hook is not None:
+                        hook(k.key)  # stands for a build
+                    running.append((k, _submit(k.task) if k.device is None else _triton(k.task)))
+                except Exception as e:  # noqa: BLE001 - reported to every rank
+                    failure = k.key, e
+            if not running:
+                break
+            k, f = running.pop(_first_done([f for _, f in running]))
             try:
                 result = _result(f)
             except Exception as e:  # noqa: BLE001 - reported to every rank
-                return k.key, e
+                failure = failure or (k.key, e)
+                continue
+            built.append(k)
             if k.device is not None and not k.future.done():
                 k.future.set_result(result)
         for d, old in before.items():
             self.triton_new.setdefault(d, set()).update(_entries(d) - old)
-        return None
+        return built, failure
 
     def _transfer(self, held: list[Kernel], needs: dict[int, dict[str, list]],
                   source: dict[str, int], transfers: list[tuple[int, int, list[str]]]) -> None:
@@ -508,7 +572,7 @@ class Sharding:
                             "send kernels %s (%s): this rank builds them itself",
                             self._job(s), keys, info.get("why"))
             self._count("fell_back", len(keys))
-            failure = self._build([mine[k] for k in keys if k in mine])
+            _, failure = self._build([mine[k] for k in keys if k in mine])
             if failure is not None:
                 raise failure[1]
 
@@ -539,9 +603,11 @@ class Sharding:
         if error is None and self.peer_error is None and self.rounds:
             t = self.tally
             log.info("compiler_collectives: shard_kernels: key %s: %d kernel(s) built here, %d "
-                     "received, %d built here after a transfer failed, in %d round(s) (%.2f s)",
+                     "received, %d built here after a transfer failed, in %d round(s) (%.2f s: "
+                     "%.2f s building kernels, %.2f s in the rounds' exchanges, "
+                     "waiting for the slowest rank)",
                      self.key, t["built"], t["received"], t["fell_back"], self.rounds,
-                     t["seconds"])
+                     t["seconds"], t["building"], t["waiting"])
         if error is None and self.peer_error is not None:
             r, kind, message = self.peer_error
             raise PeerCompileFailed(
@@ -614,6 +680,25 @@ def _place_triton(staging: str, where: str) -> None:
             os.rename(entry, target)
         except OSError:
             pass  # another process placed it first
+
+
+def _slots() -> int:
+    """How many builds Inductor's pool runs at once (``compile_threads``)."""
+    from torch._inductor import config
+
+    try:
+        return max(1, int(config.compile_threads))
+    except (TypeError, ValueError):
+        return 1
+
+
+def _first_done(futures: list) -> int:
+    """The index of a build of `futures` that has ended: the first to end
+    where all are the pool's futures, else the oldest (waited on)."""
+    if all(isinstance(f, concurrent.futures.Future) for f in futures):
+        done, _ = concurrent.futures.wait(futures, return_when=concurrent.futures.FIRST_COMPLETED)
+        return next(i for i, f in enumerate(futures) if f in done)
+    return 0
 
 
 def _result(f: Any) -> Any:

@@ -84,6 +84,11 @@ class State:
         self.crashed = False
         # The job ranks of the channel's members, ascending (enable's group).
         self.ranks: list[int] = []
+        # The job's store (the default process group's) and this channel's
+        # prefix in it (with torchrun's run id and restart count): where
+        # sharded compiles claim kernels (``_shard``).
+        self.store = None
+        self.store_prefix = ""
 
 
 #: The state while enabled, else None.

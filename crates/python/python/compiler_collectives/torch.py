@@ -115,20 +115,27 @@ def _sigint_interrupts() -> bool:
     return callable(signal.getsignal(signal.SIGINT))
 
 
+def _prefix(ranks: list[int]) -> str:
+    """The store prefix of this ``enable``'s channel among `ranks` (job
+    ranks, ascending): one per generation, and per group where the group is
+    not the whole job."""
+    prefix = f"ccol/torch/{_generation}"
+    if len(ranks) != dist.get_world_size():
+        digest = hashlib.sha256(",".join(map(str, ranks)).encode()).hexdigest()[:16]
+        prefix += f"/group-{len(ranks)}-{digest}"
+    return prefix
+
+
 def _connect(channel_type, store, timeout_s: float, pgo, local_state_type, ranks: list[int]):
     """The channel among `ranks` (job ranks, ascending), rendezvoused
     through `store` under a prefix derived from them: each group of a job
     gets its own channel, and its errors name job ranks."""
-    prefix = f"ccol/torch/{_generation}"
     subgroup = len(ranks) != dist.get_world_size()
-    if subgroup:
-        digest = hashlib.sha256(",".join(map(str, ranks)).encode()).hexdigest()[:16]
-        prefix += f"/group-{len(ranks)}-{digest}"
     return channel_type(
         store,
         ranks.index(dist.get_rank()),
         len(ranks),
-        prefix=prefix,
+        prefix=_prefix(ranks),
         timeout_s=timeout_s,
         pgo=pgo,
         local_state_type=local_state_type,
@@ -328,6 +335,9 @@ def enable(
         raise
     st = _state.State(channel, guard_votes, cache_agreement, check_graphs, exchange)
     st.ranks = ranks
+    st.store = store
+    st.store_prefix = "/".join((_prefix(ranks), os.environ.get("TORCHELASTIC_RUN_ID", "none"),
+                                os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")))
     st.skip_restart = skip_restart
     st.skip_gate = decision.restart_gate
     st.compile_once = compile_once

@@ -22,7 +22,9 @@ an early submission of the second kernel (``_emit_kernel_to_wrapper``) and
 an autotuning caller's kernel, ``triton_tune_0``.
 
 CCOL_ST_CORRUPT=R: job rank R, as a sender, flips a byte of the first chunk
-it sends. CCOL_ST_HELD=R: job rank R holds the first kernel in memory
+it sends. CCOL_ST_SLOW=R: each build of a round's kernel on job rank R takes
+CCOL_ST_SLOW_S seconds (default 2), so that the other rank takes its share
+over. CCOL_ST_HELD=R: job rank R holds the first kernel in memory
 already (``CompiledTritonKernels``), so it does not hold that kernel's
 build.
 
@@ -67,6 +69,8 @@ def stand_in(ac, name: str, source: str, device_str: str = "cuda"):
         hits.append(name)
     else:
         builds.append(name)
+        if os.environ.get("CCOL_ST_SLOW") == str(RANK) and name.startswith("triton_poi_"):
+            time.sleep(float(os.environ.get("CCOL_ST_SLOW_S", "2")))
         os.makedirs(entry, exist_ok=True)
         with open(os.path.join(entry, f"{name}.cubin"), "wb") as f:
             # The binary does not depend on the device index (Triton's doesn't).
