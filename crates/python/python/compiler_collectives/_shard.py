@@ -43,10 +43,11 @@ prefix; the first ``add`` wins), each as a slot of its pool frees: first
 its own share in order, then, once that is done, the other ranks' shares
 from their ends, each up to the first kernel someone else claimed, and
 never an owner's first (every rank builds a share). So a rank whose
-lowering or builds run slower (a busy node, a cost the source's length
-misjudged) has the end of its share taken over by the ranks done with
-theirs, and the round ends when the job's kernels are built, not when the
-slowest share is (``shard_kernels_taken_over``). Every kernel then comes
+builds run slower (a busy node, a cost the source's length misjudged) has
+the end of its share (past the kernels it claimed at once, one per pool
+slot) taken over by the ranks done with theirs
+(``shard_kernels_taken_over``). Uneven lowering is waited for at the first
+exchange, before any claim. Every kernel then comes
 from the rank that built it. A store that cannot ``add`` (a WARNING) leaves
 each rank its own share, as planned; a kernel no rank built is built by
 each rank needing it as it loads it (``shard_kernels_fell_back``, a
