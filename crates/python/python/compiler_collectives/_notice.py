@@ -47,9 +47,15 @@ def notice_key(generation: int) -> str:
     """The job's notice key for the ``generation``-th ``enable`` of each
     process: under torchrun's run id and restart count, so a restarted
     attempt never reads an earlier one's notice."""
+    return f"{KEY_PREFIX}/{attempt()}/{generation}"
+
+
+def attempt() -> str:
+    """torchrun's run id and restart count, ``<run>/<restart>``: what keeps
+    one attempt's store keys apart from an earlier one's."""
     run = os.environ.get("TORCHELASTIC_RUN_ID", "none")
     restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    return f"{KEY_PREFIX}/{run}/{restart}/{generation}"
+    return f"{run}/{restart}"
 
 
 def root_store(store):

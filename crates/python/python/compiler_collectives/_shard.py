@@ -303,7 +303,7 @@ class Sharding:
         source, _ = assign(need_of, ranks, self.groups, loads)
         self.triton_new = {}
         started = time.monotonic()
-        space = f"{getattr(self.st, 'store_prefix', '')}/shard/{exchange}/{digest}"
+        space = f"{self.st.store_prefix}/shard/{exchange}/{digest}"
         built, taken, failure = self._build_claimed(
             shares(source, need_of, ranks), {k.key: k for k in held}, space)
         self.tally["building"] += time.monotonic() - started

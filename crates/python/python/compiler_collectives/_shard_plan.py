@@ -17,6 +17,15 @@ from typing import Optional
 TRITON_PREFIX = "triton_"
 
 
+def _costs(needs: dict[int, dict[str, list]], ranks: list[int]) -> dict[str, int]:
+    """Each needed kernel's cost: the largest any rank of `ranks` gave."""
+    cost: dict[str, int] = {}
+    for r in ranks:
+        for key, (c, _) in needs[r].items():
+            cost[key] = max(cost.get(key, 0), int(c))
+    return cost
+
+
 def assign(needs: dict[int, dict[str, list]], ranks: list[int], groups: list[frozenset],
            loads: Optional[dict[int, int]] = None,
            ) -> tuple[dict[str, int], list[tuple[int, int, list[str]]]]:
@@ -34,10 +43,7 @@ def assign(needs: dict[int, dict[str, list]], ranks: list[int], groups: list[fro
     memory, its files unknown) and goes to each other rank needing it:
     Triton's cache directory is one per device index, so ranks on one node
     do not share it as a rule. Its transfers follow the C++ kernels'."""
-    wanted: dict[str, int] = {}
-    for r in ranks:
-        for key, (cost, _) in needs[r].items():
-            wanted[key] = max(wanted.get(key, 0), int(cost))
+    wanted = _costs(needs, ranks)
     load = {r: (loads or {}).get(r, 0) for r in ranks}
     source: dict[str, int] = {}
     for key in sorted(wanted, key=lambda k: (-wanted[k], k)):
@@ -84,10 +90,7 @@ def shares(source: dict[str, int], needs: dict[int, dict[str, list]],
     costliest first. A rank claims each of its own in that order; a rank
     done with its own takes over the others' from their ends (module docs:
     the claims)."""
-    cost: dict[str, int] = {}
-    for r in ranks:
-        for key, (c, _) in needs[r].items():
-            cost[key] = max(cost.get(key, 0), int(c))
+    cost = _costs(needs, ranks)
     out: dict[int, list[str]] = {r: [] for r in ranks}
     for key in sorted(source, key=lambda k: (-cost.get(k, 0), k)):
         r = source[key]
@@ -111,7 +114,7 @@ def settle(source: dict[str, int], needs: dict[int, dict[str, list]],
             final[key] = s
             continue
         by = [r for r in ranks if key in built[r]]
-        if s in by or by:
+        if by:
             final[key] = s if s in by else by[0]
         else:
             unbuilt.add(key)

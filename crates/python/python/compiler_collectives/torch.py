@@ -336,8 +336,7 @@ def enable(
     st = _state.State(channel, guard_votes, cache_agreement, check_graphs, exchange)
     st.ranks = ranks
     st.store = store
-    st.store_prefix = "/".join((_prefix(ranks), os.environ.get("TORCHELASTIC_RUN_ID", "none"),
-                                os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")))
+    st.store_prefix = f"{_prefix(ranks)}/{_notice.attempt()}"
     st.skip_restart = skip_restart
     st.skip_gate = decision.restart_gate
     st.compile_once = compile_once
